@@ -1,0 +1,62 @@
+/**
+ * Every error Ratchet throws on purpose is a RatchetError with a stable `code`.
+ * Callers match on `code` (or `instanceof`), never on message text.
+ */
+export const ERROR_CODES = [
+  'invalid_input',
+  'illegal_transition',
+  'data_dir_locked',
+  'database_unavailable',
+  'unknown_run',
+  'unknown_stage',
+  'invalid_definition',
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export class RatchetError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown>;
+  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+    this.details = details;
+  }
+  toJSON(): { code: ErrorCode; message: string; details: Record<string, unknown> } {
+    return { code: this.code, message: this.message, details: this.details };
+  }
+}
+
+/** Bad input to a public entry point: nothing was written. `path` names the offending value. */
+export class InvalidInputError extends RatchetError {
+  constructor(message: string, readonly path: string, details: Record<string, unknown> = {}) {
+    super('invalid_input', `${message} (at ${path})`, { path, ...details });
+  }
+}
+
+/** A writer asked for a state change the state table does not allow. */
+export class IllegalTransitionError extends RatchetError {
+  constructor(readonly entity: 'run' | 'stage', readonly from: string, readonly to: string, id?: string) {
+    super('illegal_transition', `illegal ${entity} transition ${from} -> ${to}${id ? ` (${entity} ${id})` : ''}`, { entity, from, to, id });
+  }
+}
+
+/** A second process tried to open an embedded data directory that another live process holds. */
+export class DataDirLockedError extends RatchetError {
+  constructor(readonly dataDir: string, readonly holder: string) {
+    super('data_dir_locked', `the embedded data directory ${dataDir} is in use by another process (${holder}); ` +
+      `stop it, point this process at another --data-dir, or set DATABASE_URL to share a PostgreSQL server`, { dataDir, holder });
+  }
+}
+
+export class UnknownStageError extends RatchetError {
+  constructor(readonly stageId: string) {
+    super('unknown_stage', `no stage with id ${stageId}`, { stageId });
+  }
+}
+
+export class UnknownRunError extends RatchetError {
+  constructor(readonly runId: string) {
+    super('unknown_run', `no run with id ${runId}`, { runId });
+  }
+}

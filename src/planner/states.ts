@@ -1,0 +1,64 @@
+import { IllegalTransitionError } from '../errors.js';
+
+/**
+ * The one table of states and legal transitions. Every writer (the lease SQL, the
+ * dispatcher, cancel, retry) asks this table; SQL conditions are built from it.
+ *
+ * stage: pending (planned, not its turn) -> queued (its turn; available_at may hold a retry
+ *   delay) -> running (leased) -> succeeded | failed | cancelled.
+ *   running -> running is the reclaim of an expired lease (new owner, new fence).
+ *   running -> queued is a retry (or a graceful release, or an attempt past maxDuration).
+ *   queued -> failed is a claim that finds the attempt budget spent.
+ *   failed -> queued is the explicit retry of a failed run from its failed stage.
+ * run: queued -> running -> succeeded | failed | cancelled; expired when its deadline passes;
+ *   failed -> running is the explicit retry.
+ */
+export const STAGE_TRANSITIONS = {
+  pending: ['queued', 'cancelled'],
+  queued: ['running', 'failed', 'cancelled'],
+  running: ['running', 'queued', 'succeeded', 'failed', 'cancelled'],
+  succeeded: [],
+  failed: ['queued'],
+  cancelled: [],
+} as const satisfies Record<string, readonly string[]>;
+
+export const RUN_TRANSITIONS = {
+  queued: ['running', 'succeeded', 'failed', 'cancelled', 'expired'],
+  running: ['succeeded', 'failed', 'cancelled', 'expired'],
+  failed: ['running'],
+  succeeded: [],
+  cancelled: [],
+  expired: [],
+} as const satisfies Record<string, readonly string[]>;
+
+export type StageState = keyof typeof STAGE_TRANSITIONS;
+export type RunState = keyof typeof RUN_TRANSITIONS;
+export const STAGE_STATES = Object.keys(STAGE_TRANSITIONS) as StageState[];
+export const RUN_STATES = Object.keys(RUN_TRANSITIONS) as RunState[];
+/** Terminal for watchers: `failed` may still be retried explicitly, but nothing moves it on its own. */
+export const TERMINAL_RUN_STATES: RunState[] = ['succeeded', 'failed', 'cancelled', 'expired'];
+export const TERMINAL_STAGE_STATES: StageState[] = ['succeeded', 'failed', 'cancelled'];
+
+type Table = Record<string, readonly string[]>;
+const tables = { stage: STAGE_TRANSITIONS as Table, run: RUN_TRANSITIONS as Table };
+
+export function canTransition(entity: 'run' | 'stage', from: string, to: string): boolean {
+  return tables[entity][from]?.includes(to) ?? false;
+}
+
+/** Throws IllegalTransitionError unless `from -> to` is in the table. */
+export function assertTransition(entity: 'run' | 'stage', from: string, to: string, id?: string): void {
+  if (!canTransition(entity, from, to)) throw new IllegalTransitionError(entity, from, to, id);
+}
+
+/** The states from which `to` may be entered: used to build the WHERE of every writer. */
+export function sourcesOf(entity: 'stage', to: StageState): StageState[];
+export function sourcesOf(entity: 'run', to: RunState): RunState[];
+export function sourcesOf(entity: 'run' | 'stage', to: string): string[] {
+  return Object.entries(tables[entity]).filter(([, next]) => next.includes(to)).map(([from]) => from);
+}
+
+/** A SQL list literal of states, e.g. `'queued','running'`; states are our own constants, never input. */
+export function sqlStates(states: readonly string[]): string {
+  return states.map((s) => `'${s}'`).join(',');
+}

@@ -1,0 +1,24 @@
+import { PGlite } from '@electric-sql/pglite';
+import type { Db, Queryable, Row } from './db.js';
+import { migratePgliteDb } from './migrate.js';
+
+/** Embedded PostgreSQL (PGlite): one connection, so transactions run one at a time. */
+export async function createPgliteDb(dataDir: string | undefined): Promise<Db> {
+  const pglite = await PGlite.create(dataDir);
+  const wrap = (q: Pick<PGlite, 'query'>): Queryable => ({
+    async query<R extends Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+      return (await q.query<R>(text, params as unknown[])).rows;
+    },
+  });
+  const root = wrap(pglite);
+  return {
+    kind: 'pglite',
+    query: root.query,
+    transaction: (fn) => pglite.transaction((tx) => fn(wrap(tx))),
+    withConnection: (fn) => fn(root),
+    migrate: () => migratePgliteDb(pglite),
+    async close() {
+      await pglite.close();
+    },
+  };
+}

@@ -1,0 +1,27 @@
+/**
+ * Event names: the same words in the events table, the pino logs and the metrics.
+ * One list, so a writer cannot invent a spelling.
+ */
+export const EVENT_TYPES = [
+  'run_submitted',
+  'run_succeeded',
+  'run_failed',
+  'run_cancelled',
+  'run_expired',
+  'job_claimed',
+  'lease_reclaimed',
+  'lease_released',
+  'lease_expired_at_startup',
+  'heartbeat_ok',
+  'heartbeat_lost',
+  'attempts_exhausted',
+  'stage_duration_exceeded',
+  'stage_succeeded',
+  'stage_failed',
+  'stage_cancelled',
+  'retry_scheduled',
+  'result_rejected',
+  'ownership_unknown',
+  'tool_request_started',
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];

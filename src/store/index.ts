@@ -1,0 +1,139 @@
+import { join, resolve } from 'node:path';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import type { StageState } from '../planner/states.js';
+import type { Db } from './db.js';
+import { createPgliteDb } from './db-pglite.js';
+import { createPostgresDb } from './db-postgres.js';
+import { claim, extend, finish, release, type FinishRow } from './lease.js';
+import { EXPIRE_ALL_LEASES_SQL } from './lease.sql.js';
+import { acquireDataDirLock } from './lockfile.js';
+import { createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
+import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
+import { parseInput } from './validate.js';
+
+export { DatabaseUnavailableError } from './db-errors.js';
+export type { Db, Queryable } from './db.js';
+export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow, encodeFinishRow, finishEncoded } from './lease.js';
+export type { ClaimedStage, ExtendResult, ExtendVerdict, FinishRow, FinishVerdict, Lease } from './lease.js';
+export { IdempotencyConflictError, requestHash } from './runs.js';
+export type { CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
+
+/** The embedded default's data directory, relative to the working directory. */
+export const DEFAULT_DATA_DIR = '.ratchet';
+/** An in-memory embedded database (tests, one-shot runs): no lock file, nothing kept. */
+export const MEMORY_DATA_DIR = ':memory:';
+
+const storeOptions = z.object({
+  /** postgres://... selects the PostgreSQL back end; unset selects embedded PGlite. */
+  databaseUrl: z.string().min(1).optional(),
+  /** Embedded data directory (default .ratchet/), or ':memory:'. */
+  dataDir: z.string().min(1).optional(),
+  /** PostgreSQL pool size (default 10). */
+  poolSize: z.number().int().min(1).max(1000).optional(),
+  /** Apply migrations at open (default true). */
+  migrate: z.boolean().optional(),
+  applicationName: z.string().optional(),
+  connectionTimeoutMs: z.number().int().positive().optional(),
+  logger: z.custom<Logger>().optional(),
+}).strict();
+export type StoreOptions = z.input<typeof storeOptions>;
+
+export interface Store {
+  readonly db: Db;
+  readonly kind: Db['kind'];
+  readonly dataDir: string | null;
+  createRun(input: CreateRunInput): ReturnType<typeof createRun>;
+  getRun(id: string): ReturnType<typeof getRun>;
+  listEvents(runId: string, opts?: { after?: string; limit?: number }): ReturnType<typeof listEvents>;
+  transitionStage(stageId: string, to: StageState): Promise<void>;
+  claim(args: Parameters<typeof claim>[1]): ReturnType<typeof claim>;
+  extend(args: Parameters<typeof extend>[1]): ReturnType<typeof extend>;
+  finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
+  release(args: Parameters<typeof release>[1]): ReturnType<typeof release>;
+  /** The movable database clock (tests): every connection and process reads it. */
+  clock: {
+    now(): Promise<Date>;
+    offsetMs(): Promise<number>;
+    setOffset(ms: number): Promise<void>;
+    advance(ms: number): Promise<void>;
+  };
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the store: PostgreSQL when a database URL is given, else embedded PGlite in a data
+ * directory guarded by a lock file. Applies migrations (under an advisory lock). On the
+ * embedded store, leases left by a dead process are expired at once so they are reclaimed.
+ */
+export async function openStore(options: StoreOptions = {}): Promise<Store> {
+  const opts = parseInput(storeOptions, options, 'openStore');
+  let db: Db;
+  let releaseLock: (() => void) | undefined;
+  let dataDir: string | null = null;
+  if (opts.databaseUrl) {
+    db = createPostgresDb({
+      connectionString: opts.databaseUrl,
+      max: opts.poolSize,
+      applicationName: opts.applicationName,
+      connectionTimeoutMs: opts.connectionTimeoutMs,
+    });
+  } else if (opts.dataDir === MEMORY_DATA_DIR) {
+    db = await createPgliteDb(undefined);
+  } else {
+    dataDir = resolve(opts.dataDir ?? DEFAULT_DATA_DIR);
+    releaseLock = acquireDataDirLock(dataDir);
+    try {
+      db = await createPgliteDb(join(dataDir, 'pg'));
+    } catch (err) {
+      releaseLock();
+      throw err;
+    }
+  }
+  try {
+    if (opts.migrate !== false) await db.migrate();
+    if (db.kind === 'pglite') {
+      const [r] = await db.query(EXPIRE_ALL_LEASES_SQL);
+      if (r && (r.expired as number) > 0) opts.logger?.info({ event: 'lease_expired_at_startup', count: r.expired }, 'expired leases left by a previous process');
+    }
+  } catch (err) {
+    await db.close().catch(() => {});
+    releaseLock?.();
+    throw err;
+  }
+
+  const setOffset = async (ms: number) => {
+    parseInput(z.number().int().min(-(2 ** 40)).max(2 ** 40), ms, 'clock.setOffset');
+    await db.query(SET_CLOCK_OFFSET_SQL, [ms]);
+  };
+  const offsetMs = async () => Number((await db.query(GET_CLOCK_SQL))[0]?.offset_ms ?? 0);
+  let closed = false;
+  return {
+    db,
+    kind: db.kind,
+    dataDir,
+    createRun: (input) => createRun(db, input),
+    getRun: (id) => getRun(db, id),
+    listEvents: (runId, o) => listEvents(db, runId, o),
+    transitionStage: (stageId, to) => transitionStage(db, stageId, to),
+    claim: (args) => claim(db, args),
+    extend: (args) => extend(db, args),
+    finish: (owner, rows) => finish(db, owner, rows),
+    release: (args) => release(db, args),
+    clock: {
+      now: async () => (await db.query(GET_CLOCK_SQL))[0]?.now as Date,
+      offsetMs,
+      setOffset,
+      advance: async (ms) => setOffset((await offsetMs()) + ms),
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      try {
+        await db.close();
+      } finally {
+        releaseLock?.();
+      }
+    },
+  };
+}

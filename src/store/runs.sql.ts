@@ -1,0 +1,68 @@
+/** Statements for submitting and reading runs. Parameters are listed above each. */
+
+/**
+ * Insert a run; $1 id, $2 workflow, $3 definition hash, $4 input, $5 deadline, $6 submit
+ * idempotency key, $7 request hash. A repeated key inserts nothing and returns no row.
+ */
+export const INSERT_RUN_SQL = `
+INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at)
+VALUES ($1, $2, $3, $4::jsonb, 'queued', $5, $6, $7, ratchet.db_now(), ratchet.db_now())
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, state`;
+
+/**
+ * Insert a run's planned stages from $2 (a JSON array) for run $1. The first stage is
+ * `queued` with its input; the rest are `pending` until the stage before them finishes.
+ */
+export const INSERT_STAGES_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+ins AS (
+  INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    max_attempts, idempotency_key, effect_key, input, available_at, created_at, updated_at)
+  SELECT $1::uuid, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
+    p."maxAttempts", p."idempotencyKey", p."effectKey", p.input, clk.t, clk.t, clk.t
+  FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, tool text, "toolClass" text, state text, "leaseMs" int,
+    "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "effectKey" text, input jsonb), clk
+  RETURNING id, seq, state, tool_class
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, type, at, data)
+  SELECT $1::uuid, 'run_submitted', clk.t, jsonb_build_object('stages', (SELECT count(*) FROM ins)) FROM clk
+)
+SELECT id::text AS id, seq, state, tool_class FROM ins ORDER BY seq`;
+
+export const GET_RUN_BY_KEY_SQL = `SELECT id, state, request_hash FROM ratchet.runs WHERE idempotency_key = $1`;
+
+export const GET_RUN_SQL = `
+SELECT r.id, r.workflow, r.definition_hash, r.input, r.state, r.deadline, r.idempotency_key, r.result, r.error,
+  r.created_at, r.updated_at, r.finished_at, ratchet.db_now() AS db_now
+FROM ratchet.runs r WHERE r.id = $1`;
+
+export const GET_STAGES_SQL = `
+SELECT s.id::text AS id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence::text AS fence, s.attempt,
+  s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key, s.effect_key,
+  s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at
+FROM ratchet.stages s WHERE s.run_id = $1 ORDER BY s.seq`;
+
+export const LIST_EVENTS_SQL = `
+SELECT e.id::text AS id, e.run_id, e.stage_id::text AS stage_id, e.type, e.fence::text AS fence, e.attempt, e.at, e.data
+FROM ratchet.events e WHERE e.run_id = $1 AND e.id > $2::bigint ORDER BY e.id LIMIT $3`;
+
+/**
+ * Move one stage to $2 if its current state is one of $3 (the sources of $2 in the state
+ * table). Returns the row when it moved; the caller tells "illegal" from "unknown" apart.
+ */
+export const TRANSITION_STAGE_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+cur AS (SELECT id, state FROM ratchet.stages WHERE id = $1::bigint),
+moved AS (
+  UPDATE ratchet.stages s SET state = $2, updated_at = clk.t,
+    available_at = CASE WHEN $2 = 'queued' THEN clk.t ELSE s.available_at END,
+    finished_at = CASE WHEN $2 IN ('succeeded','failed','cancelled') THEN clk.t ELSE NULL END
+  FROM clk WHERE s.id = $1::bigint AND s.state = ANY($3::text[])
+  RETURNING s.id
+)
+SELECT (SELECT state FROM cur) AS previous_state, (SELECT count(*) FROM moved)::int AS moved`;
+
+export const SET_CLOCK_OFFSET_SQL = `UPDATE ratchet.clock SET offset_ms = $1 WHERE id = 1 RETURNING offset_ms`;
+export const GET_CLOCK_SQL = `SELECT ratchet.db_now() AS now, (SELECT offset_ms FROM ratchet.clock WHERE id = 1) AS offset_ms`;

@@ -1,0 +1,155 @@
+import { createHash } from 'node:crypto';
+import { v7 as uuidv7 } from 'uuid';
+import { z } from 'zod';
+import { IllegalTransitionError, InvalidInputError, RatchetError, UnknownStageError } from '../errors.js';
+import { sourcesOf, type RunState, type StageState, STAGE_STATES } from '../planner/states.js';
+import type { Db, Queryable } from './db.js';
+import { toJsonText } from './json.js';
+import { parseInput } from './validate.js';
+import {
+  GET_RUN_BY_KEY_SQL, GET_RUN_SQL, GET_STAGES_SQL, INSERT_RUN_SQL, INSERT_STAGES_SQL, LIST_EVENTS_SQL, TRANSITION_STAGE_SQL,
+} from './runs.sql.js';
+
+const positiveMs = z.number().int().positive().max(2 ** 31 - 1);
+const name = z.string().min(1).max(200).regex(/^[^\u0000]*$/, 'must not contain \\u0000');
+
+export const stageSpecSchema = z.object({
+  name,
+  tool: name,
+  toolClass: name,
+  leaseMs: positiveMs,
+  timeoutMs: positiveMs,
+  maxDurationMs: positiveMs,
+  maxAttempts: z.number().int().min(1).max(1000),
+  idempotencyKey: z.string().min(1).max(500).optional(),
+  effectKey: z.string().min(1).max(500).optional(),
+  input: z.unknown().optional(),
+}).strict();
+export type StageSpec = z.input<typeof stageSpecSchema>;
+
+const createRunSchema = z.object({
+  id: z.uuid().optional(),
+  workflow: name,
+  definitionHash: z.string().min(1).max(200),
+  input: z.unknown(),
+  idempotencyKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
+  deadline: z.date().optional(),
+  stages: z.array(stageSpecSchema).min(1).max(10_000),
+}).strict();
+export type CreateRunInput = z.input<typeof createRunSchema>;
+
+export class IdempotencyConflictError extends RatchetError {
+  constructor(readonly idempotencyKey: string, readonly runId: string) {
+    super('invalid_input', `idempotency key ${idempotencyKey} was used for run ${runId} with another request`, { idempotencyKey, runId, reason: 'idempotency_conflict' });
+  }
+}
+
+export interface CreatedRun { id: string; state: RunState; created: boolean; stageIds: string[] }
+
+/** Hash of what was submitted under an idempotency key, so another body under it is told apart. */
+export function requestHash(workflow: string, input: unknown): string {
+  return createHash('sha256').update(workflow).update('\u0000').update(toJsonText(input)).digest('hex');
+}
+
+/**
+ * Persists a run and all its planned stages in one transaction (the planner's output):
+ * the first stage queued with its input, the rest pending. Validates everything first, so
+ * bad input writes nothing. A repeated submit idempotency key returns the existing run
+ * (same body) or throws IdempotencyConflictError (another body).
+ */
+export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedRun> {
+  const run = parseInput(createRunSchema, input, 'createRun');
+  const inputText = toJsonText(run.input, 'createRun.input');
+  const stages = run.stages.map((s, i) => ({
+    seq: i + 1,
+    name: s.name,
+    tool: s.tool,
+    toolClass: s.toolClass,
+    state: i === 0 ? 'queued' : 'pending',
+    leaseMs: s.leaseMs,
+    timeoutMs: s.timeoutMs,
+    maxDurationMs: s.maxDurationMs,
+    maxAttempts: s.maxAttempts,
+    idempotencyKey: s.idempotencyKey,
+    effectKey: s.effectKey ?? null,
+    input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
+  }));
+  stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
+  const hash = requestHash(run.workflow, run.input);
+  const id = run.id ?? uuidv7();
+  for (const s of stages) s.idempotencyKey ??= `${id}:${s.seq}:${s.tool}`;
+
+  return db.transaction(async (tx) => {
+    const inserted = await tx.query(INSERT_RUN_SQL, [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash]);
+    if (inserted.length === 0) {
+      const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
+      if (!existing) throw new InvalidInputError('run id already exists', 'createRun.id');
+      if (existing.request_hash !== hash) throw new IdempotencyConflictError(run.idempotencyKey!, existing.id as string);
+      return { id: existing.id as string, state: existing.state as RunState, created: false, stageIds: [] };
+    }
+    const rows = await tx.query(INSERT_STAGES_SQL, [id, JSON.stringify(stages)]);
+    return { id, state: 'queued', created: true, stageIds: rows.map((r) => r.id as string) };
+  });
+}
+
+export interface StageRow {
+  id: string; seq: number; name: string; tool: string; toolClass: string; state: StageState; ownerId: string | null;
+  fence: string | null; attempt: number; maxAttempts: number; leaseUntil: Date | null; heartbeatAt: Date | null;
+  claimedAt: Date | null; availableAt: Date; idempotencyKey: string; effectKey: string | null; input: unknown;
+  result: unknown; error: unknown; createdAt: Date; updatedAt: Date; finishedAt: Date | null;
+}
+export interface RunRow {
+  id: string; workflow: string; definitionHash: string; input: unknown; state: RunState; deadline: Date | null;
+  idempotencyKey: string | null; result: unknown; error: unknown; createdAt: Date; updatedAt: Date;
+  finishedAt: Date | null; dbNow: Date; stages: StageRow[];
+}
+
+const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+
+/** A run with its stages, or null for an unknown id (evidence, not failure). */
+export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
+  if (!isUuid(id)) return null;
+  const [r] = await q.query(GET_RUN_SQL, [id], 'ratchet_get_run');
+  if (!r) return null;
+  const stages = await q.query(GET_STAGES_SQL, [id], 'ratchet_get_stages');
+  return {
+    id: r.id as string, workflow: r.workflow as string, definitionHash: r.definition_hash as string, input: r.input,
+    state: r.state as RunState, deadline: (r.deadline as Date | null) ?? null, idempotencyKey: (r.idempotency_key as string | null) ?? null,
+    result: r.result ?? null, error: r.error ?? null, createdAt: r.created_at as Date, updatedAt: r.updated_at as Date,
+    finishedAt: (r.finished_at as Date | null) ?? null, dbNow: r.db_now as Date,
+    stages: stages.map((s) => ({
+      id: s.id as string, seq: s.seq as number, name: s.name as string, tool: s.tool as string, toolClass: s.tool_class as string,
+      state: s.state as StageState, ownerId: (s.owner_id as string | null) ?? null, fence: (s.fence as string | null) ?? null,
+      attempt: s.attempt as number, maxAttempts: s.max_attempts as number, leaseUntil: (s.lease_until as Date | null) ?? null,
+      heartbeatAt: (s.heartbeat_at as Date | null) ?? null, claimedAt: (s.claimed_at as Date | null) ?? null,
+      availableAt: s.available_at as Date, idempotencyKey: s.idempotency_key as string, effectKey: (s.effect_key as string | null) ?? null,
+      input: s.input ?? null, result: s.result ?? null, error: s.error ?? null, createdAt: s.created_at as Date,
+      updatedAt: s.updated_at as Date, finishedAt: (s.finished_at as Date | null) ?? null,
+    })),
+  };
+}
+
+export interface EventRow {
+  id: string; runId: string; stageId: string | null; type: string; fence: string | null; attempt: number | null; at: Date; data: unknown;
+}
+
+export async function listEvents(q: Queryable, runId: string, opts: { after?: string; limit?: number } = {}): Promise<EventRow[]> {
+  if (!isUuid(runId)) return [];
+  const rows = await q.query(LIST_EVENTS_SQL, [runId, opts.after ?? '0', Math.min(opts.limit ?? 1000, 10_000)], 'ratchet_list_events');
+  return rows.map((e) => ({
+    id: e.id as string, runId: e.run_id as string, stageId: (e.stage_id as string | null) ?? null, type: e.type as string,
+    fence: (e.fence as string | null) ?? null, attempt: (e.attempt as number | null) ?? null, at: e.at as Date, data: e.data ?? null,
+  }));
+}
+
+/**
+ * Moves a stage to `to` if the state table allows it from its current state; otherwise
+ * throws IllegalTransitionError (or UnknownStageError). Never a silent no-op.
+ */
+export async function transitionStage(q: Queryable, stageId: string, to: StageState): Promise<void> {
+  if (!/^\d{1,19}$/.test(stageId)) throw new UnknownStageError(stageId);
+  if (!STAGE_STATES.includes(to)) throw new InvalidInputError(`unknown stage state ${String(to)}`, 'transitionStage.to');
+  const [r] = await q.query(TRANSITION_STAGE_SQL, [stageId, to, sourcesOf('stage', to)]);
+  if (!r || r.previous_state === null || r.previous_state === undefined) throw new UnknownStageError(stageId);
+  if (r.moved === 0) throw new IllegalTransitionError('stage', r.previous_state as string, to, stageId);
+}

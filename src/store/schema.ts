@@ -1,0 +1,102 @@
+import { sql } from 'drizzle-orm';
+import { bigint, check, index, integer, jsonb, pgSchema, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
+
+/**
+ * The persisted model. Everything lives in the `ratchet` schema so Ratchet can share a
+ * database with an application. Hot statements are raw SQL in ./lease.sql.ts and friends;
+ * this file is the single source of the tables, indexes and the fencing sequence.
+ */
+export const ratchet = pgSchema('ratchet');
+
+/** Fencing tokens: one sequence, so every claim's token is greater than any earlier one. */
+export const fenceSeq = ratchet.sequence('fence_seq', { startWith: 1, increment: 1, cache: 1 });
+
+const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+
+export const runs = ratchet.table('runs', {
+  id: uuid('id').primaryKey(),
+  workflow: text('workflow').notNull(),
+  definitionHash: text('definition_hash').notNull(),
+  input: jsonb('input').notNull(),
+  state: text('state').notNull(),
+  deadline: ts('deadline'),
+  idempotencyKey: text('idempotency_key'),
+  /** Hash of the submitted body, so the same key with another body is told apart. */
+  requestHash: text('request_hash'),
+  result: jsonb('result'),
+  error: jsonb('error'),
+  createdAt: ts('created_at').notNull().default(sql`now()`),
+  updatedAt: ts('updated_at').notNull().default(sql`now()`),
+  finishedAt: ts('finished_at'),
+}, (t) => [
+  uniqueIndex('runs_idempotency_key_uq').on(t.idempotencyKey),
+  index('runs_state_created_idx').on(t.state, t.createdAt),
+  index('runs_workflow_created_idx').on(t.workflow, t.createdAt),
+  check('runs_state_ck', sql`${t.state} in ('queued','running','succeeded','failed','cancelled','expired')`),
+]);
+
+export const stages = ratchet.table('stages', {
+  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+  runId: uuid('run_id').notNull().references(() => runs.id, { onDelete: 'cascade' }),
+  seq: integer('seq').notNull(),
+  /** Step name (defaults to the tool's name); results are addressed by it. */
+  name: text('name').notNull(),
+  tool: text('tool').notNull(),
+  toolClass: text('tool_class').notNull(),
+  state: text('state').notNull(),
+  ownerId: text('owner_id'),
+  fence: bigint('fence', { mode: 'bigint' }),
+  leaseMs: integer('lease_ms').notNull(),
+  timeoutMs: integer('timeout_ms').notNull(),
+  maxDurationMs: integer('max_duration_ms').notNull(),
+  leaseUntil: ts('lease_until'),
+  heartbeatAt: ts('heartbeat_at'),
+  /** When the current attempt was claimed: maxDuration counts from here. */
+  claimedAt: ts('claimed_at'),
+  attempt: integer('attempt').notNull().default(0),
+  maxAttempts: integer('max_attempts').notNull(),
+  availableAt: ts('available_at').notNull().default(sql`now()`),
+  /** The stage's own key, unique: by default derived from run id, seq and tool. */
+  idempotencyKey: text('idempotency_key').notNull(),
+  /**
+   * The key a tool derived from what the operation means (`invoice:42:create`), sent to
+   * receivers instead of idempotencyKey. Not unique: two stages (a resubmitted run, a
+   * re-proposed action) may share it, and their fences stay comparable.
+   */
+  effectKey: text('effect_key'),
+  input: jsonb('input'),
+  result: jsonb('result'),
+  /** The last error, kept across attempts and at exhaustion. */
+  error: jsonb('error'),
+  createdAt: ts('created_at').notNull().default(sql`now()`),
+  updatedAt: ts('updated_at').notNull().default(sql`now()`),
+  finishedAt: ts('finished_at'),
+}, (t) => [
+  uniqueIndex('stages_idempotency_key_uq').on(t.idempotencyKey),
+  uniqueIndex('stages_run_seq_uq').on(t.runId, t.seq),
+  // The two claim branches, each index-ordered (see lease.sql.ts).
+  index('stages_queued_claim_idx').on(t.toolClass, t.availableAt, t.id).where(sql`state = 'queued'`),
+  index('stages_running_lease_idx').on(t.toolClass, t.leaseUntil, t.id).where(sql`state = 'running'`),
+  check('stages_state_ck', sql`${t.state} in ('pending','queued','running','succeeded','failed','cancelled')`),
+  check('stages_durations_ck', sql`${t.leaseMs} > 0 and ${t.timeoutMs} > 0 and ${t.maxDurationMs} > 0 and ${t.maxAttempts} > 0`),
+]);
+
+/** Append-only history of every run: the durable twin of the logs. Never updated. */
+export const events = ratchet.table('events', {
+  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+  runId: uuid('run_id').notNull(),
+  stageId: bigint('stage_id', { mode: 'bigint' }),
+  type: text('type').notNull(),
+  fence: bigint('fence', { mode: 'bigint' }),
+  attempt: integer('attempt'),
+  at: ts('at').notNull().default(sql`now()`),
+  data: jsonb('data'),
+}, (t) => [
+  index('events_run_idx').on(t.runId, t.id),
+]);
+
+/** The movable clock: one row whose offset every connection and process reads through ratchet.db_now(). */
+export const clock = ratchet.table('clock', {
+  id: integer('id').primaryKey().default(1),
+  offsetMs: bigint('offset_ms', { mode: 'number' }).notNull().default(sql`0`),
+}, (t) => [check('clock_single_row_ck', sql`${t.id} = 1`)]);
