@@ -36,6 +36,9 @@ ${prefix}_rest_cancelled AS (
   FROM ${prefix}_run_failed f, clk
   WHERE s.run_id = f.id AND s.state IN (${STAGE_NOT_STARTED})
   RETURNING s.id
+),
+${prefix}_run_failed_ev AS (
+  INSERT INTO ratchet.events (run_id, type, at) SELECT f.id, 'run_failed', clk.t FROM ${prefix}_run_failed f, clk
 )`;
 }
 
@@ -135,7 +138,7 @@ ok AS (
   FROM cur, clk
   WHERE s.id = cur.id AND cur.held AND NOT cur.over_duration
     AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
-  RETURNING s.id, s.lease_until
+  RETURNING s.id, s.fence, s.lease_until
 ),
 over AS (
   UPDATE ratchet.stages s SET
@@ -159,7 +162,7 @@ ev AS (
   SELECT s.run_id, s.id, 'heartbeat_lost', req.fence, s.attempt, clk.t,
     jsonb_build_object('owner', $1::text, 'currentState', s.state, 'currentFence', s.fence::text, 'leaseUntil', s.lease_until)
   FROM req JOIN ratchet.stages s ON s.id = req.id CROSS JOIN clk
-  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = req.id AND cur.held)
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = req.id AND cur.fence = req.fence AND cur.held)
     AND NOT (s.state = 'cancelled' AND s.fence = req.fence)
 )
 SELECT req.id::text AS id, req.fence::text AS fence,
@@ -169,8 +172,8 @@ SELECT req.id::text AS id, req.fence::text AS fence,
        ELSE 'lost' END AS verdict,
   coalesce(ok.lease_until, s.lease_until) AS lease_until, s.state AS state, clk.t AS db_now
 FROM req CROSS JOIN clk
-LEFT JOIN ok ON ok.id = req.id
-LEFT JOIN over ON over.id = req.id
+LEFT JOIN ok ON ok.id = req.id AND ok.fence = req.fence
+LEFT JOIN over ON over.id = req.id AND over.fence = req.fence
 LEFT JOIN ratchet.stages s ON s.id = req.id
 ORDER BY req.id`;
 
