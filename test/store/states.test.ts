@@ -1,0 +1,29 @@
+import { describe, expect, it } from 'vitest';
+import { IllegalTransitionError } from '../../src/errors.js';
+import { assertTransition, canTransition, RUN_TRANSITIONS, sourcesOf, STAGE_TRANSITIONS, TERMINAL_STAGE_STATES } from '../../src/planner/states.js';
+
+describe('the state table', () => {
+  it('allows the protocol transitions and nothing out of a finished stage but an explicit retry', () => {
+    expect(canTransition('stage', 'queued', 'running')).toBe(true);
+    expect(canTransition('stage', 'running', 'running')).toBe(true); // reclaim
+    for (const s of TERMINAL_STAGE_STATES) expect(STAGE_TRANSITIONS[s].filter((t) => t !== 'queued')).toEqual([]);
+    expect(canTransition('stage', 'succeeded', 'queued')).toBe(false);
+    expect(canTransition('stage', 'pending', 'running')).toBe(false);
+    expect(canTransition('run', 'succeeded', 'running')).toBe(false);
+    expect(RUN_TRANSITIONS.cancelled).toEqual([]);
+  });
+  it('throws a typed error for an illegal transition', () => {
+    expect(() => assertTransition('stage', 'succeeded', 'running', '7')).toThrow(IllegalTransitionError);
+    try {
+      assertTransition('run', 'expired', 'running');
+    } catch (e) {
+      expect(e).toMatchObject({ code: 'illegal_transition', entity: 'run', from: 'expired', to: 'running' });
+    }
+    expect(() => assertTransition('stage', 'nonsense', 'running')).toThrow(IllegalTransitionError);
+  });
+  it('derives the sources of a state from the table', () => {
+    expect(sourcesOf('stage', 'running').sort()).toEqual(['queued', 'running']);
+    expect(sourcesOf('stage', 'cancelled').sort()).toEqual(['pending', 'queued', 'running']);
+    expect(sourcesOf('run', 'running').sort()).toEqual(['failed', 'queued']);
+  });
+});
