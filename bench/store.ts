@@ -77,6 +77,7 @@ async function throughput(mode: 'single' | 'batched', claimers: number): Promise
     let rejected = 0;
     let drained = false;
     const cpu = cpuSnap();
+    const nodeCpu = process.cpuUsage();
     const start = performance.now();
     const end = start + cfg.seconds * 1000;
     await Promise.all(Array.from({ length: claimers }, async (_, i) => {
@@ -92,9 +93,11 @@ async function throughput(mode: 'single' | 'batched', claimers: number): Promise
     }));
     const elapsed = (performance.now() - start) / 1000;
     const rate = pairs / elapsed;
+    const { user, system } = process.cpuUsage(nodeCpu);
     out({
       metric: 'claim_complete_pairs', variant, value: round(rate, 1), unit: 'pairs/s',
-      info: { pairs, rejected, elapsed_s: round(elapsed), drained, limit, stages_queued: cfg.throughputStages, cpu_busy_pct: cpuBusyPct(cpu) },
+      info: { pairs, rejected, elapsed_s: round(elapsed), drained, limit, stages_queued: cfg.throughputStages, cpu_busy_pct: cpuBusyPct(cpu),
+        node_cpu_pct_of_one_core: round((user + system) / 1e4 / elapsed, 1) },
     });
     log(`${variant}: ${round(rate, 1)} pairs/s (${pairs} in ${round(elapsed)} s${drained ? ', drained' : ''}${rejected ? `, ${rejected} REJECTED` : ''})`);
     return rate;

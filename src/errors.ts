@@ -60,3 +60,35 @@ export class UnknownRunError extends RatchetError {
     super('unknown_run', `no run with id ${runId}`, { runId });
   }
 }
+
+/** A definition (tool class, tool, workflow) with bad values: refused before anything is persisted. */
+export class InvalidDefinitionError extends RatchetError {
+  constructor(message: string, readonly path: string, details: Record<string, unknown> = {}) {
+    super('invalid_definition', `${message} (at ${path})`, { path, ...details });
+  }
+}
+
+/**
+ * Thrown by a tool for a failure that no retry can fix (bad input, validation, a 4xx that
+ * will not change): the stage fails at once, never retried.
+ */
+export class PermanentError extends Error {
+  readonly kind = 'permanent' as const;
+  readonly code: string;
+  constructor(message: string, options: { code?: string; cause?: unknown } = {}) {
+    super(message, { cause: options.cause });
+    this.name = 'PermanentError';
+    this.code = options.code ?? 'permanent';
+  }
+}
+
+/** Thrown by a tool for a failure worth retrying (a timeout, a 503, a reset connection). */
+export class TransientError extends Error {
+  readonly kind = 'transient' as const;
+  readonly code: string;
+  constructor(message: string, options: { code?: string; cause?: unknown } = {}) {
+    super(message, { cause: options.cause });
+    this.name = 'TransientError';
+    this.code = options.code ?? 'transient';
+  }
+}

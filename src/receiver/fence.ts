@@ -6,7 +6,6 @@ export const MAX_FENCE = 9223372036854775807n;
 export const MAX_KEY_LENGTH = 512;
 
 const DECIMAL = /^[0-9]{1,32}$/;
-// eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
 /**

@@ -1,0 +1,106 @@
+import type { Logger } from 'pino';
+import type { z } from 'zod';
+
+/**
+ * The resolved shapes of definitions (what defineToolClass / defineTool / defineWorkflow
+ * return). Durations are milliseconds here; users write `ms` strings ("90s") or numbers.
+ * The model never sets any of these.
+ */
+export type Duration = string | number;
+
+export interface Backoff {
+  initialMs: number;
+  factor: number;
+  maxMs: number;
+  /** 0..1: each delay is drawn from [d * (1 - jitter), d]. */
+  jitter: number;
+}
+
+export interface RetryPolicy {
+  /** Attempts in all, the first included (>= 1). */
+  maxAttempts: number;
+  backoff: Backoff;
+  /** No retry is scheduled past this long after the stage's first claim. */
+  maxElapsedMs: number | null;
+}
+
+export interface ToolClass {
+  readonly kind: 'tool_class';
+  readonly name: string;
+  readonly leaseMs: number;
+  readonly heartbeatMs: number;
+  readonly timeoutMs: number;
+  readonly maxDurationMs: number;
+  readonly retry: RetryPolicy;
+  /** The timing rule: leaseMs > missedHeartbeats * heartbeatMs + jitterMs. */
+  readonly missedHeartbeats: number;
+  readonly jitterMs: number;
+  /** 'thread' runs the class's tools in a worker thread, so CPU-bound work cannot starve the lease keeper. */
+  readonly isolation: 'none' | 'thread';
+}
+
+export interface ToolContext {
+  /** Aborts with reason 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'timeout' | 'shutdown'. */
+  readonly signal: AbortSignal;
+  /** The attempt's fencing token, a decimal string; send it as X-Execution-Fence. */
+  readonly fence: string;
+  /** Stable per stage (or derived from the input by the tool); send it as Idempotency-Key. */
+  readonly idempotencyKey: string;
+  readonly attempt: number;
+  readonly runId: string;
+  readonly stageId: string;
+  /** Records progress; the lease keeper extends leases on its own schedule regardless. */
+  heartbeat(details?: unknown): void;
+  /**
+   * The gate before each irreversible request: throws synchronously when ownership is lost
+   * or unknown; records `tool_request_started` with the request id.
+   */
+  beginEffect(requestId: string): void;
+  readonly log: Logger;
+}
+
+/** What reconcile() found out about an attempt whose outcome is unknown. */
+export type ReconcileResult<O> = { done: true; output: O } | { done: false };
+
+export interface Tool<I = unknown, O = unknown> {
+  readonly kind: 'tool';
+  readonly name: string;
+  readonly description: string;
+  readonly class: ToolClass;
+  readonly input: z.ZodType<I>;
+  readonly output: z.ZodType<O>;
+  run(input: I, ctx: ToolContext): Promise<O>;
+  reconcile?: (input: I, ctx: ToolContext) => Promise<ReconcileResult<O>>;
+  /** The class's policy with the tool's override merged over it. */
+  readonly retry: RetryPolicy;
+  /** Derives the key from what the operation means, e.g. `invoice:42:create`. */
+  readonly idempotencyKey?: (input: I) => string;
+}
+
+export interface StepInputArgs {
+  /** The run's input. */
+  input: unknown;
+  /** Earlier steps' outputs by step name. */
+  results: Record<string, unknown>;
+}
+
+export interface Step {
+  /** Defaults to the tool's name; unique within the workflow. */
+  readonly name: string;
+  readonly tool: Tool;
+  /** Computes the tool's input; without it the run's input is passed on. */
+  readonly input?: (args: StepInputArgs) => unknown;
+}
+
+export interface Workflow<I = unknown> {
+  readonly kind: 'workflow';
+  readonly name: string;
+  readonly input: z.ZodType<I>;
+  readonly steps: readonly Step[];
+  /** A run deadline relative to submit, if any. */
+  readonly deadlineMs: number | null;
+  /** Hash of the definition's structure (steps, tools, classes, schemas), recorded on each run. */
+  readonly hash: string;
+  /** Set by the loader: the file the workflow came from (used to load tools in worker threads). */
+  sourceFile?: string;
+}
