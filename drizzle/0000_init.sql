@@ -55,7 +55,6 @@ CREATE TABLE "ratchet"."stages" (
 	"max_attempts" integer NOT NULL,
 	"available_at" timestamp with time zone DEFAULT now() NOT NULL,
 	"idempotency_key" text NOT NULL,
-	"effect_key" text,
 	"input" jsonb,
 	"result" jsonb,
 	"error" jsonb,

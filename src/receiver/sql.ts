@@ -51,7 +51,7 @@ export function receiverSql(schema: string) {
     migrateLockId: advisoryLockId(schema, '\u0000migrate'),
     lock: 'SELECT pg_advisory_xact_lock($1::bigint)',
     /** Answers at once: false when another transaction holds this key. */
-    tryLock: 'SELECT true AS locked, $1::bigint AS unused',
+    tryLock: 'SELECT pg_try_advisory_xact_lock($1::bigint) AS locked',
     insertIfAbsent: `INSERT INTO ${t} (key, fence, status) VALUES ($1, $2::bigint, 'in_progress') ON CONFLICT (key) DO NOTHING`,
     /** NOWAIT: a row lock held outside the advisory lock is answered `in_progress` (55P03), not waited for. */
     lockRow: `SELECT fence::text AS fence, status, response_status, response_body FROM ${t} WHERE key = $1 FOR UPDATE NOWAIT`,

@@ -8,7 +8,7 @@ import { createPostgresDb } from './db-postgres.js';
 import { claim, extend, finish, release, type FinishRow } from './lease.js';
 import { EXPIRE_ALL_LEASES_SQL } from './lease.sql.js';
 import { acquireDataDirLock } from './lockfile.js';
-import { createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
+import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
 import { parseInput } from './validate.js';
 
@@ -17,7 +17,7 @@ export type { Db, Queryable } from './db.js';
 export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow, encodeFinishRow, finishEncoded } from './lease.js';
 export type { ClaimedStage, ExtendResult, ExtendVerdict, FinishRow, FinishVerdict, Lease } from './lease.js';
 export { IdempotencyConflictError, requestHash } from './runs.js';
-export type { CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
+export type { CancelResult, CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
 
 /** The embedded default's data directory, relative to the working directory. */
 export const DEFAULT_DATA_DIR = '.ratchet';
@@ -47,6 +47,7 @@ export interface Store {
   getRun(id: string): ReturnType<typeof getRun>;
   listEvents(runId: string, opts?: { after?: string; limit?: number }): ReturnType<typeof listEvents>;
   transitionStage(stageId: string, to: StageState): Promise<void>;
+  cancelRun(runId: string): ReturnType<typeof cancelRun>;
   claim(args: Parameters<typeof claim>[1]): ReturnType<typeof claim>;
   extend(args: Parameters<typeof extend>[1]): ReturnType<typeof extend>;
   finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
@@ -116,6 +117,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     getRun: (id) => getRun(db, id),
     listEvents: (runId, o) => listEvents(db, runId, o),
     transitionStage: (stageId, to) => transitionStage(db, stageId, to),
+    cancelRun: (runId) => cancelRun(db, runId),
     claim: (args) => claim(db, args),
     extend: (args) => extend(db, args),
     finish: (owner, rows) => finish(db, owner, rows),

@@ -11,7 +11,7 @@ for (const [from, to] of [
   ['queued', 'running'], ['running', 'running'], ['queued', 'failed'], ['running', 'failed'],
   ['running', 'queued'], ['running', 'succeeded'], ['pending', 'queued'], ['pending', 'cancelled'], ['queued', 'cancelled'],
 ] as const) assertTransition('stage', from, to);
-for (const [from, to] of [['queued', 'running'], ['queued', 'failed'], ['running', 'failed'], ['running', 'succeeded']] as const) {
+for (const [from, to] of [['queued', 'running'], ['queued', 'failed'], ['running', 'failed'], ['running', 'succeeded'], ['running', 'expired'], ['running', 'cancelled']] as const) {
   assertTransition('run', from, to);
 }
 
@@ -90,7 +90,7 @@ claimed AS (
   FROM picked p, clk
   WHERE s.id = p.id
   RETURNING s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
-    s.max_attempts, s.input, s.idempotency_key, s.effect_key, s.lease_until, s.lease_ms, s.timeout_ms,
+    s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
     s.max_duration_ms, s.claimed_at, s.error, p.prev_state, p.prev_owner, p.prev_fence
 ),
 run_started AS (
@@ -110,9 +110,10 @@ ev AS (
   FROM claimed c, clk
 )
 SELECT c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state, c.fence::text AS fence,
-  c.attempt, c.max_attempts, c.input, c.idempotency_key, c.effect_key, c.lease_until, c.lease_ms,
-  c.timeout_ms, c.max_duration_ms, c.claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now
-FROM claimed c, clk
+  c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
+  c.timeout_ms, c.max_duration_ms, c.claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
+  r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline
+FROM claimed c CROSS JOIN clk JOIN ratchet.runs r ON r.id = c.run_id
 ORDER BY c.id`;
 
 /**
@@ -179,8 +180,8 @@ ORDER BY req.id`;
 
 /**
  * Finish a batch of attempts of owner $1 in one statement. $2 is a JSON array of rows:
- *   { id, fence, outcome: 'succeeded'|'failed'|'queued', result?, error?, retryDelayMs?,
- *     nextSeq?, nextInput?, runState?: 'succeeded'|'failed', runResult?, runError?, data? }
+ *   { id, fence, outcome: 'succeeded'|'failed'|'queued'|'cancelled', result?, error?, retryDelayMs?,
+ *     nextSeq?, nextInput?, runState?: 'succeeded'|'failed'|'expired'|'cancelled', runResult?, runError?, data? }
  * Each row is fenced on its own: state = 'running', owner, fence, lease_until > now. With it,
  * in the same statement, the dispatcher's decision: the next stage `queued` with its input,
  * a retry `queued` after retryDelayMs, or the run terminal (its unstarted stages cancelled).
@@ -228,7 +229,8 @@ rest_cancelled AS (
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT f.run_id, f.id,
-    CASE f.outcome WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed' ELSE 'retry_scheduled' END,
+    CASE f.outcome WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
+      WHEN 'cancelled' THEN 'stage_cancelled' ELSE 'retry_scheduled' END,
     f.fence, f.attempt, clk.t,
     coalesce(f.data, '{}'::jsonb) || CASE WHEN f.outcome = 'queued'
       THEN jsonb_build_object('delayMs', f.retry_delay_ms, 'availableAt', f.available_at) ELSE '{}'::jsonb END

@@ -35,7 +35,6 @@ export interface ClaimedStage {
   maxAttempts: number;
   input: unknown;
   idempotencyKey: string;
-  effectKey: string | null;
   leaseUntil: Date;
   leaseMs: number;
   timeoutMs: number;
@@ -46,6 +45,11 @@ export interface ClaimedStage {
   previousState: 'queued' | 'running';
   previousFence: string | null;
   dbNow: Date;
+  /** The run's workflow, the hash of the definition it started with, its input and deadline. */
+  workflow: string;
+  definitionHash: string;
+  runInput: unknown;
+  runDeadline: Date | null;
   /** Monotonic time (performance.now()) until which this worker may trust the lease. */
   confirmedUntil: number;
 }
@@ -80,7 +84,6 @@ export async function claim(q: Queryable, args: z.input<typeof claimArgs>): Prom
       maxAttempts: r.max_attempts as number,
       input: r.input,
       idempotencyKey: r.idempotency_key as string,
-      effectKey: (r.effect_key as string | null) ?? null,
       leaseUntil,
       leaseMs: r.lease_ms as number,
       timeoutMs: r.timeout_ms as number,
@@ -90,6 +93,10 @@ export async function claim(q: Queryable, args: z.input<typeof claimArgs>): Prom
       previousState: r.prev_state as 'queued' | 'running',
       previousFence: (r.prev_fence as string | null) ?? null,
       dbNow,
+      workflow: r.workflow as string,
+      definitionHash: r.definition_hash as string,
+      runInput: r.run_input,
+      runDeadline: (r.run_deadline as Date | null) ?? null,
       confirmedUntil: r.state === 'running' ? confirmedUntil(sentAt, leaseUntil, dbNow) : sentAt,
     };
   });
@@ -142,12 +149,12 @@ const json = z.unknown();
 const finishRow = z.object({
   stageId: z.string().regex(/^\d{1,19}$/),
   fence: z.string().regex(/^\d{1,19}$/),
-  outcome: z.enum(['succeeded', 'failed', 'queued']),
+  outcome: z.enum(['succeeded', 'failed', 'queued', 'cancelled']),
   result: json.optional(),
   error: json.optional(),
   retryDelayMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
   next: z.object({ seq: z.number().int().min(1), input: json }).strict().optional(),
-  run: z.object({ state: z.enum(['succeeded', 'failed']), result: json.optional(), error: json.optional() }).strict().optional(),
+  run: z.object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() }).strict().optional(),
   /** Extra event data (ids, hashes, durations; never payloads). */
   data: z.record(z.string(), json).optional(),
 }).strict();

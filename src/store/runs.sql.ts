@@ -18,11 +18,11 @@ export const INSERT_STAGES_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 ins AS (
   INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
-    max_attempts, idempotency_key, effect_key, input, available_at, created_at, updated_at)
+    max_attempts, idempotency_key, input, available_at, created_at, updated_at)
   SELECT $1::uuid, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
-    p."maxAttempts", p."idempotencyKey", p."effectKey", p.input, clk.t, clk.t, clk.t
+    p."maxAttempts", p."idempotencyKey", p.input, clk.t, clk.t, clk.t
   FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, tool text, "toolClass" text, state text, "leaseMs" int,
-    "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "effectKey" text, input jsonb), clk
+    "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, input jsonb), clk
   RETURNING id, seq, state, tool_class
 ),
 ev AS (
@@ -40,7 +40,7 @@ FROM ratchet.runs r WHERE r.id = $1`;
 
 export const GET_STAGES_SQL = `
 SELECT s.id::text AS id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence::text AS fence, s.attempt,
-  s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key, s.effect_key,
+  s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key,
   s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at
 FROM ratchet.stages s WHERE s.run_id = $1 ORDER BY s.seq`;
 
@@ -66,3 +66,33 @@ SELECT (SELECT state FROM cur) AS previous_state, (SELECT count(*) FROM moved)::
 
 export const SET_CLOCK_OFFSET_SQL = `UPDATE ratchet.clock SET offset_ms = $1 WHERE id = 1 RETURNING offset_ms`;
 export const GET_CLOCK_SQL = `SELECT ratchet.db_now() AS now, (SELECT offset_ms FROM ratchet.clock WHERE id = 1) AS offset_ms`;
+
+/**
+ * Cancel run $1: the run becomes `cancelled` and every stage not yet finished too (pending,
+ * queued, and running: a running stage's worker sees `cancelled` at its next heartbeat and
+ * aborts). Returns the previous run state and the stages that were running (their request
+ * may already have been sent: it cannot be recalled).
+ */
+export const CANCEL_RUN_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+prev AS (SELECT id, state FROM ratchet.runs WHERE id = $1::uuid),
+run AS (
+  UPDATE ratchet.runs r SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t,
+    error = jsonb_build_object('code', 'cancelled', 'message', 'the run was cancelled')
+  FROM clk WHERE r.id = $1::uuid AND r.state = ANY($2::text[])
+  RETURNING r.id
+),
+st AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM run, clk, (SELECT id, state AS old_state FROM ratchet.stages WHERE run_id = $1::uuid) o
+  WHERE s.run_id = run.id AND o.id = s.id AND s.state = ANY($3::text[])
+  RETURNING s.id, s.fence, s.attempt, o.old_state
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT $1::uuid, NULL, 'run_cancelled', NULL, NULL, clk.t, NULL FROM run, clk
+  UNION ALL
+  SELECT $1::uuid, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state) FROM st, clk
+)
+SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::int AS cancelled,
+  coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;

@@ -7,7 +7,7 @@ import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
 import { parseInput } from './validate.js';
 import {
-  GET_RUN_BY_KEY_SQL, GET_RUN_SQL, GET_STAGES_SQL, INSERT_RUN_SQL, INSERT_STAGES_SQL, LIST_EVENTS_SQL, TRANSITION_STAGE_SQL,
+  CANCEL_RUN_SQL, GET_RUN_BY_KEY_SQL, GET_RUN_SQL, GET_STAGES_SQL, INSERT_RUN_SQL, INSERT_STAGES_SQL, LIST_EVENTS_SQL, TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
 
 const positiveMs = z.number().int().positive().max(2 ** 31 - 1);
@@ -22,7 +22,6 @@ export const stageSpecSchema = z.object({
   maxDurationMs: positiveMs,
   maxAttempts: z.number().int().min(1).max(1000),
   idempotencyKey: z.string().min(1).max(500).optional(),
-  effectKey: z.string().min(1).max(500).optional(),
   input: z.unknown().optional(),
 }).strict();
 export type StageSpec = z.input<typeof stageSpecSchema>;
@@ -71,7 +70,6 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
     maxDurationMs: s.maxDurationMs,
     maxAttempts: s.maxAttempts,
     idempotencyKey: s.idempotencyKey,
-    effectKey: s.effectKey ?? null,
     input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
   }));
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
@@ -95,7 +93,7 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
 export interface StageRow {
   id: string; seq: number; name: string; tool: string; toolClass: string; state: StageState; ownerId: string | null;
   fence: string | null; attempt: number; maxAttempts: number; leaseUntil: Date | null; heartbeatAt: Date | null;
-  claimedAt: Date | null; availableAt: Date; idempotencyKey: string; effectKey: string | null; input: unknown;
+  claimedAt: Date | null; availableAt: Date; idempotencyKey: string; input: unknown;
   result: unknown; error: unknown; createdAt: Date; updatedAt: Date; finishedAt: Date | null;
 }
 export interface RunRow {
@@ -122,7 +120,7 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
       state: s.state as StageState, ownerId: (s.owner_id as string | null) ?? null, fence: (s.fence as string | null) ?? null,
       attempt: s.attempt as number, maxAttempts: s.max_attempts as number, leaseUntil: (s.lease_until as Date | null) ?? null,
       heartbeatAt: (s.heartbeat_at as Date | null) ?? null, claimedAt: (s.claimed_at as Date | null) ?? null,
-      availableAt: s.available_at as Date, idempotencyKey: s.idempotency_key as string, effectKey: (s.effect_key as string | null) ?? null,
+      availableAt: s.available_at as Date, idempotencyKey: s.idempotency_key as string,
       input: s.input ?? null, result: s.result ?? null, error: s.error ?? null, createdAt: s.created_at as Date,
       updatedAt: s.updated_at as Date, finishedAt: (s.finished_at as Date | null) ?? null,
     })),
@@ -152,4 +150,20 @@ export async function transitionStage(q: Queryable, stageId: string, to: StageSt
   const [r] = await q.query(TRANSITION_STAGE_SQL, [stageId, to, sourcesOf('stage', to)]);
   if (!r || r.previous_state === null || r.previous_state === undefined) throw new UnknownStageError(stageId);
   if (r.moved === 0) throw new IllegalTransitionError('stage', r.previous_state as string, to, stageId);
+}
+
+export interface CancelResult {
+  /** false when the run was already terminal (nothing changed). */
+  cancelled: boolean;
+  previousState: RunState;
+  /** Stages that were running: a request they already sent cannot be recalled. */
+  runningStageIds: string[];
+}
+
+/** Cancels a run and its unfinished stages; null for an unknown id. */
+export async function cancelRun(q: Queryable, runId: string): Promise<CancelResult | null> {
+  if (!isUuid(runId)) return null;
+  const [r] = await q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
+  if (!r || r.previous_state === null || r.previous_state === undefined) return null;
+  return { cancelled: r.cancelled === 1, previousState: r.previous_state as RunState, runningStageIds: (r.running_stage_ids as string[]) ?? [] };
 }

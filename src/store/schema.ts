@@ -58,12 +58,6 @@ export const stages = ratchet.table('stages', {
   availableAt: ts('available_at').notNull().default(sql`now()`),
   /** The stage's own key, unique: by default derived from run id, seq and tool. */
   idempotencyKey: text('idempotency_key').notNull(),
-  /**
-   * The key a tool derived from what the operation means (`invoice:42:create`), sent to
-   * receivers instead of idempotencyKey. Not unique: two stages (a resubmitted run, a
-   * re-proposed action) may share it, and their fences stay comparable.
-   */
-  effectKey: text('effect_key'),
   input: jsonb('input'),
   result: jsonb('result'),
   /** The last error, kept across attempts and at exhaustion. */
