@@ -51,6 +51,7 @@ CREATE TABLE "ratchet"."stages" (
 	"lease_until" timestamp with time zone,
 	"heartbeat_at" timestamp with time zone,
 	"claimed_at" timestamp with time zone,
+	"first_claimed_at" timestamp with time zone,
 	"attempt" integer DEFAULT 0 NOT NULL,
 	"max_attempts" integer NOT NULL,
 	"available_at" timestamp with time zone DEFAULT now() NOT NULL,

@@ -10,6 +10,13 @@ export const ERROR_CODES = [
   'unknown_run',
   'unknown_stage',
   'invalid_definition',
+  // why an attempt stopped (ctx.signal.reason.code, and ctx.beginEffect's refusal)
+  'lease_lost',
+  'ownership_unknown',
+  'cancelled',
+  'timeout',
+  'stage_duration_exceeded',
+  'shutdown',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -90,5 +97,18 @@ export class TransientError extends Error {
     super(message, { cause: options.cause });
     this.name = 'TransientError';
     this.code = options.code ?? 'transient';
+  }
+}
+
+export type AbortReason = 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'timeout' | 'stage_duration_exceeded' | 'shutdown';
+
+/**
+ * Why an attempt was stopped: the reason of `ctx.signal`, and what `ctx.beginEffect()` throws
+ * once ownership is lost or unknown. `lease_lost` and `ownership_unknown` are different
+ * things: lost means another owner may hold the stage; unknown means we cannot tell.
+ */
+export class AttemptAbortedError extends RatchetError {
+  constructor(readonly reason: AbortReason, message: string, details: Record<string, unknown> = {}) {
+    super(reason, message, details);
   }
 }

@@ -23,5 +23,7 @@ export const EVENT_TYPES = [
   'result_rejected',
   'ownership_unknown',
   'tool_request_started',
+  'outcome_unknown',
+  'reconciled',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];

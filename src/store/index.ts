@@ -7,6 +7,7 @@ import { createPgliteDb } from './db-pglite.js';
 import { createPostgresDb } from './db-postgres.js';
 import { claim, extend, finish, release, type FinishRow } from './lease.js';
 import { EXPIRE_ALL_LEASES_SQL } from './lease.sql.js';
+import { appendEvents, effectStarted, stageResults, type NewEvent } from './events.js';
 import { acquireDataDirLock } from './lockfile.js';
 import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
@@ -17,6 +18,7 @@ export type { Db, Queryable } from './db.js';
 export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow, encodeFinishRow, finishEncoded } from './lease.js';
 export type { ClaimedStage, ExtendResult, ExtendVerdict, FinishRow, FinishVerdict, Lease } from './lease.js';
 export { IdempotencyConflictError, requestHash } from './runs.js';
+export type { NewEvent } from './events.js';
 export type { CancelResult, CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
 
 /** The embedded default's data directory, relative to the working directory. */
@@ -48,6 +50,9 @@ export interface Store {
   listEvents(runId: string, opts?: { after?: string; limit?: number }): ReturnType<typeof listEvents>;
   transitionStage(stageId: string, to: StageState): Promise<void>;
   cancelRun(runId: string): ReturnType<typeof cancelRun>;
+  appendEvents(events: NewEvent[]): Promise<void>;
+  effectStarted(runId: string, stageId: string, beforeFence: string): Promise<boolean>;
+  stageResults(runId: string): Promise<Record<string, unknown>>;
   claim(args: Parameters<typeof claim>[1]): ReturnType<typeof claim>;
   extend(args: Parameters<typeof extend>[1]): ReturnType<typeof extend>;
   finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
@@ -118,6 +123,9 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     listEvents: (runId, o) => listEvents(db, runId, o),
     transitionStage: (stageId, to) => transitionStage(db, stageId, to),
     cancelRun: (runId) => cancelRun(db, runId),
+    appendEvents: (events) => appendEvents(db, events),
+    effectStarted: (runId, stageId, beforeFence) => effectStarted(db, runId, stageId, beforeFence),
+    stageResults: (runId) => stageResults(db, runId),
     claim: (args) => claim(db, args),
     extend: (args) => extend(db, args),
     finish: (owner, rows) => finish(db, owner, rows),

@@ -80,6 +80,7 @@ claimed AS (
     lease_until = CASE WHEN s.attempt >= s.max_attempts THEN s.lease_until ELSE clk.t + s.lease_ms * interval '1 millisecond' END,
     heartbeat_at = CASE WHEN s.attempt >= s.max_attempts THEN s.heartbeat_at ELSE clk.t END,
     claimed_at = CASE WHEN s.attempt >= s.max_attempts THEN s.claimed_at ELSE clk.t END,
+    first_claimed_at = coalesce(s.first_claimed_at, clk.t),
     error = CASE WHEN s.attempt >= s.max_attempts
       THEN jsonb_build_object('code', 'attempts_exhausted',
              'message', 'all ' || s.max_attempts || ' attempts were used',
@@ -91,7 +92,7 @@ claimed AS (
   WHERE s.id = p.id
   RETURNING s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
     s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
-    s.max_duration_ms, s.claimed_at, s.error, p.prev_state, p.prev_owner, p.prev_fence
+    s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, p.prev_state, p.prev_owner, p.prev_fence
 ),
 run_started AS (
   UPDATE ratchet.runs r SET state = 'running', updated_at = clk.t
@@ -111,7 +112,7 @@ ev AS (
 )
 SELECT c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state, c.fence::text AS fence,
   c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
-  c.timeout_ms, c.max_duration_ms, c.claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
+  c.timeout_ms, c.max_duration_ms, c.claimed_at, c.first_claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
   r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline
 FROM claimed c CROSS JOIN clk JOIN ratchet.runs r ON r.id = c.run_id
 ORDER BY c.id`;

@@ -40,6 +40,7 @@ export interface ClaimedStage {
   timeoutMs: number;
   maxDurationMs: number;
   claimedAt: Date;
+  firstClaimedAt: Date;
   error: unknown;
   /** 'running' when this claim took over an expired lease (a reclaim). */
   previousState: 'queued' | 'running';
@@ -89,6 +90,7 @@ export async function claim(q: Queryable, args: z.input<typeof claimArgs>): Prom
       timeoutMs: r.timeout_ms as number,
       maxDurationMs: r.max_duration_ms as number,
       claimedAt: r.claimed_at as Date,
+      firstClaimedAt: r.first_claimed_at as Date,
       error: r.error,
       previousState: r.prev_state as 'queued' | 'running',
       previousFence: (r.prev_fence as string | null) ?? null,

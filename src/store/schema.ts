@@ -53,6 +53,8 @@ export const stages = ratchet.table('stages', {
   heartbeatAt: ts('heartbeat_at'),
   /** When the current attempt was claimed: maxDuration counts from here. */
   claimedAt: ts('claimed_at'),
+  /** When the first attempt was claimed: a retry policy's maxElapsed counts from here. */
+  firstClaimedAt: ts('first_claimed_at'),
   attempt: integer('attempt').notNull().default(0),
   maxAttempts: integer('max_attempts').notNull(),
   availableAt: ts('available_at').notNull().default(sql`now()`),

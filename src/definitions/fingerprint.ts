@@ -1,0 +1,51 @@
+import { createHash } from 'node:crypto';
+import { schemaFingerprint } from './json-schema.js';
+import type { Step, Tool, ToolClass } from './types.js';
+
+/** JSON with object keys sorted at every depth (undefined members dropped), so equal structures give equal text. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(sortKeys(value));
+}
+
+function sortKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map((v) => (v === undefined ? null : sortKeys(v)));
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const key of Object.keys(value).sort()) {
+      const v = (value as Record<string, unknown>)[key];
+      if (v !== undefined) out[key] = sortKeys(v);
+    }
+    return out;
+  }
+  return value;
+}
+
+export function toolClassFingerprint(c: ToolClass): Record<string, unknown> {
+  return {
+    name: c.name, leaseMs: c.leaseMs, heartbeatMs: c.heartbeatMs, timeoutMs: c.timeoutMs, maxDurationMs: c.maxDurationMs,
+    missedHeartbeats: c.missedHeartbeats, jitterMs: c.jitterMs, isolation: c.isolation, retry: c.retry,
+  };
+}
+
+/** A tool's structure: names, numbers, schemas and which optional functions it has, never their bodies. */
+export function toolFingerprint(t: Tool): Record<string, unknown> {
+  return {
+    name: t.name,
+    class: toolClassFingerprint(t.class),
+    retry: t.retry,
+    input: schemaFingerprint(t.input, 'input'),
+    output: schemaFingerprint(t.output, 'output'),
+    hasReconcile: typeof t.reconcile === 'function',
+    hasIdempotencyKey: typeof t.idempotencyKey === 'function',
+  };
+}
+
+/** sha256 (hex) of a workflow's structure: what a run records to refuse a resume onto changed steps. */
+export function workflowHash(name: string, steps: readonly Step[]): string {
+  const structure = {
+    version: 1,
+    workflow: name,
+    steps: steps.map((s) => ({ name: s.name, hasInput: typeof s.input === 'function', tool: toolFingerprint(s.tool) })),
+  };
+  return createHash('sha256').update(canonicalJson(structure)).digest('hex');
+}

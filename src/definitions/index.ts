@@ -1,0 +1,21 @@
+/** Definitions: tool classes, tools, workflows, their loader and registry. */
+export { parseDuration, resolveDuration, durationSchema, positiveDurationSchema, MAX_DURATION_MS } from './duration.js';
+export { DEFAULT_RETRY_POLICY, retryOptionsSchema, mergeRetryPolicy } from './retry-policy.js';
+export type { RetryOptions } from './retry-policy.js';
+export {
+  defineToolClass, toolClassOptionsSchema, TOOL_CLASS_NAME, DEFAULT_MISSED_HEARTBEATS, DEFAULT_CLASS_JITTER_MS,
+} from './tool-class.js';
+export type { ToolClassOptions } from './tool-class.js';
+export { defineTool, toolOptionsSchema, TOOL_NAME } from './tool.js';
+export type { ToolOptions } from './tool.js';
+export { defineWorkflow, workflowOptionsSchema, WORKFLOW_NAME } from './workflow.js';
+export type { StepOptions, WorkflowOptions } from './workflow.js';
+export { toolJsonSchema, schemaFingerprint, nonJsonParts } from './json-schema.js';
+export { canonicalJson, workflowHash, toolFingerprint, toolClassFingerprint } from './fingerprint.js';
+export { isTool, isToolClass, isWorkflow, isZodSchema } from './guards.js';
+export { loadWorkflows, WorkflowLoadError } from './loader.js';
+export { createRegistry } from './registry.js';
+export type { Registry } from './registry.js';
+export type {
+  Duration, Backoff, RetryPolicy, ToolClass, ToolContext, ReconcileResult, Tool, StepInputArgs, Step, Workflow,
+} from './types.js';

@@ -1,0 +1,67 @@
+import { z } from 'zod';
+import { InvalidDefinitionError } from '../errors.js';
+import { durationSchema, positiveDurationSchema } from './duration.js';
+import { brandToolClass } from './guards.js';
+import { DEFAULT_RETRY_POLICY, mergeRetryPolicy, retryOptionsSchema } from './retry-policy.js';
+import type { ToolClass } from './types.js';
+import { definitionPath, parseDefinition } from './validate.js';
+
+export const TOOL_CLASS_NAME = /^[a-z][a-z0-9_-]{0,63}$/i;
+export const DEFAULT_MISSED_HEARTBEATS = 2;
+export const DEFAULT_CLASS_JITTER_MS = 1000;
+
+/** The options of defineToolClass, strict: an unknown key is refused, not ignored. */
+export const toolClassOptionsSchema = z.strictObject({
+  name: z.string().regex(TOOL_CLASS_NAME, 'must be a letter then up to 63 letters, digits, "_" or "-"'),
+  lease: positiveDurationSchema,
+  heartbeat: positiveDurationSchema,
+  timeout: positiveDurationSchema,
+  maxDuration: positiveDurationSchema,
+  retry: retryOptionsSchema.optional(),
+  missedHeartbeats: z.int().min(1, 'must be at least 1').max(100).default(DEFAULT_MISSED_HEARTBEATS),
+  jitter: durationSchema.default(DEFAULT_CLASS_JITTER_MS),
+  isolation: z.enum(['none', 'thread']).default('none'),
+});
+
+export type ToolClassOptions = z.input<typeof toolClassOptionsSchema>;
+type ParsedToolClassOptions = z.output<typeof toolClassOptionsSchema>;
+
+/** Parsed options -> the resolved class, once: the cross-field rules live here. */
+function compileToolClass(o: ParsedToolClassOptions, where: string): ToolClass {
+  const numbers = {
+    leaseMs: o.lease, heartbeatMs: o.heartbeat, missedHeartbeats: o.missedHeartbeats, jitterMs: o.jitter,
+    timeoutMs: o.timeout, maxDurationMs: o.maxDuration,
+  };
+  if (o.heartbeat >= o.lease) {
+    throw new InvalidDefinitionError(`heartbeat ${o.heartbeat} ms must be shorter than lease ${o.lease} ms`, `${where}.heartbeat`, numbers);
+  }
+  // DESIGN.md lease protocol item 5: a lease must outlive R missed heartbeats plus scheduling jitter.
+  const floor = o.missedHeartbeats * o.heartbeat + o.jitter;
+  if (o.lease <= floor) {
+    throw new InvalidDefinitionError(
+      `lease ${o.lease} ms must exceed missedHeartbeats ${o.missedHeartbeats} × heartbeat ${o.heartbeat} ms + ` +
+      `jitter ${o.jitter} ms = ${floor} ms`, `${where}.lease`, { ...numbers, minimumLeaseMs: floor + 1 });
+  }
+  if (o.timeout > o.maxDuration) {
+    throw new InvalidDefinitionError(`timeout ${o.timeout} ms must not exceed maxDuration ${o.maxDuration} ms`, `${where}.timeout`, numbers);
+  }
+  return {
+    kind: 'tool_class',
+    name: o.name,
+    leaseMs: o.lease,
+    heartbeatMs: o.heartbeat,
+    timeoutMs: o.timeout,
+    maxDurationMs: o.maxDuration,
+    retry: mergeRetryPolicy(DEFAULT_RETRY_POLICY, o.retry, `${where}.retry`),
+    missedHeartbeats: o.missedHeartbeats,
+    jitterMs: o.jitter,
+    isolation: o.isolation,
+  };
+}
+
+/** An operational profile shared by tools (lease, heartbeat, timeout, maxDuration, retry). */
+export function defineToolClass(options: ToolClassOptions): ToolClass {
+  const where = definitionPath('toolClass', (options as { name?: unknown } | null)?.name);
+  const parsed = parseDefinition(toolClassOptionsSchema, options, where);
+  return Object.freeze(brandToolClass(compileToolClass(parsed, where)));
+}

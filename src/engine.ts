@@ -1,0 +1,136 @@
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { parseDuration } from './definitions/duration.js';
+import { loadWorkflows } from './definitions/loader.js';
+import { createRegistry, type Registry } from './definitions/registry.js';
+import type { Workflow } from './definitions/types.js';
+import { InvalidInputError } from './errors.js';
+import { defaultLogger } from './logger.js';
+import { planStaticRun } from './planner/plan.js';
+import type { RunState, StageState } from './planner/states.js';
+import { openStore, type CancelResult, type EventRow, type Store } from './store/index.js';
+import { parseInput } from './store/validate.js';
+import { createInProcessTransport } from './transport/in-process.js';
+import type { Transport } from './transport/transport.js';
+import { Worker, type WorkerOptions } from './worker/worker.js';
+import type { ToolRunner } from './worker/executor.js';
+
+const ratchetOptions = z.object({
+  /** PostgreSQL URL; default DATABASE_URL; unset = embedded PGlite. */
+  databaseUrl: z.string().min(1).optional(),
+  /** Embedded data directory (default RATCHET_DATA_DIR or .ratchet/). */
+  dataDir: z.string().min(1).optional(),
+  /** Redis for BullMQ wake-ups; default REDIS_URL. */
+  redisUrl: z.string().min(1).optional(),
+  workflows: z.array(z.custom<Workflow>()).optional(),
+  workflowsDir: z.string().min(1).optional(),
+  logger: z.custom<Logger>().optional(),
+  poolSize: z.number().int().min(1).max(1000).optional(),
+  transport: z.custom<Transport>().optional(),
+  threadRunner: z.custom<ToolRunner>().optional(),
+}).strict();
+export type RatchetOptions = z.input<typeof ratchetOptions>;
+
+const submitOptions = z.object({
+  idempotencyKey: z.string().min(1).max(500).optional(),
+  /** An absolute Date, or a duration from now ("10m", ms). Overrides the workflow's. */
+  deadline: z.union([z.date(), z.string(), z.number()]).optional(),
+}).strict();
+export type SubmitOptions = z.input<typeof submitOptions>;
+
+export interface RunView {
+  id: string;
+  workflow: string;
+  state: RunState;
+  stages: { seq: number; name: string; tool: string; state: StageState; attempt: number; fence: string | null; leaseUntil: Date | null; heartbeatAt: Date | null; lastError: unknown }[];
+  result: unknown;
+  error: unknown;
+  deadline: Date | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface Ratchet {
+  readonly store: Store;
+  readonly registry: Registry;
+  readonly transport: Transport;
+  readonly logger: Logger;
+  submit(workflow: string, input: unknown, opts?: SubmitOptions): Promise<{ id: string; state: RunState; created: boolean }>;
+  getRun(id: string): Promise<RunView | null>;
+  events(id: string): Promise<EventRow[]>;
+  worker(opts?: WorkerOptions): Worker;
+  cancel(id: string): Promise<CancelResult | null>;
+  close(): Promise<void>;
+}
+
+/**
+ * The engine: a store (PostgreSQL or embedded PGlite), the registry of workflows, a transport
+ * for wake-ups, and workers. `submit` validates the input with the workflow's schema and
+ * persists the run with its whole plan in one transaction.
+ */
+export async function createRatchet(options: RatchetOptions = {}): Promise<Ratchet> {
+  const opts = parseInput(ratchetOptions, options, 'createRatchet');
+  if (!opts.workflows && !opts.workflowsDir) throw new InvalidInputError('give `workflows` or `workflowsDir`', 'createRatchet.workflows');
+  const logger = opts.logger ?? defaultLogger();
+  const workflows = [...(opts.workflows ?? []), ...(opts.workflowsDir ? await loadWorkflows(opts.workflowsDir) : [])];
+  const registry = createRegistry(workflows);
+  const store = await openStore({
+    databaseUrl: opts.databaseUrl ?? process.env.DATABASE_URL ?? undefined,
+    dataDir: opts.dataDir ?? process.env.RATCHET_DATA_DIR ?? undefined,
+    poolSize: opts.poolSize,
+    logger,
+  });
+  const transport = opts.transport ?? createInProcessTransport();
+  const workers = new Set<Worker>();
+
+  const ratchet: Ratchet = {
+    store,
+    registry,
+    transport,
+    logger,
+    async submit(name, input, submitOpts = {}) {
+      const so = parseInput(submitOptions, submitOpts, 'submit.options');
+      const workflow = registry.require(name);
+      const parsed = workflow.input.safeParse(input);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0]!;
+        throw new InvalidInputError(issue.message, ['input', ...issue.path.map(String)].join('.'), { issues: parsed.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
+      }
+      const deadline = so.deadline instanceof Date ? so.deadline
+        : so.deadline !== undefined ? new Date(Date.now() + parseDuration(so.deadline, 'submit.options.deadline'))
+        : workflow.deadlineMs !== null ? new Date(Date.now() + workflow.deadlineMs) : undefined;
+      const created = await store.createRun({
+        workflow: workflow.name,
+        definitionHash: workflow.hash,
+        input: parsed.data,
+        idempotencyKey: so.idempotencyKey,
+        deadline,
+        stages: planStaticRun(workflow, parsed.data),
+      });
+      if (created.created) transport.notify(workflow.steps[0]!.tool.class.name, created.stageIds[0]!);
+      logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, created: created.created }, 'run submitted');
+      return { id: created.id, state: created.state, created: created.created };
+    },
+    async getRun(id) {
+      const r = await store.getRun(id);
+      if (!r) return null;
+      return {
+        id: r.id, workflow: r.workflow, state: r.state, result: r.result, error: r.error, deadline: r.deadline, createdAt: r.createdAt, finishedAt: r.finishedAt,
+        stages: r.stages.map((s) => ({ seq: s.seq, name: s.name, tool: s.tool, state: s.state, attempt: s.attempt, fence: s.fence, leaseUntil: s.leaseUntil, heartbeatAt: s.heartbeatAt, lastError: s.error })),
+      };
+    },
+    events: (id) => store.listEvents(id),
+    worker(workerOpts) {
+      const w = new Worker({ store, registry, transport, logger, threadRunner: opts.threadRunner }, workerOpts);
+      workers.add(w);
+      return w;
+    },
+    cancel: (id) => store.cancelRun(id),
+    async close() {
+      for (const w of workers) await w.stop({ graceMs: 0 });
+      await transport.close();
+      await store.close();
+    },
+  };
+  return ratchet;
+}

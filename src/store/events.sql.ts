@@ -1,0 +1,21 @@
+/**
+ * Append events written outside a lease statement (tool_request_started, ownership_unknown,
+ * ...): $1 is a JSON array of { runId, stageId?, type, fence?, attempt?, at?, data? }.
+ * `at` is when it happened on this process's wall clock (it may be written much later,
+ * once the database answers again).
+ */
+export const APPEND_EVENTS_SQL = `
+INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+SELECT e."runId", e."stageId", e.type, e.fence, e.attempt, coalesce(e.at, ratchet.db_now()), e.data
+FROM jsonb_to_recordset($1::jsonb) AS e("runId" uuid, "stageId" bigint, type text, fence bigint, attempt int, at timestamptz, data jsonb)`;
+
+/** Did an attempt of stage $2 (run $1) before fence $3 begin an irreversible request? */
+export const EFFECT_STARTED_SQL = `
+SELECT EXISTS (
+  SELECT 1 FROM ratchet.events
+  WHERE run_id = $1::uuid AND stage_id = $2::bigint AND type = 'tool_request_started' AND fence < $3::bigint
+) AS started`;
+
+/** Outputs of run $1's succeeded stages by step name (to compute a next step's input). */
+export const STAGE_RESULTS_SQL = `
+SELECT name, result FROM ratchet.stages WHERE run_id = $1::uuid AND state = 'succeeded' ORDER BY seq`;

@@ -1,0 +1,175 @@
+import type { Logger } from 'pino';
+import { PermanentError } from '../errors.js';
+import type { Registry } from '../definitions/registry.js';
+import type { Tool, ToolContext, Workflow } from '../definitions/types.js';
+import { onFailure, onSuccess, terminal } from '../dispatcher/dispatcher.js';
+import { toJsonText } from '../store/json.js';
+import { monotonicNow, type ClaimedStage, type FinishRow, type Store } from '../store/index.js';
+import { Attempt } from './attempt.js';
+import type { EventWriter } from './event-writer.js';
+import type { LeaseKeeper } from './lease-keeper.js';
+import { runGuarded } from './run-guarded.js';
+
+export interface ToolInvocation {
+  tool: Tool;
+  workflow: Workflow;
+  input: unknown;
+  ctx: ToolContext;
+  attempt: Attempt;
+}
+
+/** Where a tool's code runs: in this process, or in a worker thread (isolation: 'thread'). */
+export interface ToolRunner {
+  run(inv: ToolInvocation): Promise<unknown>;
+  reconcile(inv: ToolInvocation): Promise<{ done: true; output: unknown } | { done: false }>;
+}
+
+export interface ExecutorDeps {
+  store: Store;
+  keeper: LeaseKeeper;
+  events: EventWriter;
+  registry: Registry;
+  owner: string;
+  logger: Logger;
+  runners: { inline: ToolRunner; thread?: ToolRunner };
+  /** Finishes one row (directly, or through a batcher); returns whether it was accepted. */
+  finish(row: FinishRow): Promise<{ accepted: boolean; nextStageId: string | null; nextToolClass: string | null }>;
+  /** A stage became ready (now, or after delayMs): wake whoever serves its class. */
+  onQueued(toolClass: string, stageId: string, delayMs?: number): void;
+  random?: () => number;
+}
+
+/** Attempts that ended on their own terms, for tests and metrics. */
+export type AttemptEnd = 'succeeded' | 'failed' | 'retry' | 'rejected' | 'abandoned' | 'unknown';
+
+/**
+ * Runs one claimed stage: checks the run's definition and deadline, reconciles an unknown
+ * outcome, validates input, runs the tool under its lease, timeout and signal, validates the
+ * output, and finishes — fenced, with the dispatcher's decision in the same statement.
+ */
+export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Promise<AttemptEnd> {
+  const log = deps.logger.child({ runId: stage.runId, stageId: stage.id, fence: stage.fence, tool: stage.tool, toolClass: stage.toolClass, attempt: stage.attempt });
+  if (stage.state === 'failed') {
+    log.warn({ event: 'attempts_exhausted' }, 'attempt budget spent: stage and run failed');
+    return 'failed';
+  }
+  log.info({ event: stage.previousState === 'running' ? 'lease_reclaimed' : 'job_claimed', leaseUntil: stage.leaseUntil }, 'stage claimed');
+
+  const workflow = deps.registry.get(stage.workflow);
+  const step = workflow?.steps[stage.seq - 1];
+  if (!workflow || workflow.hash !== stage.definitionHash || !step || step.tool.name !== stage.tool) {
+    const message = !workflow
+      ? `this worker does not know workflow "${stage.workflow}"`
+      : `run ${stage.runId} started with definition ${stage.definitionHash} of workflow "${stage.workflow}"; this worker has ${workflow.hash}. ` +
+        'A changed definition is never mapped onto old stages: resubmit the run, or keep the old definition under another name.';
+    return settle(deps, log, stage, terminal(stage, 'failed', 'failed', { code: 'definition_changed', message }));
+  }
+  if (stage.runDeadline && stage.runDeadline.getTime() <= stage.dbNow.getTime()) {
+    return settle(deps, log, stage, terminal(stage, 'cancelled', 'expired', { code: 'run_deadline_exceeded', message: `the run's deadline ${stage.runDeadline.toISOString()} passed` }));
+  }
+
+  const tool = step.tool;
+  const attempt = new Attempt(stage, tool.class.heartbeatMs, deps.events, log);
+  deps.keeper.add(attempt);
+  const started = monotonicNow();
+  try {
+    const output = await produce(deps, log, workflow, tool, stage, attempt);
+    const reason = attempt.abortReason;
+    if (reason && reason !== 'ownership_unknown' && reason !== 'timeout') return abandoned(log, reason);
+    return await settle(deps, log, stage, await onSuccess(deps.store, workflow, stage, output, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner }));
+  } catch (err) {
+    const reason = attempt.abortReason;
+    if (reason && reason !== 'ownership_unknown' && reason !== 'timeout') return abandoned(log, reason);
+    log.warn({ event: 'stage_attempt_failed', err: (err as Error).message, code: (err as { code?: unknown }).code }, 'attempt failed');
+    return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, workflow, stage, err, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner }));
+  } finally {
+    attempt.end();
+    deps.keeper.remove(attempt);
+  }
+}
+
+/** reconcile (when an earlier attempt's outcome is unknown), then run; validated output. */
+async function produce(deps: ExecutorDeps, log: Logger, workflow: Workflow, tool: Tool, stage: ClaimedStage, attempt: Attempt): Promise<unknown> {
+  const parsed = tool.input.safeParse(stage.input);
+  if (!parsed.success) {
+    throw new PermanentError(`input of ${tool.name} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ')}`, { code: 'invalid_input' });
+  }
+  const input = parsed.data;
+  let idempotencyKey = stage.idempotencyKey;
+  if (tool.idempotencyKey) {
+    try {
+      idempotencyKey = tool.idempotencyKey(input);
+    } catch (err) {
+      throw new PermanentError(`idempotencyKey() of ${tool.name} threw: ${(err as Error).message}`, { code: 'idempotency_key_failed' });
+    }
+  }
+  const ctx: ToolContext = {
+    signal: attempt.signal,
+    fence: stage.fence,
+    idempotencyKey,
+    attempt: stage.attempt,
+    runId: stage.runId,
+    stageId: stage.id,
+    heartbeat: (details?: unknown) => log.debug({ event: 'tool_heartbeat', details }, 'tool heartbeat'),
+    beginEffect: (requestId: string) => attempt.beginEffect(requestId),
+    log,
+  };
+  const runner = tool.class.isolation === 'thread' && deps.runners.thread ? deps.runners.thread : deps.runners.inline;
+  const inv: ToolInvocation = { tool, workflow, input, ctx, attempt };
+
+  if (tool.reconcile && stage.attempt > 1) {
+    const unknown = stage.previousState === 'running' || (await deps.store.effectStarted(stage.runId, stage.id, stage.fence));
+    if (unknown) {
+      deps.events.push({ runId: stage.runId, stageId: stage.id, type: 'outcome_unknown', fence: stage.fence, attempt: stage.attempt, data: { previousFence: stage.previousFence } });
+      const found = await runGuarded(attempt, () => runner.reconcile(inv), `reconcile of ${tool.name}`);
+      deps.events.push({ runId: stage.runId, stageId: stage.id, type: 'reconciled', fence: stage.fence, attempt: stage.attempt, data: { done: found.done } });
+      log.info({ event: 'reconciled', done: found.done }, 'reconciled an unknown outcome');
+      if (found.done) return validOutput(tool, found.output);
+    }
+  }
+  return validOutput(tool, await runGuarded(attempt, () => runner.run(inv), tool.name));
+}
+
+function validOutput(tool: Tool, output: unknown): unknown {
+  const parsed = tool.output.safeParse(output);
+  if (!parsed.success) {
+    throw new PermanentError(`output of ${tool.name} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ')}`, { code: 'invalid_output' });
+  }
+  try {
+    toJsonText(parsed.data, 'output');
+  } catch (err) {
+    throw new PermanentError(`output of ${tool.name} is not JSON: ${(err as Error).message}`, { code: 'invalid_output' });
+  }
+  return parsed.data;
+}
+
+function abandoned(log: Logger, reason: string): AttemptEnd {
+  log.warn({ event: 'attempt_abandoned', reason }, 'attempt ended without a finish');
+  return 'abandoned';
+}
+
+async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row: FinishRow): Promise<AttemptEnd> {
+  let verdict;
+  try {
+    verdict = await deps.finish(row);
+  } catch (err) {
+    // The statement errored or did not answer: the outcome is unknown, never lost. The lease
+    // expires and another attempt reconciles or relies on the idempotency key.
+    log.error({ event: 'finish_unknown', err: (err as Error).message }, 'finish did not answer: outcome unknown');
+    return 'unknown';
+  }
+  if (!verdict.accepted) {
+    log.warn({ event: 'result_rejected', outcome: row.outcome }, 'finish rejected: this attempt no longer holds the stage');
+    return 'rejected';
+  }
+  if (verdict.nextStageId && verdict.nextToolClass) deps.onQueued(verdict.nextToolClass, verdict.nextStageId);
+  if (row.outcome === 'queued') deps.onQueued(stage.toolClass, stage.id, row.retryDelayMs);
+  log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state }, 'stage finished');
+  return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
+}
+
+/** Runs tools in this process. */
+export const inlineRunner: ToolRunner = {
+  run: ({ tool, input, ctx }) => tool.run(input, ctx),
+  reconcile: ({ tool, input, ctx }) => tool.reconcile!(input, ctx),
+};
