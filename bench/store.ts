@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { openStore, type ClaimedStage, type FinishRow, type Store } from '../src/store/index.js';
-import { CLAIM_SQL } from '../src/store/lease.sql.js';
+import { claimSql } from '../src/store/lease.sql.js';
 import {
   checkClaimPlan, cpuBusyPct, cpuSnap, createDb, dropDb, emit, insertQueuedStages, log, percentile, pgbenchTps, round, type Line,
 } from './lib.js';
@@ -109,8 +109,8 @@ async function explainClaim(url: string, waiting: number, when: string): Promise
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    await c.query(`PREPARE bench_claim(text, text, int) AS ${CLAIM_SQL}`);
-    const exec = `EXECUTE bench_claim('bench-explain', '${TOOL_CLASS}', 1)`;
+    await c.query(`PREPARE bench_claim(text, text) AS ${claimSql(1)}`);
+    const exec = `EXECUTE bench_claim('bench-explain', '${TOOL_CLASS}')`;
     for (const mode of ['custom', 'generic'] as const) {
       await c.query(`SET plan_cache_mode = force_${mode}_plan`);
       await c.query('BEGIN');

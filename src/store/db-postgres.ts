@@ -35,6 +35,8 @@ export function createPostgresDb(opts: PostgresOptions): Db {
     application_name: opts.applicationName ?? 'ratchet',
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
     keepAlive: true,
+    // Ratchet's statements are short and index-driven: JIT only ever adds compile time.
+    options: '-c jit=off',
   });
   // An idle client's error (server restart, cut link) must not crash the process; the next query reports it.
   pool.on('error', () => {});

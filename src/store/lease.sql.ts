@@ -43,7 +43,9 @@ ${prefix}_run_failed_ev AS (
 }
 
 /**
- * Claim up to $3 stages of tool class $2 for owner $1.
+ * Claim up to `limit` stages of tool class $2 for owner $1. The limit is part of the text
+ * (one prepared statement per limit; it is a validated integer 1..1000): with LIMIT as a
+ * parameter the generic plan assumes a tenth of the table and PostgreSQL re-plans every call.
  * Candidates: `queued` with available_at <= now, or `running` whose lease has expired.
  * Two index-ordered branches (an OR would defeat index order), each FOR UPDATE SKIP LOCKED
  * with its own LIMIT, in CTEs joined to the UPDATE (never `WHERE id IN (... LIMIT n)`, which
@@ -52,14 +54,16 @@ ${prefix}_run_failed_ev AS (
  * Each claim takes a new fencing token from the one sequence, attempt + 1, and a lease of
  * the stage's own lease_ms; the statement returns lease_until and the database's now.
  */
-export const CLAIM_SQL = `
+export const claimSql = (limit: number): string => {
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new RangeError(`claim limit ${limit}`);
+  return `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 queued AS (
   SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence
   FROM ratchet.stages s
   WHERE s.state = 'queued' AND s.tool_class = $2 AND s.available_at <= (SELECT t FROM clk)
   ORDER BY s.available_at, s.id
-  LIMIT $3
+  LIMIT ${limit}
   FOR UPDATE SKIP LOCKED
 ),
 expired AS (
@@ -67,7 +71,7 @@ expired AS (
   FROM ratchet.stages s
   WHERE s.state = 'running' AND s.tool_class = $2 AND s.lease_until < (SELECT t FROM clk)
   ORDER BY s.lease_until, s.id
-  LIMIT greatest($3::int - (SELECT count(*) FROM queued), 0)
+  LIMIT greatest(${limit} - (SELECT count(*) FROM queued), 0)
   FOR UPDATE SKIP LOCKED
 ),
 picked AS (SELECT * FROM queued UNION ALL SELECT * FROM expired),
@@ -116,6 +120,7 @@ SELECT c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state,
   r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline
 FROM claimed c CROSS JOIN clk JOIN ratchet.runs r ON r.id = c.run_id
 ORDER BY c.id`;
+};
 
 /**
  * Extend (heartbeat) every lease of owner $1 in one statement: $2 stage ids, $3 their fences.

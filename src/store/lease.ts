@@ -4,7 +4,7 @@ import { InvalidInputError } from '../errors.js';
 import { canTransition } from '../planner/states.js';
 import type { Queryable } from './db.js';
 import { toJsonTextOrNull } from './json.js';
-import { CLAIM_SQL, EXTEND_SQL, FINISH_SQL, RELEASE_SQL } from './lease.sql.js';
+import { claimSql, EXTEND_SQL, FINISH_SQL, RELEASE_SQL } from './lease.sql.js';
 import { parseInput } from './validate.js';
 
 /**
@@ -68,7 +68,7 @@ const claimArgs = z.object({
 export async function claim(q: Queryable, args: z.input<typeof claimArgs>): Promise<ClaimedStage[]> {
   const { owner, toolClass, limit } = parseInput(claimArgs, args, 'claim');
   const sentAt = monotonicNow(); // read before asking the pool for a connection
-  const rows = await q.query(CLAIM_SQL, [owner, toolClass, limit], 'ratchet_claim');
+  const rows = await q.query(claimSql(limit), [owner, toolClass], `ratchet_claim_${limit}`);
   return rows.map((r) => {
     const leaseUntil = r.lease_until as Date;
     const dbNow = r.db_now as Date;
