@@ -11,6 +11,12 @@ export interface PostgresOptions {
   connectionTimeoutMs?: number;
   /** Per-statement timeout on the server side; default none. */
   statementTimeoutMs?: number;
+  /**
+   * Client-side limit on one statement's answer (default 10 s). A statement that does not
+   * answer in time is an error (ownership *unknown*), and its connection is destroyed, so a
+   * black-holed link cannot hold a pooled connection forever.
+   */
+  queryTimeoutMs?: number;
   applicationName?: string;
 }
 
@@ -35,12 +41,16 @@ export function createPostgresDb(opts: PostgresOptions): Db {
     application_name: opts.applicationName ?? 'ratchet',
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
     keepAlive: true,
+    query_timeout: opts.queryTimeoutMs ?? 10_000,
     // Ratchet's statements are short and index-driven: JIT only ever adds compile time.
     options: '-c jit=off',
   });
   // An idle client's error (server restart, cut link) must not crash the process; the next query reports it.
   pool.on('error', () => {});
-  const root = wrap(pool);
+  // A client that errors while checked out but between queries (or while being destroyed after
+  // a timeout) emits 'error' with no listener, which would crash the process. Queries still get
+  // their own errors; this only keeps a dying connection from taking the worker with it.
+  pool.on('connect', (client) => client.on('error', () => {}));
 
   const connect = async (): Promise<pg.PoolClient> => {
     try {
@@ -52,7 +62,18 @@ export function createPostgresDb(opts: PostgresOptions): Db {
 
   return {
     kind: 'postgres',
-    query: root.query,
+    async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string): Promise<R[]> {
+      const client = await connect();
+      let broken = false;
+      try {
+        return await wrap(client).query<R>(text, params, name);
+      } catch (err) {
+        broken = err instanceof DatabaseUnavailableError;
+        throw err;
+      } finally {
+        client.release(broken ? true : undefined);
+      }
+    },
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       const client = await connect();
       const tx = wrap(client);

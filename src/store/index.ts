@@ -37,6 +37,8 @@ const storeOptions = z.object({
   migrate: z.boolean().optional(),
   applicationName: z.string().optional(),
   connectionTimeoutMs: z.number().int().positive().optional(),
+  /** Client-side limit on one statement's answer (default 10 s); see db-postgres.ts. */
+  queryTimeoutMs: z.number().int().positive().optional(),
   logger: z.custom<Logger>().optional(),
 }).strict();
 export type StoreOptions = z.input<typeof storeOptions>;
@@ -83,6 +85,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
       max: opts.poolSize,
       applicationName: opts.applicationName,
       connectionTimeoutMs: opts.connectionTimeoutMs,
+      queryTimeoutMs: opts.queryTimeoutMs,
     });
   } else if (opts.dataDir === MEMORY_DATA_DIR) {
     db = await createPgliteDb(undefined);

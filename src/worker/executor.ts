@@ -4,7 +4,7 @@ import type { Registry } from '../definitions/registry.js';
 import type { Tool, ToolContext, Workflow } from '../definitions/types.js';
 import { onFailure, onSuccess, terminal } from '../dispatcher/dispatcher.js';
 import { toJsonText } from '../store/json.js';
-import { monotonicNow, type ClaimedStage, type FinishRow, type Store } from '../store/index.js';
+import { DatabaseUnavailableError, monotonicNow, type ClaimedStage, type FinishRow, type FinishVerdict, type Store } from '../store/index.js';
 import { Attempt } from './attempt.js';
 import type { EventWriter } from './event-writer.js';
 import type { LeaseKeeper } from './lease-keeper.js';
@@ -33,7 +33,7 @@ export interface ExecutorDeps {
   logger: Logger;
   runners: { inline: ToolRunner; thread?: ToolRunner };
   /** Finishes one row (directly, or through a batcher); returns whether it was accepted. */
-  finish(row: FinishRow): Promise<{ accepted: boolean; nextStageId: string | null; nextToolClass: string | null }>;
+  finish(row: FinishRow): Promise<FinishVerdict>;
   /** A stage became ready (now, or after delayMs): wake whoever serves its class. */
   onQueued(toolClass: string, stageId: string, delayMs?: number): void;
   random?: () => number;
@@ -148,15 +148,32 @@ function abandoned(log: Logger, reason: string): AttemptEnd {
   return 'abandoned';
 }
 
+/** How long a finish whose answer was lost is retried to learn its verdict. */
+export const FINISH_RETRY_WINDOW_MS = 60_000;
+
 async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row: FinishRow): Promise<AttemptEnd> {
   let verdict;
-  try {
-    verdict = await deps.finish(row);
-  } catch (err) {
-    // The statement errored or did not answer: the outcome is unknown, never lost. The lease
-    // expires and another attempt reconciles or relies on the idempotency key.
-    log.error({ event: 'finish_unknown', err: (err as Error).message }, 'finish did not answer: outcome unknown');
-    return 'unknown';
+  const until = monotonicNow() + FINISH_RETRY_WINDOW_MS;
+  for (let wait = 200, tries = 1; ; tries++) {
+    try {
+      verdict = await deps.finish(row);
+      if (tries > 1 && !verdict.accepted && verdict.currentFence === stage.fence && verdict.currentState !== 'running') {
+        // An earlier try committed and only its answer was lost: the row already holds our finish.
+        verdict = { ...verdict, accepted: true };
+      }
+      break;
+    } catch (err) {
+      // The statement errored or did not answer: the outcome is unknown, never lost. Asking
+      // again is safe (the finish is fenced) and tells which it was; meanwhile the lease may
+      // expire and another attempt reconciles or relies on the idempotency key.
+      if (!(err instanceof DatabaseUnavailableError) || monotonicNow() + wait > until) {
+        log.error({ event: 'finish_unknown', err: (err as Error).message }, 'finish did not answer: outcome unknown');
+        return 'unknown';
+      }
+      log.warn({ event: 'finish_retry', err: (err as Error).message, tries }, 'finish did not answer: asking again');
+      await new Promise((r) => setTimeout(r, wait));
+      wait = Math.min(wait * 2, 5000);
+    }
   }
   if (!verdict.accepted) {
     log.warn({ event: 'result_rejected', outcome: row.outcome }, 'finish rejected: this attempt no longer holds the stage');
