@@ -14,6 +14,7 @@ import { createInProcessTransport } from './transport/in-process.js';
 import type { Transport } from './transport/transport.js';
 import { Worker, type WorkerOptions } from './worker/worker.js';
 import type { ToolRunner } from './worker/executor.js';
+import { assertThreadSources, createThreadRunner } from './worker/thread-runner.js';
 
 const ratchetOptions = z.object({
   /** PostgreSQL URL; default DATABASE_URL; unset = embedded PGlite. */
@@ -26,6 +27,8 @@ const ratchetOptions = z.object({
   workflowsDir: z.string().min(1).optional(),
   logger: z.custom<Logger>().optional(),
   poolSize: z.number().int().min(1).max(1000).optional(),
+  /** Client-side limit on one statement's answer (default 10 s). */
+  queryTimeoutMs: z.number().int().positive().optional(),
   transport: z.custom<Transport>().optional(),
   threadRunner: z.custom<ToolRunner>().optional(),
 }).strict();
@@ -74,10 +77,14 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
   const logger = opts.logger ?? defaultLogger();
   const workflows = [...(opts.workflows ?? []), ...(opts.workflowsDir ? await loadWorkflows(opts.workflowsDir) : [])];
   const registry = createRegistry(workflows);
+  // Tools of isolation: 'thread' classes need a thread runner (without one they would run inline): make one unless given; close() closes it.
+  const ownThreadRunner = !opts.threadRunner && registry.toolClasses().some((c) => c.isolation === 'thread') ? createThreadRunner({ logger }) : null;
+  const threadRunner = opts.threadRunner ?? ownThreadRunner ?? undefined;
   const store = await openStore({
     databaseUrl: opts.databaseUrl ?? process.env.DATABASE_URL ?? undefined,
     dataDir: opts.dataDir ?? process.env.RATCHET_DATA_DIR ?? undefined,
     poolSize: opts.poolSize,
+    queryTimeoutMs: opts.queryTimeoutMs,
     logger,
   });
   const transport = opts.transport ?? createInProcessTransport();
@@ -121,13 +128,15 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     },
     events: (id) => store.listEvents(id),
     worker(workerOpts) {
-      const w = new Worker({ store, registry, transport, logger, threadRunner: opts.threadRunner }, workerOpts);
+      const w = new Worker({ store, registry, transport, logger, threadRunner }, workerOpts);
+      if (ownThreadRunner) assertThreadSources(registry.list(), w.classes);
       workers.add(w);
       return w;
     },
     cancel: (id) => store.cancelRun(id),
     async close() {
       for (const w of workers) await w.stop({ graceMs: 0 });
+      await ownThreadRunner?.close();
       await transport.close();
       await store.close();
     },

@@ -24,6 +24,7 @@ export class Attempt {
   effectStarted = false;
   ended = false;
   private deadlineTimer: NodeJS.Timeout | null = null;
+  private readonly confirmListeners = new Set<(confirmedUntil: number) => void>();
 
   constructor(
     readonly stage: ClaimedStage,
@@ -51,6 +52,13 @@ export class Attempt {
     this.confirmedUntil = Math.max(this.confirmedUntil, confirmedUntil);
     this.lastLeaseUntil = leaseUntil;
     this.armDeadline();
+    for (const listener of this.confirmListeners) listener(this.confirmedUntil);
+  }
+
+  /** Calls `listener` after each newer confirmation (the thread runner mirrors the deadline); returns an unsubscribe. */
+  onConfirm(listener: (confirmedUntil: number) => void): () => void {
+    this.confirmListeners.add(listener);
+    return () => this.confirmListeners.delete(listener);
   }
 
   /** Aborts the attempt's signal once, with a typed reason. */
@@ -71,6 +79,15 @@ export class Attempt {
    */
   beginEffect(requestId: string): void {
     this.checkOwnership();
+    this.recordEffect(requestId);
+  }
+
+  /**
+   * Records tool_request_started without the check: for a gate that was passed elsewhere (a
+   * worker thread checks the shared deadline itself; its effect started even if this side
+   * learns of it after an abort).
+   */
+  recordEffect(requestId: string): void {
     this.lastRequestId = requestId;
     this.effectStarted = true;
     const { id: stageId, runId, fence, attempt } = this.stage;
