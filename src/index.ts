@@ -1,11 +1,20 @@
 /**
- * Ratchet's public API, every export by name. (Definitions, the engine facade and the
- * worker land on top of the store; see DESIGN.md.)
+ * Ratchet's public API, every export by name (DESIGN.md, "Public API"): definitions, the
+ * engine facade, errors, states, and the store underneath.
  */
+export { defineToolClass, defineTool, defineWorkflow } from './definitions/index.js';
+export type {
+  ToolClassOptions, ToolOptions, WorkflowOptions, StepOptions, ToolClass, Tool, Workflow, Step, StepInputArgs, ToolContext,
+  ReconcileResult, RetryOptions, RetryPolicy, Duration,
+} from './definitions/index.js';
+export { createRatchet } from './engine.js';
+export type { Ratchet, RatchetOptions, RunView, SubmitOptions } from './engine.js';
 export {
-  RatchetError, InvalidInputError, IllegalTransitionError, DataDirLockedError, UnknownRunError, UnknownStageError, ERROR_CODES,
+  RatchetError, InvalidInputError, InvalidDefinitionError, IllegalTransitionError, DataDirLockedError, UnknownRunError, UnknownStageError,
+  PermanentError, TransientError, AttemptAbortedError, ERROR_CODES,
 } from './errors.js';
-export type { ErrorCode } from './errors.js';
+export type { ErrorCode, AbortReason } from './errors.js';
+export { silentLogger, defaultLogger } from './logger.js';
 export {
   STAGE_TRANSITIONS, RUN_TRANSITIONS, STAGE_STATES, RUN_STATES, TERMINAL_RUN_STATES, TERMINAL_STAGE_STATES,
   assertTransition, canTransition,

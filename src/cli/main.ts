@@ -1,15 +1,23 @@
-import { Command } from 'commander';
+import { Command, CommanderError } from 'commander';
 import { openStore } from '../store/index.js';
 import { RatchetError } from '../errors.js';
+import { registerRunCommand } from './commands/run.js';
+import { EXIT } from './exit-codes.js';
 
-/** Exit codes (documented in the README): 0 ok, 1 unexpected, 2 bad usage / input, 3 unknown run, 4 database unavailable. */
-export const EXIT = { ok: 0, unexpected: 1, invalidInput: 2, unknownRun: 3, databaseUnavailable: 4 } as const;
+/**
+ * Exit codes (src/cli/exit-codes.ts, documented in the README): 0 ok (`run`: the run succeeded),
+ * 1 unexpected, 2 bad usage / input / definitions or a locked data directory (nothing persisted),
+ * 3 unknown run, 4 database unavailable, 5 `run`: the run failed, was cancelled or expired,
+ * 6 `run`: --timeout passed before the run ended, 130 `run`: interrupted.
+ */
+export { EXIT };
 
 const program = new Command('ratchet')
   .description('Durable, staged workflow engine for LLM agents and tool pipelines')
   .option('--database-url <url>', 'PostgreSQL URL (env DATABASE_URL); unset = embedded PGlite')
   .option('--data-dir <dir>', 'embedded data directory (env RATCHET_DATA_DIR)', undefined)
-  .option('--json', 'print JSON instead of text', false);
+  .option('--json', 'print JSON instead of text', false)
+  .exitOverride(); // usage errors become exit 2 below, like every other bad input
 
 const storeOptions = () => {
   const o = program.opts<{ databaseUrl?: string; dataDir?: string }>();
@@ -28,13 +36,20 @@ program.command('migrate')
     print({ ok: true, backend: store.kind, dataDir: store.dataDir }, `migrations applied (${store.kind}${store.dataDir ? ` at ${store.dataDir}` : ''})`);
   });
 
+registerRunCommand(program);
+
 try {
   await program.parseAsync(process.argv);
 } catch (err) {
+  if (err instanceof CommanderError) {
+    // commander has printed its message (or the help / version) already.
+    process.exitCode = err.exitCode === 0 ? EXIT.ok : EXIT.invalidInput;
+    process.exit();
+  }
   const code = err instanceof RatchetError ? err.code : 'unexpected';
   const json = program.opts<{ json: boolean }>().json;
   process.stderr.write(json ? `${JSON.stringify({ error: { code, message: (err as Error).message } })}\n` : `ratchet: ${(err as Error).message}\n`);
-  process.exitCode = code === 'invalid_input' || code === 'data_dir_locked' ? EXIT.invalidInput
+  process.exitCode = code === 'invalid_input' || code === 'invalid_definition' || code === 'data_dir_locked' ? EXIT.invalidInput
     : code === 'unknown_run' ? EXIT.unknownRun
     : code === 'database_unavailable' ? EXIT.databaseUnavailable : EXIT.unexpected;
 }

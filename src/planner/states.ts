@@ -6,6 +6,8 @@ import { IllegalTransitionError } from '../errors.js';
  *
  * stage: pending (planned, not its turn) -> queued (its turn; available_at may hold a retry
  *   delay) -> running (leased) -> succeeded | failed | cancelled.
+ *   pending -> running is the fast path: the finish of the stage before it queues and claims
+ *   it in one statement, for the same worker.
  *   running -> running is the reclaim of an expired lease (new owner, new fence).
  *   running -> queued is a retry (or a graceful release, or an attempt past maxDuration).
  *   queued -> failed is a claim that finds the attempt budget spent.
@@ -14,7 +16,7 @@ import { IllegalTransitionError } from '../errors.js';
  *   failed -> running is the explicit retry.
  */
 export const STAGE_TRANSITIONS = {
-  pending: ['queued', 'cancelled'],
+  pending: ['queued', 'running', 'cancelled'],
   queued: ['running', 'failed', 'cancelled'],
   running: ['running', 'queued', 'succeeded', 'failed', 'cancelled'],
   succeeded: [],

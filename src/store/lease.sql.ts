@@ -9,7 +9,7 @@ import { sourcesOf, sqlStates, assertTransition } from '../planner/states.js';
 // Every transition written below must be in the state table; checked when this module loads.
 for (const [from, to] of [
   ['queued', 'running'], ['running', 'running'], ['queued', 'failed'], ['running', 'failed'],
-  ['running', 'queued'], ['running', 'succeeded'], ['pending', 'queued'], ['pending', 'cancelled'], ['queued', 'cancelled'],
+  ['running', 'queued'], ['running', 'succeeded'], ['pending', 'queued'], ['pending', 'running'], ['pending', 'cancelled'], ['queued', 'cancelled'],
 ] as const) assertTransition('stage', from, to);
 for (const [from, to] of [['queued', 'running'], ['queued', 'failed'], ['running', 'failed'], ['running', 'succeeded'], ['running', 'expired'], ['running', 'cancelled']] as const) {
   assertTransition('run', from, to);
@@ -42,39 +42,37 @@ ${prefix}_run_failed_ev AS (
 )`;
 }
 
-/**
- * Claim up to `limit` stages of tool class $2 for owner $1. The limit is part of the text
- * (one prepared statement per limit; it is a validated integer 1..1000): with LIMIT as a
- * parameter the generic plan assumes a tenth of the table and PostgreSQL re-plans every call.
- * Candidates: `queued` with available_at <= now, or `running` whose lease has expired.
- * Two index-ordered branches (an OR would defeat index order), each FOR UPDATE SKIP LOCKED
- * with its own LIMIT, in CTEs joined to the UPDATE (never `WHERE id IN (... LIMIT n)`, which
- * can touch more than n rows). A candidate whose attempt budget is spent becomes `failed`
- * (attempts_exhausted, last error kept) and fails its run, instead of being claimed.
- * Each claim takes a new fencing token from the one sequence, attempt + 1, and a lease of
- * the stage's own lease_ms; the statement returns lease_until and the database's now.
- */
-export const claimSql = (limit: number): string => {
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new RangeError(`claim limit ${limit}`);
+/** The two index-ordered candidate branches of a claim (see claimSql), each with its own LIMIT. */
+function candidates(limit: number, keyed: 'unkeyed' | 'any'): string {
+  const key = keyed === 'unkeyed' ? ' AND s.concurrency_key IS NULL' : '';
   return `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 queued AS (
-  SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence
+  SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit
   FROM ratchet.stages s
-  WHERE s.state = 'queued' AND s.tool_class = $2 AND s.available_at <= (SELECT t FROM clk)
+  WHERE s.state = 'queued' AND s.tool_class = $2 AND s.available_at <= (SELECT t FROM clk)${key}
   ORDER BY s.available_at, s.id
   LIMIT ${limit}
   FOR UPDATE SKIP LOCKED
 ),
 expired AS (
-  SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence
+  SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit
   FROM ratchet.stages s
-  WHERE s.state = 'running' AND s.tool_class = $2 AND s.lease_until < (SELECT t FROM clk)
+  WHERE s.state = 'running' AND s.tool_class = $2 AND s.lease_until < (SELECT t FROM clk)${key}
   ORDER BY s.lease_until, s.id
   LIMIT greatest(${limit} - (SELECT count(*) FROM queued), 0)
   FOR UPDATE SKIP LOCKED
-),
-picked AS (SELECT * FROM queued UNION ALL SELECT * FROM expired),
+)`;
+}
+
+/**
+ * The claim itself over the rows of CTE `picked` (id, prev_state, prev_owner, prev_fence),
+ * owner $1: a new fencing token from the one sequence, attempt + 1, a lease of the stage's
+ * own lease_ms from the database clock; a candidate whose attempt budget is spent becomes
+ * `failed` (attempts_exhausted, last error kept) and fails its run instead. Returns each row
+ * with lease_until, the database's now, and its run's workflow, definition hash and input.
+ */
+function claimPicked(): string {
+  return `
 claimed AS (
   UPDATE ratchet.stages s SET
     state = CASE WHEN s.attempt >= s.max_attempts THEN 'failed' ELSE 'running' END,
@@ -114,13 +112,84 @@ ev AS (
          ELSE jsonb_build_object('owner', $1::text, 'leaseUntil', c.lease_until, 'previousOwner', c.prev_owner, 'previousFence', c.prev_fence::text) END
   FROM claimed c, clk
 )
-SELECT c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state, c.fence::text AS fence,
-  c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
-  c.timeout_ms, c.max_duration_ms, c.claimed_at, c.first_claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
-  r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline
+SELECT ${CLAIMED_COLUMNS}
 FROM claimed c CROSS JOIN clk JOIN ratchet.runs r ON r.id = c.run_id
 ORDER BY c.id`;
+}
+
+/** What every claim returns per row (c: the claimed stage, r: its run). */
+const CLAIMED_COLUMNS = `c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state, c.fence::text AS fence,
+  c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
+  c.timeout_ms, c.max_duration_ms, c.claimed_at, c.first_claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
+  r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline`;
+
+const checkLimit = (limit: number) => {
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new RangeError(`claim limit ${limit}`);
 };
+
+/**
+ * The fast claim: up to `limit` due stages of tool class $2 for owner $1, in ONE statement.
+ * Candidates: `queued` with available_at <= now, or `running` whose lease has expired. Two
+ * index-ordered branches (an OR would defeat index order), each FOR UPDATE SKIP LOCKED with
+ * its own LIMIT, in CTEs joined to the UPDATE (never `WHERE id IN (... LIMIT n)`, which can
+ * touch more than n rows). Stages under a concurrency key are left to the limited claim.
+ * The limit is part of the text (one prepared statement per limit, a validated integer
+ * 1..1000): with LIMIT as a parameter the generic plan assumes a tenth of the table and
+ * PostgreSQL re-plans every call.
+ */
+export const claimSql = (limit: number): string => {
+  checkLimit(limit);
+  return `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(limit, 'unkeyed')},
+picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL SELECT id, prev_state, prev_owner, prev_fence FROM expired),${claimPicked()}`;
+};
+
+/**
+ * The limited claim, step 1 (inside a transaction): lock up to `limit` candidates of class
+ * $2 ($1 unused, kept for one parameter shape) and return them with their concurrency key.
+ */
+export const pickCandidatesSql = (limit: number): string => {
+  checkLimit(limit);
+  return `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(limit, 'any')}
+SELECT id::text AS id, concurrency_key, concurrency_limit, $1::text AS owner FROM queued
+UNION ALL SELECT id::text AS id, concurrency_key, concurrency_limit, $1::text AS owner FROM expired`;
+};
+
+/** The limited claim, last step: claim the stages $2 (ids this transaction already locked) for owner $1. */
+export const CLAIM_IDS_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+picked AS (
+  SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence
+  FROM ratchet.stages s, clk
+  WHERE s.id = ANY($2::bigint[])
+    AND ((s.state = 'queued' AND s.available_at <= clk.t) OR (s.state = 'running' AND s.lease_until < clk.t))
+),${claimPicked()}`;
+
+/** Serialises the limited claims of one class ($1): transaction-scoped advisory lock. */
+export const LOCK_CLASS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:class:' || $1, 0))`;
+
+/** Serialises claims touching concurrency keys $1 (sorted, so two claimers never wait on each other in a cycle). */
+export const LOCK_KEYS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0)) FROM unnest($1::text[]) AS u(k)`;
+
+/** Live leases of class $1 (running, lease not expired) by the database clock. */
+export const COUNT_RUNNING_CLASS_SQL = `
+SELECT count(*)::int AS n FROM ratchet.stages
+WHERE state = 'running' AND tool_class = $1 AND lease_until >= ratchet.db_now()`;
+
+/** Live leases per concurrency key in $1. */
+export const COUNT_RUNNING_KEYS_SQL = `
+SELECT concurrency_key AS key, count(*)::int AS n FROM ratchet.stages
+WHERE state = 'running' AND concurrency_key = ANY($1::text[]) AND lease_until >= ratchet.db_now()
+GROUP BY concurrency_key`;
+
+/** Claims of class $1 started in the last $2 ms (the rate limit's sliding window); prunes older ones. */
+export const COUNT_RATE_SQL = `
+WITH pruned AS (DELETE FROM ratchet.rate_claims WHERE tool_class = $1 AND at < ratchet.db_now() - $2::int * interval '1 millisecond')
+SELECT count(*)::int AS n FROM ratchet.rate_claims WHERE tool_class = $1 AND at >= ratchet.db_now() - $2::int * interval '1 millisecond'`;
+
+/** Records $2 claims of class $1 now, for the rate limit's window. */
+export const RECORD_RATE_SQL = `INSERT INTO ratchet.rate_claims (tool_class, at) SELECT $1, ratchet.db_now() FROM generate_series(1, $2::int)`;
 
 /**
  * Extend (heartbeat) every lease of owner $1 in one statement: $2 stage ids, $3 their fences.
@@ -198,7 +267,7 @@ export const FINISH_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 req AS (
   SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id bigint, fence bigint, outcome text, result jsonb, error jsonb,
-    "retryDelayMs" int, "nextSeq" int, "nextInput" jsonb, "runState" text, "runResult" jsonb, "runError" jsonb, data jsonb)
+    "retryDelayMs" int, "nextSeq" int, "nextInput" jsonb, "claimNext" boolean, "runState" text, "runResult" jsonb, "runError" jsonb, data jsonb)
 ),
 fin AS (
   UPDATE ratchet.stages s SET
@@ -211,14 +280,29 @@ fin AS (
   FROM req, clk
   WHERE s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.fence, s.attempt, s.tool_class, req.outcome, req."retryDelayMs" AS retry_delay_ms,
-    req."nextSeq" AS next_seq, req."nextInput" AS next_input, req."runState" AS run_state,
+    req."nextSeq" AS next_seq, req."nextInput" AS next_input, coalesce(req."claimNext", false) AS claim_next, req."runState" AS run_state,
     req."runResult" AS run_result, req."runError" AS run_error, req.data, s.available_at
 ),
 next_queued AS (
-  UPDATE ratchet.stages s SET state = 'queued', input = f.next_input, available_at = clk.t, updated_at = clk.t
+  -- The next stage becomes queued with its input; on the fast path (claimNext) this same
+  -- statement also claims it for owner $1 (pending -> running), so a run moving through one
+  -- worker costs one commit per stage.
+  UPDATE ratchet.stages s SET
+    state = CASE WHEN f.claim_next THEN 'running' ELSE 'queued' END,
+    input = f.next_input, available_at = clk.t, updated_at = clk.t,
+    owner_id = CASE WHEN f.claim_next THEN $1 ELSE s.owner_id END,
+    fence = CASE WHEN f.claim_next THEN nextval('ratchet.fence_seq') ELSE s.fence END,
+    attempt = CASE WHEN f.claim_next THEN s.attempt + 1 ELSE s.attempt END,
+    lease_until = CASE WHEN f.claim_next THEN clk.t + s.lease_ms * interval '1 millisecond' ELSE s.lease_until END,
+    heartbeat_at = CASE WHEN f.claim_next THEN clk.t ELSE s.heartbeat_at END,
+    claimed_at = CASE WHEN f.claim_next THEN clk.t ELSE s.claimed_at END,
+    first_claimed_at = CASE WHEN f.claim_next THEN clk.t ELSE s.first_claimed_at END
   FROM fin f, clk
   WHERE f.next_seq IS NOT NULL AND s.run_id = f.run_id AND s.seq = f.next_seq AND s.state = 'pending'
-  RETURNING s.id, s.run_id, s.tool_class
+    AND (NOT f.claim_next OR s.concurrency_key IS NULL)
+  RETURNING s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
+    s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
+    s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, 'queued'::text AS prev_state, NULL::bigint AS prev_fence
 ),
 run_done AS (
   UPDATE ratchet.runs r SET state = f.run_state, result = f.run_result, error = f.run_error, finished_at = clk.t, updated_at = clk.t
@@ -244,6 +328,9 @@ ev AS (
   UNION ALL
   SELECT d.id, NULL, 'run_' || d.state, NULL, NULL, clk.t, NULL FROM run_done d, clk
   UNION ALL
+  SELECT n.run_id, n.id, 'job_claimed', n.fence, n.attempt, clk.t, jsonb_build_object('owner', $1::text, 'leaseUntil', n.lease_until, 'fastPath', true)
+  FROM next_queued n, clk WHERE n.state = 'running'
+  UNION ALL
   SELECT s.run_id, s.id, 'result_rejected', req.fence, s.attempt, clk.t,
     coalesce(req.data, '{}'::jsonb) || jsonb_build_object('owner', $1::text, 'outcome', req.outcome,
       'reason', CASE WHEN s.fence IS DISTINCT FROM req.fence THEN 'stale_fence'
@@ -255,11 +342,16 @@ ev AS (
   WHERE NOT EXISTS (SELECT 1 FROM fin WHERE fin.id = req.id)
 )
 SELECT req.id::text AS id, (f.id IS NOT NULL) AS accepted, n.id::text AS next_stage_id, n.tool_class AS next_tool_class,
-  coalesce(f.outcome, s.state) AS current_state, s.fence::text AS current_fence, clk.t AS db_now
+  coalesce(f.outcome, s.state) AS current_state, s.fence::text AS current_fence, clk.t AS db_now,
+  CASE WHEN n.state = 'running' THEN to_jsonb(nc) END AS next_claimed
 FROM req CROSS JOIN clk
 LEFT JOIN fin f ON f.id = req.id
 LEFT JOIN next_queued n ON n.run_id = f.run_id
 LEFT JOIN ratchet.stages s ON s.id = req.id
+LEFT JOIN LATERAL (
+  SELECT ${CLAIMED_COLUMNS}
+  FROM next_queued c JOIN ratchet.runs r ON r.id = c.run_id WHERE c.id = n.id
+) nc ON n.state = 'running'
 ORDER BY req.id`;
 
 /**

@@ -22,8 +22,11 @@ export const stageSpecSchema = z.object({
   maxDurationMs: positiveMs,
   maxAttempts: z.number().int().min(1).max(1000),
   idempotencyKey: z.string().min(1).max(500).optional(),
+  /** No more than concurrencyLimit stages with this key hold a live lease at once. */
+  concurrencyKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
+  concurrencyLimit: z.number().int().min(1).max(100_000).optional(),
   input: z.unknown().optional(),
-}).strict();
+}).strict().refine((s) => (s.concurrencyKey === undefined) === (s.concurrencyLimit === undefined), { message: 'concurrencyKey and concurrencyLimit go together', path: ['concurrencyKey'] });
 export type StageSpec = z.input<typeof stageSpecSchema>;
 
 const createRunSchema = z.object({
@@ -70,6 +73,8 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
     maxDurationMs: s.maxDurationMs,
     maxAttempts: s.maxAttempts,
     idempotencyKey: s.idempotencyKey,
+    concurrencyKey: s.concurrencyKey ?? null,
+    concurrencyLimit: s.concurrencyLimit ?? null,
     input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
   }));
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));

@@ -61,6 +61,9 @@ export const stages = ratchet.table('stages', {
   /** The stage's own key, unique: by default derived from run id, seq and tool. */
   idempotencyKey: text('idempotency_key').notNull(),
   input: jsonb('input'),
+  /** A workflow's concurrency key (a user, a tenant, an account) and its limit: no more stages of one key run at once. */
+  concurrencyKey: text('concurrency_key'),
+  concurrencyLimit: integer('concurrency_limit'),
   result: jsonb('result'),
   /** The last error, kept across attempts and at exhaustion. */
   error: jsonb('error'),
@@ -73,6 +76,8 @@ export const stages = ratchet.table('stages', {
   // The two claim branches, each index-ordered (see lease.sql.ts).
   index('stages_queued_claim_idx').on(t.toolClass, t.availableAt, t.id).where(sql`state = 'queued'`),
   index('stages_running_lease_idx').on(t.toolClass, t.leaseUntil, t.id).where(sql`state = 'running'`),
+  // Live leases per concurrency key (the limited claim counts them).
+  index('stages_running_key_idx').on(t.concurrencyKey).where(sql`state = 'running' and concurrency_key is not null`),
   check('stages_state_ck', sql`${t.state} in ('pending','queued','running','succeeded','failed','cancelled')`),
   check('stages_durations_ck', sql`${t.leaseMs} > 0 and ${t.timeoutMs} > 0 and ${t.maxDurationMs} > 0 and ${t.maxAttempts} > 0`),
 ]);
@@ -96,3 +101,18 @@ export const clock = ratchet.table('clock', {
   id: integer('id').primaryKey().default(1),
   offsetMs: bigint('offset_ms', { mode: 'number' }).notNull().default(sql`0`),
 }, (t) => [check('clock_single_row_ck', sql`${t.id} = 1`)]);
+
+/** Claims of rate-limited classes in their current window (see COUNT_RATE_SQL); pruned as it goes. */
+export const rateClaims = ratchet.table('rate_claims', {
+  id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
+  toolClass: text('tool_class').notNull(),
+  at: ts('at').notNull(),
+}, (t) => [index('rate_claims_class_at_idx').on(t.toolClass, t.at)]);
+
+/** Workers seen recently and the classes they serve (explain: "no worker serves this class"). */
+export const workers = ratchet.table('workers', {
+  ownerId: text('owner_id').primaryKey(),
+  classes: text('classes').array().notNull(),
+  startedAt: ts('started_at').notNull(),
+  lastSeenAt: ts('last_seen_at').notNull(),
+}, (t) => [index('workers_last_seen_idx').on(t.lastSeenAt)]);

@@ -8,7 +8,8 @@ describe('the state table', () => {
     expect(canTransition('stage', 'running', 'running')).toBe(true); // reclaim
     for (const s of TERMINAL_STAGE_STATES) expect(STAGE_TRANSITIONS[s].filter((t) => t !== 'queued')).toEqual([]);
     expect(canTransition('stage', 'succeeded', 'queued')).toBe(false);
-    expect(canTransition('stage', 'pending', 'running')).toBe(false);
+    expect(canTransition('stage', 'pending', 'succeeded')).toBe(false);
+    expect(canTransition('stage', 'pending', 'running')).toBe(true); // the fast path
     expect(canTransition('run', 'succeeded', 'running')).toBe(false);
     expect(RUN_TRANSITIONS.cancelled).toEqual([]);
   });
@@ -22,7 +23,7 @@ describe('the state table', () => {
     expect(() => assertTransition('stage', 'nonsense', 'running')).toThrow(IllegalTransitionError);
   });
   it('derives the sources of a state from the table', () => {
-    expect(sourcesOf('stage', 'running').sort()).toEqual(['queued', 'running']);
+    expect(sourcesOf('stage', 'running').sort()).toEqual(['pending', 'queued', 'running']);
     expect(sourcesOf('stage', 'cancelled').sort()).toEqual(['pending', 'queued', 'running']);
     expect(sourcesOf('run', 'running').sort()).toEqual(['failed', 'queued']);
   });

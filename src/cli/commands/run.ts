@@ -1,0 +1,111 @@
+import type { Command } from 'commander';
+import pino from 'pino';
+import { resolveDuration } from '../../definitions/duration.js';
+import { createRatchet, type Ratchet } from '../../engine.js';
+import { InvalidInputError } from '../../errors.js';
+import type { Store } from '../../store/index.js';
+import type { Worker } from '../../worker/worker.js';
+import { EXIT } from '../exit-codes.js';
+import { startExampleServices } from '../run/example-services.js';
+import { readRunInput } from '../run/input.js';
+import { preflight } from '../run/preflight.js';
+import { jsonReporter, textReporter } from '../run/report.js';
+import { watchRun } from '../run/watch.js';
+
+interface RunOptions {
+  input: string;
+  workflowsDir: string;
+  idempotencyKey?: string;
+  timeout: string;
+  poll: string;
+  withServices: boolean;
+  // global options
+  databaseUrl?: string;
+  dataDir?: string;
+  json: boolean;
+}
+
+/** How long a stopping worker lets in-flight stages finish before it hands their leases back. */
+const STOP_GRACE_MS = 5000;
+
+function watchTimings(o: RunOptions): { timeoutMs: number; intervalMs: number } {
+  const timeout = resolveDuration(o.timeout);
+  if ('problem' in timeout || timeout.ms <= 0) throw new InvalidInputError(`--timeout: ${'problem' in timeout ? timeout.problem : 'must be > 0'}`, 'timeout');
+  const intervalMs = Number(o.poll);
+  if (!Number.isInteger(intervalMs) || intervalMs < 10 || intervalMs > 60_000) throw new InvalidInputError('--poll must be whole milliseconds in 10..60000', 'poll');
+  return { timeoutMs: timeout.ms, intervalMs };
+}
+
+const backendOf = (store: Store) =>
+  store.kind === 'pglite' ? (store.dataDir ? `embedded PGlite at ${store.dataDir}` : 'embedded PGlite in memory') : 'PostgreSQL';
+
+/** Logs go to stderr, errors only by default: stage failures are printed as stage lines (RATCHET_LOG_LEVEL=info shows the lease protocol at work). */
+const cliLogger = () => pino({ name: 'ratchet', level: process.env.RATCHET_LOG_LEVEL ?? 'error' }, pino.destination(2));
+
+/**
+ * `ratchet run <workflow>`: submit one run and drive it to its end in this process (an
+ * in-process worker serving every class), printing each stage as it advances. Exit 0 when the
+ * run succeeded, 5 when it failed / was cancelled / expired, 6 when --timeout passed first,
+ * 130 when interrupted, 2 for bad input (nothing persisted).
+ */
+async function run(name: string, o: RunOptions): Promise<void> {
+  const { timeoutMs, intervalMs } = watchTimings(o);
+  const input = await readRunInput(o.input);
+  const { workflows } = await preflight(o.workflowsDir, name, input);
+  const report = (o.json ? jsonReporter : textReporter)((line) => process.stdout.write(line));
+
+  const interrupt = new AbortController();
+  const onSignal = () => interrupt.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  let services: Awaited<ReturnType<typeof startExampleServices>> | undefined;
+  let ratchet: Ratchet | undefined;
+  let worker: Worker | undefined;
+  try {
+    if (o.withServices) {
+      services = await startExampleServices();
+      report.services(services.url, services.storage);
+    }
+    // An empty variable counts as unset (`DATABASE_URL= ratchet run ...`).
+    const databaseUrl = o.databaseUrl || process.env.DATABASE_URL || undefined;
+    const dataDir = o.dataDir || process.env.RATCHET_DATA_DIR || undefined;
+    ratchet = await createRatchet({ workflows, databaseUrl, dataDir, logger: cliLogger() });
+    worker = ratchet.worker();
+    await worker.start();
+    const started = Date.now();
+    const submitted = await ratchet.submit(name, input, o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {});
+    report.submitted({ ...submitted, workflow: name, backend: backendOf(ratchet.store) });
+    const r = ratchet;
+    const outcome = await watchRun((id) => r.getRun(id), submitted.id, {
+      intervalMs, timeoutMs, signal: interrupt.signal, onStage: (stage) => report.stage(submitted.id, stage),
+    });
+    if (outcome.kind === 'finished') {
+      report.finished(outcome.run, Date.now() - started);
+      process.exitCode = outcome.run.state === 'succeeded' ? EXIT.ok : EXIT.runFailed;
+    } else {
+      report.stopped(outcome.kind, submitted.id, outcome.run);
+      process.exitCode = outcome.kind === 'timeout' ? EXIT.runTimeout : EXIT.interrupted;
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await worker?.stop({ graceMs: STOP_GRACE_MS });
+    await ratchet?.close();
+    await services?.close();
+  }
+}
+
+export function registerRunCommand(program: Command): void {
+  program.command('run')
+    .description('run a workflow to its end in this process (an in-process worker), showing each stage as it advances')
+    .argument('<workflow>', 'the workflow name')
+    .option('--input <json|@file>', 'the run input: JSON, or @file with JSON (@- reads stdin)', '{}')
+    .option('--workflows-dir <dir>', 'the folder of workflow files', 'workflows')
+    .option('--idempotency-key <key>', 'submit key: the same key and input give back the same run')
+    .option('--timeout <duration>', 'stop watching after this long (the run is left as it is)', '10m')
+    .option('--poll <ms>', 'how often to read the run, in ms', '200')
+    .option('--with-services', 'start the example services (examples/services.ts) in this process first', false)
+    .action(async (workflow: string, _opts: unknown, cmd: Command) => {
+      await run(workflow, cmd.optsWithGlobals<RunOptions>());
+    });
+}
