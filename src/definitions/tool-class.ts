@@ -21,6 +21,10 @@ export const toolClassOptionsSchema = z.strictObject({
   missedHeartbeats: z.int().min(1, 'must be at least 1').max(100).default(DEFAULT_MISSED_HEARTBEATS),
   jitter: durationSchema.default(DEFAULT_CLASS_JITTER_MS),
   isolation: z.enum(['none', 'thread']).default('none'),
+  /** Global concurrency: stages of this class running at once across all workers. */
+  concurrency: z.int().min(1).max(100_000).optional(),
+  /** Rate limit across all workers: at most `max` stage starts per `per`. */
+  rateLimit: z.strictObject({ max: z.int().min(1).max(1_000_000), per: positiveDurationSchema }).optional(),
 });
 
 export type ToolClassOptions = z.input<typeof toolClassOptionsSchema>;
@@ -56,6 +60,8 @@ function compileToolClass(o: ParsedToolClassOptions, where: string): ToolClass {
     missedHeartbeats: o.missedHeartbeats,
     jitterMs: o.jitter,
     isolation: o.isolation,
+    concurrency: o.concurrency ?? null,
+    rateLimit: o.rateLimit ? { max: o.rateLimit.max, perMs: o.rateLimit.per } : null,
   };
 }
 

@@ -37,6 +37,10 @@ export interface ToolClass {
   readonly jitterMs: number;
   /** 'thread' runs the class's tools in a worker thread, so CPU-bound work cannot starve the lease keeper. */
   readonly isolation: 'none' | 'thread';
+  /** At most this many stages of the class run at once across all workers (null: no global limit). */
+  readonly concurrency: number | null;
+  /** At most `max` stages of the class start in any window of `perMs`, across all workers. */
+  readonly rateLimit: { max: number; perMs: number } | null;
 }
 
 export interface ToolContext {
@@ -103,4 +107,10 @@ export interface Workflow<I = unknown> {
   readonly hash: string;
   /** Set by the loader: the file the workflow came from (used to load tools in worker threads). */
   sourceFile?: string;
+  /**
+   * A concurrency key (a user, a tenant, a downstream account) computed from the run's input,
+   * and its limit: no more than `limit` stages of runs with one key hold a lease at once,
+   * whatever the number of workers.
+   */
+  readonly concurrencyKey: { key(input: I): string; limit: number } | null;
 }

@@ -22,6 +22,7 @@ export const workflowOptionsSchema = z.strictObject({
   input: zodSchemaField,
   steps: z.array(stepSchema).min(1, 'a workflow needs at least one step'),
   deadline: positiveDurationSchema.optional(),
+  concurrencyKey: z.strictObject({ key: functionField, limit: z.int().min(1).max(100_000) }).optional(),
 });
 
 export interface StepOptions {
@@ -39,6 +40,8 @@ export interface WorkflowOptions<I> {
   steps: StepOptions[];
   /** A run deadline relative to submit. */
   deadline?: Duration;
+  /** Bound the stages running at once per key (a user, a tenant): `{ key: (input) => input.userId, limit: 1 }`. */
+  concurrencyKey?: { key: (input: I) => string; limit: number };
 }
 
 /** Refuses two steps with one name, and two different tools (or classes) with one name. */
@@ -85,5 +88,6 @@ export function defineWorkflow<I>(options: WorkflowOptions<I>): Workflow<I> {
     steps: Object.freeze(steps),
     deadlineMs: o.deadline ?? null,
     hash: workflowHash(o.name, steps),
+    concurrencyKey: options.concurrencyKey ? { key: options.concurrencyKey.key, limit: o.concurrencyKey!.limit } : null,
   });
 }

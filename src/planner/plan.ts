@@ -1,5 +1,19 @@
 import type { Workflow } from '../definitions/types.js';
+import { InvalidInputError } from '../errors.js';
 import type { StageSpec } from '../store/index.js';
+
+/** The run's concurrency key (from the workflow's key function), or none. */
+export function concurrencyOf(workflow: Workflow, input: unknown): { concurrencyKey: string; concurrencyLimit: number } | Record<string, never> {
+  if (!workflow.concurrencyKey) return {};
+  let key: unknown;
+  try {
+    key = workflow.concurrencyKey.key(input);
+  } catch (err) {
+    throw new InvalidInputError(`the concurrency key of workflow ${workflow.name} could not be computed: ${(err as Error).message}`, 'input');
+  }
+  if (typeof key !== 'string' || key.length === 0) throw new InvalidInputError(`the concurrency key of workflow ${workflow.name} must be a non-empty string`, 'input');
+  return { concurrencyKey: key, concurrencyLimit: workflow.concurrencyKey.limit };
+}
 
 /**
  * A static workflow's plan: one stage per step, each with the lease, timeout and retry budget
@@ -7,6 +21,7 @@ import type { StageSpec } from '../store/index.js';
  * the others' when the stage before them finishes.
  */
 export function planStaticRun(workflow: Workflow, input: unknown): StageSpec[] {
+  const concurrency = concurrencyOf(workflow, input);
   return workflow.steps.map((step, i) => {
     const cls = step.tool.class;
     return {
@@ -17,6 +32,7 @@ export function planStaticRun(workflow: Workflow, input: unknown): StageSpec[] {
       timeoutMs: cls.timeoutMs,
       maxDurationMs: cls.maxDurationMs,
       maxAttempts: step.tool.retry.maxAttempts,
+      ...concurrency,
       ...(i === 0 ? { input: step.input ? step.input({ input, results: {} }) ?? null : input } : {}),
     };
   });
