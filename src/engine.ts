@@ -11,6 +11,7 @@ import type { RunState, StageState } from './planner/states.js';
 import { openStore, type CancelResult, type EventRow, type Store } from './store/index.js';
 import { parseInput } from './store/validate.js';
 import { createInProcessTransport } from './transport/in-process.js';
+import { createBullmqTransport } from './transport/bullmq.js';
 import type { Transport } from './transport/transport.js';
 import { Worker, type WorkerOptions } from './worker/worker.js';
 import type { ToolRunner } from './worker/executor.js';
@@ -87,7 +88,11 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     queryTimeoutMs: opts.queryTimeoutMs,
     logger,
   });
-  const transport = opts.transport ?? createInProcessTransport();
+  // PostgreSQL + Redis: BullMQ carries wake-ups between processes. Embedded: in-process.
+  const redisUrl = opts.redisUrl ?? (process.env.REDIS_URL || undefined);
+  const transport = opts.transport ?? (redisUrl && store.kind === 'postgres'
+    ? createBullmqTransport({ redisUrl, logger, dueIn: (stageId) => store.dueIn(stageId) })
+    : createInProcessTransport());
   const workers = new Set<Worker>();
 
   const ratchet: Ratchet = {
@@ -114,7 +119,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
         deadline,
         stages: planStaticRun(workflow, parsed.data),
       });
-      if (created.created) transport.notify(workflow.steps[0]!.tool.class.name, created.stageIds[0]!);
+      if (created.created) transport.notify(workflow.steps[0]!.tool.class.name, { stageId: created.stageIds[0]!, attempt: 1 });
       logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, created: created.created }, 'run submitted');
       return { id: created.id, state: created.state, created: created.created };
     },

@@ -8,6 +8,7 @@ export const EVENT_TYPES = [
   'run_failed',
   'run_cancelled',
   'run_expired',
+  'run_retried',
   'job_claimed',
   'lease_reclaimed',
   'lease_released',

@@ -8,6 +8,7 @@ import { createPostgresDb } from './db-postgres.js';
 import { claim, extend, finish, release, type FinishRow } from './lease.js';
 import { EXPIRE_ALL_LEASES_SQL } from './lease.sql.js';
 import { appendEvents, effectStarted, stageResults, type NewEvent } from './events.js';
+import { deleteWorker, dueIn, sweep, unservedClasses, upsertWorker, type SweptStage } from './workers.js';
 import { acquireDataDirLock } from './lockfile.js';
 import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
@@ -19,6 +20,8 @@ export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow, encodeFinishRow, finishEnco
 export type { ClaimedStage, ExtendResult, ExtendVerdict, FinishRow, FinishVerdict, Lease } from './lease.js';
 export { IdempotencyConflictError, requestHash } from './runs.js';
 export type { NewEvent } from './events.js';
+export type { SweptStage } from './workers.js';
+export type { ClaimLimits } from './lease.js';
 export type { CancelResult, CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
 
 /** The embedded default's data directory, relative to the working directory. */
@@ -55,6 +58,11 @@ export interface Store {
   appendEvents(events: NewEvent[]): Promise<void>;
   effectStarted(runId: string, stageId: string, beforeFence: string): Promise<boolean>;
   stageResults(runId: string): Promise<Record<string, unknown>>;
+  upsertWorker(owner: string, classes: string[]): Promise<void>;
+  deleteWorker(owner: string): Promise<void>;
+  sweep(classes: string[], limit: number): Promise<SweptStage[]>;
+  dueIn(stageId: string): Promise<number>;
+  unservedClasses(classes: string[], withinMs: number): Promise<string[]>;
   claim(args: Parameters<typeof claim>[1]): ReturnType<typeof claim>;
   extend(args: Parameters<typeof extend>[1]): ReturnType<typeof extend>;
   finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
@@ -129,6 +137,11 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     appendEvents: (events) => appendEvents(db, events),
     effectStarted: (runId, stageId, beforeFence) => effectStarted(db, runId, stageId, beforeFence),
     stageResults: (runId) => stageResults(db, runId),
+    upsertWorker: (owner, classes) => upsertWorker(db, owner, classes),
+    deleteWorker: (owner) => deleteWorker(db, owner),
+    sweep: (classes, limit) => sweep(db, classes, limit),
+    dueIn: (stageId) => dueIn(db, stageId),
+    unservedClasses: (classes, withinMs) => unservedClasses(db, classes, withinMs),
     claim: (args) => claim(db, args),
     extend: (args) => extend(db, args),
     finish: (owner, rows) => finish(db, owner, rows),

@@ -1,22 +1,22 @@
-import type { Transport } from './transport.js';
+import type { StageReady, Transport } from './transport.js';
 
 /** The embedded default's transport: wake-ups inside one process, delayed ones on timers. */
 export function createInProcessTransport(): Transport {
-  const subscribers = new Map<string, Set<() => void>>();
+  const subscribers = new Map<string, Set<(ready: StageReady | null) => Promise<void>>>();
   const timers = new Set<NodeJS.Timeout>();
-  const fire = (toolClass: string) => {
-    for (const fn of subscribers.get(toolClass) ?? []) fn();
+  const fire = (toolClass: string, ready: StageReady) => {
+    for (const fn of subscribers.get(toolClass) ?? []) void fn(ready).catch(() => {});
   };
   return {
     kind: 'in-process',
-    notify(toolClass, _stageId, delayMs = 0) {
+    notify(toolClass, ready, delayMs = 0) {
       if (delayMs <= 0) {
-        queueMicrotask(() => fire(toolClass));
+        queueMicrotask(() => fire(toolClass, ready));
         return;
       }
       const t = setTimeout(() => {
         timers.delete(t);
-        fire(toolClass);
+        fire(toolClass, ready);
       }, Math.min(delayMs, 2 ** 31 - 1));
       t.unref();
       timers.add(t);
@@ -25,8 +25,11 @@ export function createInProcessTransport(): Transport {
       let set = subscribers.get(toolClass);
       if (!set) subscribers.set(toolClass, (set = new Set()));
       set.add(onWake);
-      return () => set.delete(onWake);
+      return async () => {
+        set.delete(onWake);
+      };
     },
+    healthy: () => true,
     async close() {
       for (const t of timers) clearTimeout(t);
       timers.clear();

@@ -1,13 +1,25 @@
 /**
  * Wake-ups between whoever makes a stage ready and whoever can claim it. A transport only
- * carries wake-ups; PostgreSQL decides every claim, so a lost wake-up costs latency (the
- * worker polls), never a stage.
+ * carries wake-ups; PostgreSQL decides every claim (limits included), so a lost wake-up costs
+ * latency (workers poll, a sweeper re-sends), never a stage.
  */
+export interface StageReady {
+  stageId: string;
+  /** The attempt the next claim will create (job id `<stage>-<attempt>`). */
+  attempt: number;
+}
+
 export interface Transport {
   readonly kind: 'in-process' | 'bullmq';
-  /** A stage of `toolClass` is ready now, or after `delayMs` (a retry's backoff). */
-  notify(toolClass: string, stageId: string, delayMs?: number): void;
-  /** Calls `onWake` when a stage of `toolClass` may be ready; returns the unsubscribe. */
-  subscribe(toolClass: string, onWake: () => void): () => void;
+  /** A stage of `toolClass` is ready now, or after `delayMs` (a retry's backoff). Never throws. */
+  notify(toolClass: string, ready: StageReady, delayMs?: number): void;
+  /**
+   * Calls `onWake` when a stage of `toolClass` may be ready; `onWake` resolves once a claim
+   * has been tried (a BullMQ job is acknowledged then, never held for the stage's life).
+   * Returns the unsubscribe.
+   */
+  subscribe(toolClass: string, onWake: (ready: StageReady | null) => Promise<void>): () => Promise<void>;
+  /** False while wake-ups cannot be trusted (Redis away): workers then poll PostgreSQL faster. */
+  healthy(): boolean;
   close(): Promise<void>;
 }

@@ -8,6 +8,7 @@ import { DatabaseUnavailableError, monotonicNow, type ClaimedStage, type FinishR
 import { Attempt } from './attempt.js';
 import type { EventWriter } from './event-writer.js';
 import type { LeaseKeeper } from './lease-keeper.js';
+import type { StageReady } from '../transport/transport.js';
 import { runGuarded } from './run-guarded.js';
 
 export interface ToolInvocation {
@@ -32,10 +33,14 @@ export interface ExecutorDeps {
   owner: string;
   logger: Logger;
   runners: { inline: ToolRunner; thread?: ToolRunner };
-  /** Finishes one row (directly, or through a batcher); returns whether it was accepted. */
-  finish(row: FinishRow): Promise<FinishVerdict>;
+  /** Finishes one row (through the batcher); `confirmedUntil` says whether it may wait to join others. */
+  finish(row: FinishRow, confirmedUntil: number): Promise<FinishVerdict>;
   /** A stage became ready (now, or after delayMs): wake whoever serves its class. */
-  onQueued(toolClass: string, stageId: string, delayMs?: number): void;
+  onQueued(toolClass: string, ready: StageReady, delayMs?: number): void;
+  /** The fast path: may this worker claim the next stage (of `nextClass`) in the finish itself? */
+  canClaimNext(nextClass: string, currentClass: string): boolean;
+  /** The fast path claimed the next stage: run it. */
+  onClaimed(stage: ClaimedStage): void;
   random?: () => number;
 }
 
@@ -76,12 +81,15 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
     const output = await produce(deps, log, workflow, tool, stage, attempt);
     const reason = attempt.abortReason;
     if (reason && reason !== 'ownership_unknown' && reason !== 'timeout') return abandoned(log, reason);
-    return await settle(deps, log, stage, await onSuccess(deps.store, workflow, stage, output, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner }));
+    const row = await onSuccess(deps.store, workflow, stage, output, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
+    const nextClass = workflow.steps[stage.seq]?.tool.class.name;
+    if (row.next && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
+    return await settle(deps, log, stage, row, attempt.confirmedUntil);
   } catch (err) {
     const reason = attempt.abortReason;
     if (reason && reason !== 'ownership_unknown' && reason !== 'timeout') return abandoned(log, reason);
     log.warn({ event: 'stage_attempt_failed', err: (err as Error).message, code: (err as { code?: unknown }).code }, 'attempt failed');
-    return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, workflow, stage, err, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner }));
+    return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, workflow, stage, err, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner }), attempt.confirmedUntil);
   } finally {
     attempt.end();
     deps.keeper.remove(attempt);
@@ -151,12 +159,12 @@ function abandoned(log: Logger, reason: string): AttemptEnd {
 /** How long a finish whose answer was lost is retried to learn its verdict. */
 export const FINISH_RETRY_WINDOW_MS = 60_000;
 
-async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row: FinishRow): Promise<AttemptEnd> {
+async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row: FinishRow, confirmedUntil = stage.confirmedUntil): Promise<AttemptEnd> {
   let verdict;
   const until = monotonicNow() + FINISH_RETRY_WINDOW_MS;
   for (let wait = 200, tries = 1; ; tries++) {
     try {
-      verdict = await deps.finish(row);
+      verdict = await deps.finish(row, tries === 1 ? confirmedUntil : 0);
       if (tries > 1 && !verdict.accepted && verdict.currentFence === stage.fence && verdict.currentState !== 'running') {
         // An earlier try committed and only its answer was lost: the row already holds our finish.
         verdict = { ...verdict, accepted: true };
@@ -179,8 +187,9 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     log.warn({ event: 'result_rejected', outcome: row.outcome }, 'finish rejected: this attempt no longer holds the stage');
     return 'rejected';
   }
-  if (verdict.nextStageId && verdict.nextToolClass) deps.onQueued(verdict.nextToolClass, verdict.nextStageId);
-  if (row.outcome === 'queued') deps.onQueued(stage.toolClass, stage.id, row.retryDelayMs);
+  if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
+  else if (verdict.nextStageId && verdict.nextToolClass) deps.onQueued(verdict.nextToolClass, { stageId: verdict.nextStageId, attempt: 1 });
+  if (row.outcome === 'queued') deps.onQueued(stage.toolClass, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state }, 'stage finished');
   return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
 }

@@ -2,25 +2,33 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Registry } from '../definitions/registry.js';
 import { InvalidInputError } from '../errors.js';
-import { encodeFinishRow, finishEncoded, type ClaimedStage, type FinishRow, type Store } from '../store/index.js';
+import type { ClaimLimits, ClaimedStage, Store } from '../store/index.js';
 import { parseInput } from '../store/validate.js';
-import type { Transport } from '../transport/transport.js';
+import type { StageReady, Transport } from '../transport/transport.js';
 import { EventWriter } from './event-writer.js';
 import { executeStage, inlineRunner, type AttemptEnd, type ExecutorDeps, type ToolRunner } from './executor.js';
+import { FinishBatcher, FINISH_BATCH_WINDOW_MS } from './finish-batcher.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { makeOwnerId } from './owner-id.js';
+import { Sweeper } from './sweeper.js';
 
 export const workerOptionsSchema = z.object({
   /** Tool classes this worker serves (default: every class in the registry). */
   classes: z.array(z.string().min(1)).min(1).optional(),
   /** Stages of each class run at once in this worker (default 10). */
   concurrency: z.number().int().min(1).max(1000).optional(),
-  /** How often to look for work when no wake-up comes (default 1000 ms). */
+  /** How often to look for work in PostgreSQL when wake-ups cannot be trusted (default 1000 ms); 5x that while they can. */
   pollIntervalMs: z.number().int().min(10).max(60_000).optional(),
   /** On stop: how long in-flight stages may take before their leases are released (default 10 s). */
   graceMs: z.number().int().min(0).max(3_600_000).optional(),
   /** A readable prefix for the owner id (host by default). */
   name: z.string().min(1).max(100).optional(),
+  /** Claim the next stage of a run in the finish of the one before it, when this worker serves it (default true). */
+  fastPath: z.boolean().optional(),
+  /** Finishes within this many ms commit together (default 2; 0 = never batch). */
+  finishBatchMs: z.number().int().min(0).max(100).optional(),
+  /** How often the sweeper re-sends due stages and expired leases to the transport (default 5000 ms). */
+  sweepIntervalMs: z.number().int().min(50).max(600_000).optional(),
 }).strict();
 export type WorkerOptions = z.input<typeof workerOptionsSchema>;
 
@@ -34,9 +42,11 @@ export interface WorkerDeps {
 }
 
 /**
- * Claims stages of the classes it serves (up to `concurrency` at once per class, claiming as
- * many as it has free slots in one statement), runs them under leases kept by one lease
- * keeper, and finishes them fenced. Stateless: any number of workers may share a database.
+ * Claims stages of the classes it serves (up to `concurrency` at once per class, as many as it
+ * has free slots in one claim), runs them under leases kept by one lease keeper, and finishes
+ * them fenced. Wake-ups come from the transport; PostgreSQL is polled too (faster while the
+ * transport is unhealthy), and a sweeper re-sends what PostgreSQL says is due. Stateless: any
+ * number of workers may share a database.
  */
 export class Worker {
   readonly owner: string;
@@ -44,27 +54,67 @@ export class Worker {
   private readonly opts: Required<Omit<WorkerOptions, 'classes' | 'name'>>;
   private readonly keeper: LeaseKeeper;
   private readonly events: EventWriter;
+  private readonly batcher: FinishBatcher;
+  private readonly sweeper: Sweeper;
+  private readonly limits = new Map<string, ClaimLimits | undefined>();
   private readonly inFlight = new Map<string, { stage: ClaimedStage; done: Promise<AttemptEnd> }>();
   private readonly perClass = new Map<string, number>();
   private readonly wakers = new Map<string, () => void>();
-  private readonly unsubscribe: (() => void)[] = [];
+  private readonly unsubscribe: (() => Promise<void>)[] = [];
+  private readonly claimWaiters = new Map<string, (() => void)[]>();
+  private readonly executorDeps: ExecutorDeps;
   private loops: Promise<void>[] = [];
   private running = false;
-  /** Counts of how attempts ended (for tests and metrics). */
+  /** How attempts ended (for tests and metrics). */
   readonly ended: Record<AttemptEnd, number> = { succeeded: 0, failed: 0, retry: 0, rejected: 0, abandoned: 0, unknown: 0 };
 
   constructor(private readonly deps: WorkerDeps, options: WorkerOptions = {}) {
     const o = parseInput(workerOptionsSchema, options, 'worker');
-    const known = deps.registry.toolClasses().map((c) => c.name);
+    const classes = deps.registry.toolClasses();
+    const known = classes.map((c) => c.name);
     this.classes = o.classes ?? known;
     for (const [i, c] of this.classes.entries()) {
       if (!known.includes(c)) throw new InvalidInputError(`no workflow uses tool class "${c}" (known: ${known.join(', ') || 'none'})`, `worker.classes[${i}]`);
     }
-    this.opts = { concurrency: o.concurrency ?? 10, pollIntervalMs: o.pollIntervalMs ?? 1000, graceMs: o.graceMs ?? 10_000 };
+    this.opts = {
+      concurrency: o.concurrency ?? 10,
+      pollIntervalMs: o.pollIntervalMs ?? 1000,
+      graceMs: o.graceMs ?? 10_000,
+      fastPath: o.fastPath ?? true,
+      finishBatchMs: o.finishBatchMs ?? FINISH_BATCH_WINDOW_MS,
+      sweepIntervalMs: o.sweepIntervalMs ?? 5000,
+    };
+    // Limits travel with the claim, so they hold on every path that claims.
+    const keyed = new Set(deps.registry.list().filter((w) => w.concurrencyKey).flatMap((w) => w.steps.map((s) => s.tool.class.name)));
+    for (const c of classes) {
+      const limits: ClaimLimits = {
+        ...(c.concurrency !== null ? { classConcurrency: c.concurrency } : {}),
+        ...(c.rateLimit ? { rate: { max: c.rateLimit.max, windowMs: c.rateLimit.perMs } } : {}),
+        ...(keyed.has(c.name) ? { keyed: true } : {}),
+      };
+      this.limits.set(c.name, Object.keys(limits).length > 0 ? limits : undefined);
+    }
     this.owner = makeOwnerId(o.name);
     const logger = deps.logger.child({ owner: this.owner });
     this.events = new EventWriter(deps.store, logger);
     this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush());
+    this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
+    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, this.opts.sweepIntervalMs, logger);
+    this.executorDeps = {
+      store: deps.store,
+      keeper: this.keeper,
+      events: this.events,
+      registry: deps.registry,
+      owner: this.owner,
+      logger: deps.logger,
+      runners: { inline: inlineRunner, thread: deps.threadRunner },
+      random: deps.random,
+      finish: (row, confirmedUntil) => this.batcher.finish(row, confirmedUntil),
+      onQueued: (toolClass, ready, delayMs) => deps.transport.notify(toolClass, ready, delayMs),
+      canClaimNext: (nextClass, currentClass) => this.running && this.opts.fastPath && this.classes.includes(nextClass)
+        && this.limits.get(nextClass) === undefined && this.free(nextClass) + (nextClass === currentClass ? 1 : 0) > 0,
+      onClaimed: (stage) => this.launch(stage),
+    };
   }
 
   private get logger(): Logger {
@@ -75,11 +125,12 @@ export class Worker {
     if (this.running) return;
     this.running = true;
     this.keeper.start();
+    this.sweeper.start();
     for (const cls of this.classes) {
-      this.unsubscribe.push(this.deps.transport.subscribe(cls, () => this.wakers.get(cls)?.()));
+      this.unsubscribe.push(this.deps.transport.subscribe(cls, (ready) => this.onWake(cls, ready)));
       this.loops.push(this.claimLoop(cls));
     }
-    this.logger.info({ event: 'worker_started', owner: this.owner, classes: this.classes, concurrency: this.opts.concurrency }, 'worker started');
+    this.logger.info({ event: 'worker_started', owner: this.owner, classes: this.classes, concurrency: this.opts.concurrency, transport: this.deps.transport.kind }, 'worker started');
   }
 
   /**
@@ -89,20 +140,23 @@ export class Worker {
   async stop(opts: { graceMs?: number } = {}): Promise<void> {
     if (!this.running) return;
     this.running = false;
-    for (const u of this.unsubscribe.splice(0)) u();
+    await Promise.all(this.unsubscribe.splice(0).map((u) => u()));
     for (const wake of this.wakers.values()) wake();
     await Promise.all(this.loops);
+    await this.sweeper.stop();
     const grace = opts.graceMs ?? this.opts.graceMs;
-    const all = Promise.all([...this.inFlight.values()].map((f) => f.done));
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([all, new Promise<void>((r) => { timer = setTimeout(r, grace); })]);
+    await Promise.race([this.allSettled(), new Promise<void>((r) => { timer = setTimeout(r, grace); })]);
     clearTimeout(timer);
     const left = [...this.inFlight.values()].map((f) => f.stage);
     if (left.length > 0) {
       for (const s of left) this.keeper.abort(s.id, 'shutdown', 'the worker is shutting down');
       try {
         const released = await this.deps.store.release({ owner: this.owner, leases: left.map((s) => ({ stageId: s.id, fence: s.fence })) });
-        for (const r of released) this.deps.transport.notify(r.toolClass, r.stageId);
+        for (const r of released) {
+          const s = left.find((x) => x.id === r.stageId);
+          this.deps.transport.notify(r.toolClass, { stageId: r.stageId, attempt: s ? s.attempt : 1 });
+        }
         this.logger.info({ event: 'lease_released', count: released.length }, 'leases handed back at shutdown');
       } catch (err) {
         this.logger.error({ event: 'release_failed', err: (err as Error).message }, 'could not release leases: they will expire');
@@ -110,6 +164,7 @@ export class Worker {
     }
     await this.keeper.stop();
     await this.events.drain();
+    await this.deps.store.deleteWorker(this.owner).catch(() => {});
     this.logger.info({ event: 'worker_stopped', owner: this.owner }, 'worker stopped');
   }
 
@@ -117,27 +172,62 @@ export class Worker {
     return this.inFlight.size;
   }
 
+  /** Resolves when no stage is in flight (the fast path may chain new ones meanwhile). */
+  private async allSettled(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.all([...this.inFlight.values()].map((f) => f.done));
+  }
+
+  /** A transport wake-up: resolves once a claim of the class has been tried. */
+  private onWake(cls: string, _ready: StageReady | null): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const list = this.claimWaiters.get(cls) ?? [];
+      list.push(resolve);
+      this.claimWaiters.set(cls, list);
+      this.wakers.get(cls)?.();
+    });
+  }
+
+  private claimTried(cls: string): void {
+    const list = this.claimWaiters.get(cls);
+    if (!list?.length) return;
+    this.claimWaiters.set(cls, []);
+    for (const r of list) r();
+  }
+
+  private free(cls: string): number {
+    return this.opts.concurrency - (this.perClass.get(cls) ?? 0);
+  }
+
   private async claimLoop(cls: string): Promise<void> {
     let backoff = 100;
     while (this.running) {
-      const free = this.opts.concurrency - (this.perClass.get(cls) ?? 0);
+      const free = this.free(cls);
       if (free <= 0) {
-        await this.sleep(cls, this.opts.pollIntervalMs);
+        this.claimTried(cls); // no slot: the wake-up is answered; polling or a finish brings us back
+        await this.sleep(cls, this.pollMs());
         continue;
       }
       let claimed: ClaimedStage[];
       try {
-        claimed = await this.deps.store.claim({ owner: this.owner, toolClass: cls, limit: free });
+        claimed = await this.deps.store.claim({ owner: this.owner, toolClass: cls, limit: free, limits: this.limits.get(cls) });
         backoff = 100;
       } catch (err) {
         this.logger.warn({ event: 'claim_failed', toolClass: cls, err: (err as Error).message }, 'claim failed');
+        this.claimTried(cls);
         await this.sleep(cls, backoff);
         backoff = Math.min(backoff * 2, 5000);
         continue;
       }
+      this.claimTried(cls);
       for (const stage of claimed) this.launch(stage);
-      if (claimed.length < free) await this.sleep(cls, this.opts.pollIntervalMs);
+      if (claimed.length < free) await this.sleep(cls, this.pollMs());
     }
+    this.claimTried(cls);
+  }
+
+  private pollMs(): number {
+    return this.deps.transport.kind === 'bullmq' && this.deps.transport.healthy() ? this.opts.pollIntervalMs * 5 : this.opts.pollIntervalMs;
   }
 
   /** Sleeps until a wake-up for the class, a slot frees up, or `ms` pass. */
@@ -154,7 +244,7 @@ export class Worker {
 
   private launch(stage: ClaimedStage): void {
     this.perClass.set(stage.toolClass, (this.perClass.get(stage.toolClass) ?? 0) + 1);
-    const done = executeStage(this.executorDeps(), stage).then(
+    const done = executeStage(this.executorDeps, stage).then(
       (end) => end,
       (err: unknown) => {
         this.logger.error({ event: 'executor_crashed', stageId: stage.id, err: (err as Error).stack }, 'executor crashed');
@@ -162,7 +252,7 @@ export class Worker {
       },
     ).then((end) => {
       this.ended[end]++;
-      this.inFlight.delete(stage.id);
+      if (this.inFlight.get(stage.id)?.stage === stage) this.inFlight.delete(stage.id);
       this.perClass.set(stage.toolClass, (this.perClass.get(stage.toolClass) ?? 1) - 1);
       this.wakers.get(stage.toolClass)?.();
       return end;
@@ -170,23 +260,4 @@ export class Worker {
     this.inFlight.set(stage.id, { stage, done });
   }
 
-  private executorDeps(): ExecutorDeps {
-    const { store, registry, transport, random } = this.deps;
-    const owner = this.owner;
-    return {
-      store,
-      keeper: this.keeper,
-      events: this.events,
-      registry,
-      owner,
-      logger: this.logger,
-      runners: { inline: inlineRunner, thread: this.deps.threadRunner },
-      finish: async (row: FinishRow) => {
-        const [v] = await finishEncoded(store.db, owner, [encodeFinishRow(row)]);
-        return v!;
-      },
-      onQueued: (toolClass, stageId, delayMs) => transport.notify(toolClass, stageId, delayMs),
-      random,
-    };
-  }
 }

@@ -1,0 +1,29 @@
+import type { Queryable } from './db.js';
+import { DELETE_WORKER_SQL, DUE_IN_SQL, SWEEP_SQL, UNSERVED_CLASSES_SQL, UPSERT_WORKER_SQL } from './workers.sql.js';
+
+export interface SweptStage { stageId: string; toolClass: string; attempt: number }
+
+export async function upsertWorker(q: Queryable, owner: string, classes: string[]): Promise<void> {
+  await q.query(UPSERT_WORKER_SQL, [owner, classes], 'ratchet_upsert_worker');
+}
+
+export async function deleteWorker(q: Queryable, owner: string): Promise<void> {
+  await q.query(DELETE_WORKER_SQL, [owner]);
+}
+
+/** Due queued stages and expired leases of these classes, at most `limit` of each kind. */
+export async function sweep(q: Queryable, classes: string[], limit: number): Promise<SweptStage[]> {
+  const rows = await q.query(SWEEP_SQL, [classes, limit], 'ratchet_sweep');
+  return rows.map((r) => ({ stageId: r.id as string, toolClass: r.tool_class as string, attempt: r.next_attempt as number }));
+}
+
+export async function dueIn(q: Queryable, stageId: string): Promise<number> {
+  if (!/^\d{1,19}$/.test(stageId)) return 0;
+  const [r] = await q.query(DUE_IN_SQL, [stageId], 'ratchet_due_in');
+  return (r?.wait as number | undefined) ?? 0;
+}
+
+export async function unservedClasses(q: Queryable, classes: string[], withinMs: number): Promise<string[]> {
+  const rows = await q.query(UNSERVED_CLASSES_SQL, [classes, withinMs]);
+  return rows.map((r) => r.tool_class as string);
+}

@@ -1,0 +1,58 @@
+import { encodeFinishRow, finishEncoded, monotonicNow, type FinishRow, type FinishVerdict, type Queryable } from '../store/index.js';
+
+/** How long a finish waits for others to join it. */
+export const FINISH_BATCH_WINDOW_MS = 2;
+/** A finish whose lease is confirmed for less than this goes alone, at once. */
+export const FINISH_BATCH_MIN_ROOM_MS = 250;
+const MAX_BATCH = 200;
+
+interface Pending { row: Record<string, unknown>; resolve(v: FinishVerdict): void; reject(e: unknown): void }
+
+/**
+ * Finishes that complete within a few milliseconds of each other commit together: one
+ * statement over a JSON array, each row still fenced on its own owner + token + lease. Each
+ * row is validated before it joins (one bad row cannot sink the batch); a row joins only when
+ * its local deadline leaves room; each caller learns its own row's verdict; a failed commit
+ * leaves every row's outcome unknown (every caller gets the error), not lost.
+ */
+export class FinishBatcher {
+  private pending: Pending[] = [];
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly db: Queryable, private readonly owner: string, private readonly windowMs = FINISH_BATCH_WINDOW_MS) {}
+
+  finish(row: FinishRow, confirmedUntil: number): Promise<FinishVerdict> {
+    const encoded = encodeFinishRow(row); // throws for this row alone
+    return new Promise<FinishVerdict>((resolve, reject) => {
+      const p = { row: encoded, resolve, reject };
+      if (this.windowMs <= 0 || confirmedUntil - monotonicNow() < FINISH_BATCH_MIN_ROOM_MS) {
+        void this.send([p]);
+        return;
+      }
+      this.pending.push(p);
+      if (this.pending.length >= MAX_BATCH) this.flush();
+      else this.timer ??= setTimeout(() => this.flush(), this.windowMs);
+    });
+  }
+
+  flush(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const batch = this.pending.splice(0);
+    if (batch.length > 0) void this.send(batch);
+  }
+
+  private async send(batch: Pending[]): Promise<void> {
+    try {
+      const verdicts = await finishEncoded(this.db, this.owner, batch.map((p) => p.row));
+      const byId = new Map(verdicts.map((v) => [v.stageId, v]));
+      for (const p of batch) {
+        const v = byId.get(String(p.row.id));
+        if (v) p.resolve(v);
+        else p.reject(new Error(`finish returned no verdict for stage ${String(p.row.id)}`));
+      }
+    } catch (err) {
+      for (const p of batch) p.reject(err);
+    }
+  }
+}

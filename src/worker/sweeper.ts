@@ -1,0 +1,63 @@
+import type { Logger } from 'pino';
+import type { Store } from '../store/index.js';
+import type { Transport } from '../transport/transport.js';
+
+/** Stages re-sent per class kind and sweep. */
+const SWEEP_BATCH = 500;
+
+/**
+ * Losing Redis loses nothing: from PostgreSQL alone, in bounded batches, the sweeper re-sends
+ * due `queued` stages and expired leases to the transport (job ids dedupe repeats), and keeps
+ * this worker's row in ratchet.workers fresh (explain uses it to say no worker serves a class).
+ */
+export class Sweeper {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly transport: Transport,
+    private readonly owner: string,
+    private readonly classes: string[],
+    private readonly intervalMs: number,
+    private readonly logger: Logger,
+  ) {}
+
+  start(): void {
+    this.stopped = false;
+    void this.tick();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const r = this.running;
+    this.running = null;
+    await r;
+  }
+
+  private schedule(): void {
+    this.timer = setTimeout(() => void this.tick(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  private tick(): Promise<void> {
+    this.running = (async () => {
+      try {
+        await this.store.upsertWorker(this.owner, this.classes);
+        if (this.transport.kind !== 'in-process' && this.transport.healthy()) {
+          const due = await this.store.sweep(this.classes, SWEEP_BATCH);
+          for (const s of due) this.transport.notify(s.toolClass, { stageId: s.stageId, attempt: s.attempt });
+          if (due.length > 0) this.logger.debug({ event: 'sweep', count: due.length }, 'due stages re-sent');
+        }
+      } catch (err) {
+        this.logger.warn({ event: 'sweep_failed', err: (err as Error).message }, 'sweep failed');
+      }
+    })();
+    return this.running.finally(() => {
+      if (!this.stopped) this.schedule();
+    });
+  }
+}
