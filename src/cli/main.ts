@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import { openStore } from '../store/index.js';
 import { RatchetError } from '../errors.js';
 import { registerRunCommand } from './commands/run.js';
+import { registerWorkerCommand } from './commands/worker.js';
 import { EXIT } from './exit-codes.js';
 
 /**
@@ -37,6 +38,7 @@ program.command('migrate')
   });
 
 registerRunCommand(program);
+registerWorkerCommand(program);
 
 try {
   await program.parseAsync(process.argv);
