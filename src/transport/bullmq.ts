@@ -34,7 +34,7 @@ function connectionFrom(url: string, extra: Record<string, unknown>): Connection
  * `<stage>-<attempt the claim will create>` (BullMQ refuses `:`), so repeated notices of one
  * attempt collapse into one job; finished jobs are removed. A job is acknowledged once the
  * worker has tried a claim, never held for the stage's life, so BullMQ's stall clock never
- * competes with the lease. Adds fail fast while Redis is away (the sweeper re-sends later).
+ * competes with the lease. Adds fail within seconds while Redis is away (the sweeper re-sends later).
  */
 export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
   const prefix = opts.prefix ?? 'ratchet';
@@ -54,8 +54,9 @@ export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
     if (!q) {
       q = new Queue(`class-${toolClass}`, {
         prefix,
-        connection: connectionFrom(opts.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, connectTimeout: 2000 }),
-        skipWaitingForReady: true,
+        // Commands wait for a (re)connection, but only through one retry: while Redis is away an
+        // add fails within seconds instead of piling up (the sweeper re-sends from PostgreSQL).
+        connection: connectionFrom(opts.redisUrl, { maxRetriesPerRequest: 1, connectTimeout: 2000 }),
       });
       q.on('error', markError);
       queues.set(toolClass, q);
