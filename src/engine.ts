@@ -7,8 +7,12 @@ import type { Workflow } from './definitions/types.js';
 import { InvalidInputError } from './errors.js';
 import { defaultLogger } from './logger.js';
 import { planStaticRun } from './planner/plan.js';
+import { planAgentRun } from './dispatcher/agent.js';
 import type { RunState, StageState } from './planner/states.js';
 import { openStore, type CancelResult, type EventRow, type Store } from './store/index.js';
+import type { ListRunsFilter, RetryResult, RunPage } from './store/index.js';
+import { explainRun } from './observability/explain.js';
+import type { Explanation } from './observability/explanation.js';
 import { parseInput } from './store/validate.js';
 import { createInProcessTransport } from './transport/in-process.js';
 import { createBullmqTransport } from './transport/bullmq.js';
@@ -30,6 +34,8 @@ const ratchetOptions = z.object({
   poolSize: z.number().int().min(1).max(1000).optional(),
   /** Client-side limit on one statement's answer (default 10 s). */
   queryTimeoutMs: z.number().int().positive().optional(),
+  /** Give up on a new PostgreSQL connection after this long (default 10 s). */
+  connectionTimeoutMs: z.number().int().positive().optional(),
   transport: z.custom<Transport>().optional(),
   threadRunner: z.custom<ToolRunner>().optional(),
 }).strict();
@@ -65,6 +71,12 @@ export interface Ratchet {
   worker(opts?: WorkerOptions): Worker;
   cancel(id: string): Promise<CancelResult | null>;
   close(): Promise<void>;
+  /** Retries a failed run from its failed stage (fresh attempt budget, history kept); null for an unknown id. */
+  retry(id: string): Promise<RetryResult | null>;
+  /** Why a run is where it is: one verdict and its evidence (src/observability/explain.ts). */
+  explain(id: string): Promise<Explanation>;
+  /** Runs, newest first, filtered, one page at a time. */
+  listRuns(filter?: ListRunsFilter): Promise<RunPage>;
 }
 
 /**
@@ -86,6 +98,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     dataDir: opts.dataDir ?? process.env.RATCHET_DATA_DIR ?? undefined,
     poolSize: opts.poolSize,
     queryTimeoutMs: opts.queryTimeoutMs,
+    connectionTimeoutMs: opts.connectionTimeoutMs,
     logger,
   });
   // PostgreSQL + Redis: BullMQ carries wake-ups between processes. Embedded: in-process.
@@ -117,9 +130,10 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
         input: parsed.data,
         idempotencyKey: so.idempotencyKey,
         deadline,
-        stages: planStaticRun(workflow, parsed.data),
+        stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
       });
-      if (created.created) transport.notify(workflow.steps[0]!.tool.class.name, { stageId: created.stageIds[0]!, attempt: 1 });
+      const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;
+      if (created.created) transport.notify(firstClass, { stageId: created.stageIds[0]!, attempt: 1 });
       logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, created: created.created }, 'run submitted');
       return { id: created.id, state: created.state, created: created.created };
     },
@@ -145,6 +159,14 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       await transport.close();
       await store.close();
     },
+    async retry(id) {
+      const res = await store.retryRun(id);
+      if (res?.retried && res.stage) transport.notify(res.stage.toolClass, { stageId: res.stage.id, attempt: 1 });
+      if (res?.retried) logger.info({ event: 'run_retried', runId: id, stageId: res.stage?.id }, 'run retried');
+      return res;
+    },
+    explain: (id) => explainRun({ store, registry }, id),
+    listRuns: (filter) => store.listRuns(filter),
   };
   return ratchet;
 }

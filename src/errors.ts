@@ -17,6 +17,9 @@ export const ERROR_CODES = [
   'timeout',
   'stage_duration_exceeded',
   'shutdown',
+  // the task API: a request that does not fit the run's state
+  'not_retryable',
+  'already_terminal',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -110,5 +113,22 @@ export type AbortReason = 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'ti
 export class AttemptAbortedError extends RatchetError {
   constructor(readonly reason: AbortReason, message: string, details: Record<string, unknown> = {}) {
     super(reason, message, details);
+  }
+}
+
+/**
+ * Retry works only from `failed` (the same run from its failed stage). An expired or cancelled
+ * run is resubmitted as a new run; a queued or running run is still going (wait for it).
+ */
+export class RunNotRetryableError extends RatchetError {
+  constructor(readonly runId: string, readonly state: string, readonly reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed', hint: string) {
+    super('not_retryable', `run ${runId} cannot be retried (${reason === 'not_failed' ? `it is ${state}` : reason.replace(/_/g, ' ')}): ${hint}`, { runId, state, reason });
+  }
+}
+
+/** Cancel of a run that already ended another way (succeeded, failed or expired): nothing changed. */
+export class RunAlreadyTerminalError extends RatchetError {
+  constructor(readonly runId: string, readonly state: string) {
+    super('already_terminal', `run ${runId} already ended ${state}: there is nothing to cancel`, { runId, state });
   }
 }

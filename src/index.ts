@@ -3,6 +3,8 @@
  * engine facade, errors, states, and the store underneath.
  */
 export { defineToolClass, defineTool, defineWorkflow } from './definitions/index.js';
+export { defineAgent, MODEL_STAGE_TOOL } from './definitions/agent.js';
+export type { AgentOptions } from './definitions/agent.js';
 export type {
   ToolClassOptions, ToolOptions, WorkflowOptions, StepOptions, ToolClass, Tool, Workflow, Step, StepInputArgs, ToolContext,
   ReconcileResult, RetryOptions, RetryPolicy, Duration,
@@ -29,3 +31,8 @@ export type {
   Store, StoreOptions, ClaimedStage, ExtendResult, ExtendVerdict, FinishRow, FinishVerdict, CreateRunInput, CreatedRun, RunRow,
   StageRow, EventRow, StageSpec,
 } from './store/index.js';
+export { RunNotRetryableError, RunAlreadyTerminalError } from './errors.js';
+export { createServer } from './api/index.js';
+export type { ApiServer, ServerOptions } from './api/index.js';
+export type { Explanation, Verdict } from './observability/explanation.js';
+export type { ListRunsFilter, RunPage, RetryResult } from './store/index.js';

@@ -1,5 +1,6 @@
 import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
 import { isWorkflow } from './guards.js';
+import { classesOf, toolsOf } from './agent.js';
 import type { Tool, ToolClass, Workflow } from './types.js';
 
 export interface Registry {
@@ -28,19 +29,21 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
         { workflow: w.name, files: [twin.sourceFile, w.sourceFile] });
     }
     byName.set(w.name, w);
-    for (const step of w.steps) {
-      const t = tools.get(step.tool.name);
-      if (t && t.tool !== step.tool) {
-        throw new InvalidDefinitionError(`two different tools are named "${step.tool.name}": in ${origin(t.in)} and in ${origin(w)}`,
-          `workflows[${i}].steps`, { tool: step.tool.name, workflows: [t.in.name, w.name] });
+    for (const tool of toolsOf(w)) {
+      const t = tools.get(tool.name);
+      if (t && t.tool !== tool) {
+        throw new InvalidDefinitionError(`two different tools are named "${tool.name}": in ${origin(t.in)} and in ${origin(w)}`,
+          `workflows[${i}].steps`, { tool: tool.name, workflows: [t.in.name, w.name] });
       }
-      tools.set(step.tool.name, { tool: step.tool, in: w });
-      const c = classes.get(step.tool.class.name);
-      if (c && c.cls !== step.tool.class) {
-        throw new InvalidDefinitionError(`two different tool classes are named "${step.tool.class.name}": in ${origin(c.in)} and in ${origin(w)}`,
-          `workflows[${i}].steps`, { toolClass: step.tool.class.name, workflows: [c.in.name, w.name] });
+      tools.set(tool.name, { tool, in: w });
+    }
+    for (const cls of classesOf(w)) {
+      const c = classes.get(cls.name);
+      if (c && c.cls !== cls) {
+        throw new InvalidDefinitionError(`two different tool classes are named "${cls.name}": in ${origin(c.in)} and in ${origin(w)}`,
+          `workflows[${i}].steps`, { toolClass: cls.name, workflows: [c.in.name, w.name] });
       }
-      classes.set(step.tool.class.name, { cls: step.tool.class, in: w });
+      classes.set(cls.name, { cls, in: w });
     }
   });
   return Object.freeze({

@@ -113,4 +113,32 @@ export interface Workflow<I = unknown> {
    * whatever the number of workers.
    */
   readonly concurrencyKey: { key(input: I): string; limit: number } | null;
+  /** An agent (made by defineAgent): a model proposes the tool calls; `steps` is empty. */
+  readonly agent: AgentSpec | null;
+}
+
+/** The model an agent calls: an OpenAI-compatible chat-completions endpoint. */
+export interface ModelSpec {
+  /** The model's name at the endpoint, e.g. "gpt-4o-mini". */
+  readonly name: string;
+  /** The model call's tool class: its lease, heartbeat, timeout and retries (a model call is a stage). */
+  readonly class: ToolClass;
+  /** Default: OPENAI_BASE_URL at call time. */
+  readonly baseURL: string | null;
+  /** Default: OPENAI_API_KEY at call time. */
+  readonly apiKey: string | null;
+  readonly temperature: number | null;
+}
+
+export interface AgentSpec {
+  readonly model: ModelSpec;
+  readonly instructions: string;
+  /** The allow-list: the only tools the model may call, by exact name. */
+  readonly tools: readonly Tool[];
+  /** Model calls in one run, at most. */
+  readonly maxSteps: number;
+  /** Invalid action lists sent back to the model as tool errors, at most; then the run fails with invalid_actions. */
+  readonly maxReplans: number;
+  /** Tool calls in one model answer, at most. */
+  readonly maxActions: number;
 }

@@ -89,5 +89,6 @@ export function defineWorkflow<I>(options: WorkflowOptions<I>): Workflow<I> {
     deadlineMs: o.deadline ?? null,
     hash: workflowHash(o.name, steps),
     concurrencyKey: options.concurrencyKey ? { key: options.concurrencyKey.key, limit: o.concurrencyKey!.limit } : null,
+    agent: null,
   });
 }

@@ -1,5 +1,5 @@
 import { PermanentError } from '../errors.js';
-import type { Workflow } from '../definitions/types.js';
+import type { RetryPolicy, Workflow } from '../definitions/types.js';
 import { decideRetry } from '../planner/retry.js';
 import type { ClaimedStage, FinishRow } from '../store/index.js';
 import { describeError, payloadHash, type StageError } from '../worker/errors.js';
@@ -38,9 +38,10 @@ export async function onSuccess(deps: DispatchDeps, workflow: Workflow, stage: C
   return { ...base, next: { seq: stage.seq + 1, input: input ?? null } };
 }
 
-export function onFailure(deps: DispatchDeps, workflow: Workflow, stage: ClaimedStage, err: unknown, data: Record<string, unknown>): FinishRow {
+/** A failed attempt: a retry after its backoff, or the run failed with the error (and the attempts) kept. */
+export function onFailure(deps: DispatchDeps, what: { name: string; retry: RetryPolicy }, stage: ClaimedStage, err: unknown, data: Record<string, unknown>): FinishRow {
   const error: StageError = describeError(err, stage.attempt, stage.fence);
-  const tool = workflow.steps[stage.seq - 1]!.tool;
+  const tool = what;
   const decision = decideRetry({
     policy: tool.retry,
     attempt: stage.attempt,

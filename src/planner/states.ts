@@ -11,7 +11,8 @@ import { IllegalTransitionError } from '../errors.js';
  *   running -> running is the reclaim of an expired lease (new owner, new fence).
  *   running -> queued is a retry (or a graceful release, or an attempt past maxDuration).
  *   queued -> failed is a claim that finds the attempt budget spent.
- *   failed -> queued is the explicit retry of a failed run from its failed stage.
+ *   failed -> queued is the explicit retry of a failed run from its failed stage;
+ *   cancelled -> pending is the same retry re-planning the later stages the failure cancelled.
  * run: queued -> running -> succeeded | failed | cancelled; expired when its deadline passes;
  *   failed -> running is the explicit retry.
  */
@@ -21,7 +22,7 @@ export const STAGE_TRANSITIONS = {
   running: ['running', 'queued', 'succeeded', 'failed', 'cancelled'],
   succeeded: [],
   failed: ['queued'],
-  cancelled: [],
+  cancelled: ['pending'],
 } as const satisfies Record<string, readonly string[]>;
 
 export const RUN_TRANSITIONS = {

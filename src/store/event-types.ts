@@ -25,6 +25,8 @@ export const EVENT_TYPES = [
   'ownership_unknown',
   'tool_request_started',
   'outcome_unknown',
+  'stages_planned',
+  'actions_refused',
   'reconciled',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];

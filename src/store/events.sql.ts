@@ -19,3 +19,7 @@ SELECT EXISTS (
 /** Outputs of run $1's succeeded stages by step name (to compute a next step's input). */
 export const STAGE_RESULTS_SQL = `
 SELECT name, result FROM ratchet.stages WHERE run_id = $1::uuid AND state = 'succeeded' ORDER BY seq`;
+
+/** Run $1's stages in order with their results (an agent rebuilds its conversation from them). */
+export const RUN_STAGES_SQL = `
+SELECT seq, name, tool, state, result FROM ratchet.stages WHERE run_id = $1::uuid ORDER BY seq`;

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Queryable } from './db.js';
 import { EVENT_TYPES } from './event-types.js';
-import { APPEND_EVENTS_SQL, EFFECT_STARTED_SQL, STAGE_RESULTS_SQL } from './events.sql.js';
+import { APPEND_EVENTS_SQL, EFFECT_STARTED_SQL, RUN_STAGES_SQL, STAGE_RESULTS_SQL } from './events.sql.js';
 import { toJsonText } from './json.js';
 import { parseInput } from './validate.js';
 
@@ -31,4 +31,11 @@ export async function effectStarted(q: Queryable, runId: string, stageId: string
 export async function stageResults(q: Queryable, runId: string): Promise<Record<string, unknown>> {
   const rows = await q.query(STAGE_RESULTS_SQL, [runId], 'ratchet_stage_results');
   return Object.fromEntries(rows.map((r) => [r.name as string, r.result]));
+}
+
+export interface RunStageRow { seq: number; name: string; tool: string; state: string; result: unknown }
+
+export async function runStages(q: Queryable, runId: string): Promise<RunStageRow[]> {
+  const rows = await q.query(RUN_STAGES_SQL, [runId], 'ratchet_run_stages');
+  return rows.map((r) => ({ seq: r.seq as number, name: r.name as string, tool: r.tool as string, state: r.state as string, result: r.result ?? null }));
 }

@@ -7,22 +7,27 @@ import { createPgliteDb } from './db-pglite.js';
 import { createPostgresDb } from './db-postgres.js';
 import { claim, extend, finish, release, type FinishRow } from './lease.js';
 import { EXPIRE_ALL_LEASES_SQL } from './lease.sql.js';
-import { appendEvents, effectStarted, stageResults, type NewEvent } from './events.js';
+import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
 import { deleteWorker, dueIn, sweep, unservedClasses, upsertWorker, type SweptStage } from './workers.js';
 import { acquireDataDirLock } from './lockfile.js';
 import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
 import { parseInput } from './validate.js';
+import { retryRun } from './retry-run.js';
+import { listRuns, type ListRunsFilter } from './list-runs.js';
 
 export { DatabaseUnavailableError } from './db-errors.js';
 export type { Db, Queryable } from './db.js';
 export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow, encodeFinishRow, finishEncoded } from './lease.js';
 export type { ClaimedStage, ExtendResult, ExtendVerdict, FinishRow, FinishVerdict, Lease } from './lease.js';
 export { IdempotencyConflictError, requestHash } from './runs.js';
-export type { NewEvent } from './events.js';
+export type { NewEvent, RunStageRow } from './events.js';
 export type { SweptStage } from './workers.js';
 export type { ClaimLimits } from './lease.js';
 export type { CancelResult, CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
+export type { RetryResult } from './retry-run.js';
+export { MAX_LIST_LIMIT } from './list-runs.js';
+export type { ListRunsFilter, RunPage, RunSummaryRow } from './list-runs.js';
 
 /** The embedded default's data directory, relative to the working directory. */
 export const DEFAULT_DATA_DIR = '.ratchet';
@@ -58,6 +63,7 @@ export interface Store {
   appendEvents(events: NewEvent[]): Promise<void>;
   effectStarted(runId: string, stageId: string, beforeFence: string): Promise<boolean>;
   stageResults(runId: string): Promise<Record<string, unknown>>;
+  runStages(runId: string): ReturnType<typeof runStages>;
   upsertWorker(owner: string, classes: string[]): Promise<void>;
   deleteWorker(owner: string): Promise<void>;
   sweep(classes: string[], limit: number): Promise<SweptStage[]>;
@@ -75,6 +81,10 @@ export interface Store {
     advance(ms: number): Promise<void>;
   };
   close(): Promise<void>;
+  /** Retries a failed run from its failed stage with a fresh attempt budget; null for an unknown id. */
+  retryRun(runId: string): ReturnType<typeof retryRun>;
+  /** One page of runs, newest first, with filters and a keyset cursor. */
+  listRuns(filter?: ListRunsFilter): ReturnType<typeof listRuns>;
 }
 
 /**
@@ -137,6 +147,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     appendEvents: (events) => appendEvents(db, events),
     effectStarted: (runId, stageId, beforeFence) => effectStarted(db, runId, stageId, beforeFence),
     stageResults: (runId) => stageResults(db, runId),
+    runStages: (runId) => runStages(db, runId),
     upsertWorker: (owner, classes) => upsertWorker(db, owner, classes),
     deleteWorker: (owner) => deleteWorker(db, owner),
     sweep: (classes, limit) => sweep(db, classes, limit),
@@ -152,6 +163,8 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
       setOffset,
       advance: async (ms) => setOffset((await offsetMs()) + ms),
     },
+    retryRun: (runId) => retryRun(db, runId),
+    listRuns: (filter) => listRuns(db, filter),
     async close() {
       if (closed) return;
       closed = true;

@@ -267,7 +267,8 @@ export const FINISH_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 req AS (
   SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id bigint, fence bigint, outcome text, result jsonb, error jsonb,
-    "retryDelayMs" int, "nextSeq" int, "nextInput" jsonb, "claimNext" boolean, "runState" text, "runResult" jsonb, "runError" jsonb, data jsonb)
+    "retryDelayMs" int, "nextSeq" int, "nextInput" jsonb, "nextKeepInput" boolean, "claimNext" boolean, plan jsonb,
+    "runState" text, "runResult" jsonb, "runError" jsonb, data jsonb)
 ),
 fin AS (
   UPDATE ratchet.stages s SET
@@ -280,7 +281,8 @@ fin AS (
   FROM req, clk
   WHERE s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.fence, s.attempt, s.tool_class, req.outcome, req."retryDelayMs" AS retry_delay_ms,
-    req."nextSeq" AS next_seq, req."nextInput" AS next_input, coalesce(req."claimNext", false) AS claim_next, req."runState" AS run_state,
+    req."nextSeq" AS next_seq, req."nextInput" AS next_input, coalesce(req."nextKeepInput", false) AS next_keep_input,
+    coalesce(req."claimNext", false) AS claim_next, req.plan, req."runState" AS run_state,
     req."runResult" AS run_result, req."runError" AS run_error, req.data, s.available_at
 ),
 next_queued AS (
@@ -289,7 +291,7 @@ next_queued AS (
   -- worker costs one commit per stage.
   UPDATE ratchet.stages s SET
     state = CASE WHEN f.claim_next THEN 'running' ELSE 'queued' END,
-    input = f.next_input, available_at = clk.t, updated_at = clk.t,
+    input = CASE WHEN f.next_keep_input THEN s.input ELSE f.next_input END, available_at = clk.t, updated_at = clk.t,
     owner_id = CASE WHEN f.claim_next THEN $1 ELSE s.owner_id END,
     fence = CASE WHEN f.claim_next THEN nextval('ratchet.fence_seq') ELSE s.fence END,
     attempt = CASE WHEN f.claim_next THEN s.attempt + 1 ELSE s.attempt END,
@@ -303,6 +305,19 @@ next_queued AS (
   RETURNING s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
     s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
     s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, 'queued'::text AS prev_state, NULL::bigint AS prev_fence
+),
+planned AS (
+  -- An agent's plan: the stages of a validated action list (and the next model call), inserted
+  -- only when the model stage's finish is accepted, in this same statement.
+  INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at)
+  SELECT f.run_id, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
+    p."maxAttempts", f.run_id::text || ':' || p.seq || ':' || p.tool, p."concurrencyKey", p."concurrencyLimit", p.input, clk.t, clk.t, clk.t
+  FROM fin f CROSS JOIN LATERAL jsonb_to_recordset(f.plan) AS p(seq int, name text, tool text, "toolClass" text, state text,
+    "leaseMs" int, "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "concurrencyKey" text, "concurrencyLimit" int, input jsonb)
+  CROSS JOIN clk
+  WHERE f.plan IS NOT NULL
+  RETURNING id, run_id, tool_class, state, seq
 ),
 run_done AS (
   UPDATE ratchet.runs r SET state = f.run_state, result = f.run_result, error = f.run_error, finished_at = clk.t, updated_at = clk.t
@@ -331,6 +346,10 @@ ev AS (
   SELECT n.run_id, n.id, 'job_claimed', n.fence, n.attempt, clk.t, jsonb_build_object('owner', $1::text, 'leaseUntil', n.lease_until, 'fastPath', true)
   FROM next_queued n, clk WHERE n.state = 'running'
   UNION ALL
+  SELECT f.run_id, f.id, 'stages_planned', f.fence, f.attempt, clk.t,
+    jsonb_build_object('stages', (SELECT count(*) FROM planned p WHERE p.run_id = f.run_id), 'firstSeq', (SELECT min(seq) FROM planned p WHERE p.run_id = f.run_id))
+  FROM fin f, clk WHERE f.plan IS NOT NULL
+  UNION ALL
   SELECT s.run_id, s.id, 'result_rejected', req.fence, s.attempt, clk.t,
     coalesce(req.data, '{}'::jsonb) || jsonb_build_object('owner', $1::text, 'outcome', req.outcome,
       'reason', CASE WHEN s.fence IS DISTINCT FROM req.fence THEN 'stale_fence'
@@ -341,12 +360,13 @@ ev AS (
   FROM req JOIN ratchet.stages s ON s.id = req.id CROSS JOIN clk
   WHERE NOT EXISTS (SELECT 1 FROM fin WHERE fin.id = req.id)
 )
-SELECT req.id::text AS id, (f.id IS NOT NULL) AS accepted, n.id::text AS next_stage_id, n.tool_class AS next_tool_class,
+SELECT req.id::text AS id, (f.id IS NOT NULL) AS accepted, coalesce(n.id, pq.id)::text AS next_stage_id, coalesce(n.tool_class, pq.tool_class) AS next_tool_class,
   coalesce(f.outcome, s.state) AS current_state, s.fence::text AS current_fence, clk.t AS db_now,
   CASE WHEN n.state = 'running' THEN to_jsonb(nc) END AS next_claimed
 FROM req CROSS JOIN clk
 LEFT JOIN fin f ON f.id = req.id
 LEFT JOIN next_queued n ON n.run_id = f.run_id
+LEFT JOIN planned pq ON pq.run_id = f.run_id AND pq.state = 'queued'
 LEFT JOIN ratchet.stages s ON s.id = req.id
 LEFT JOIN LATERAL (
   SELECT ${CLAIMED_COLUMNS}

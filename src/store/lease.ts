@@ -222,6 +222,15 @@ const finishRow = z.object({
   next: z.object({ seq: z.number().int().min(1), input: json }).strict().optional(),
   /** The fast path: claim the next stage for this owner in the same statement (unkeyed stages only). */
   claimNext: z.boolean().optional(),
+  /** Queue the next stage with the input it already holds (an agent's planned tool call). */
+  nextKeepInput: z.boolean().optional(),
+  /** An agent's plan: new stages inserted with this finish (the first `queued`, the rest `pending`). */
+  plan: z.array(z.object({
+    seq: z.number().int().min(1), name: z.string().min(1).max(200), tool: z.string().min(1).max(200), toolClass: z.string().min(1).max(200),
+    state: z.enum(['queued', 'pending']), leaseMs: z.number().int().positive(), timeoutMs: z.number().int().positive(),
+    maxDurationMs: z.number().int().positive(), maxAttempts: z.number().int().min(1), input: json,
+    concurrencyKey: z.string().optional(), concurrencyLimit: z.number().int().min(1).optional(),
+  }).strict()).min(1).max(1000).optional(),
   run: z.object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() }).strict().optional(),
   /** Extra event data (ids, hashes, durations; never payloads). */
   data: z.record(z.string(), json).optional(),
@@ -259,6 +268,8 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
     nextSeq: row.next?.seq ?? null,
     nextInput: row.next ? parse(row.next.input, `${path}.next.input`) : null,
     claimNext: row.next ? row.claimNext ?? false : false,
+    nextKeepInput: row.next ? row.nextKeepInput ?? false : false,
+    plan: row.plan ? row.plan.map((p, i) => ({ ...p, input: parse(p.input, `${path}.plan[${i}].input`) })) : null,
     runState: row.run?.state ?? null,
     runResult: row.run ? parse(row.run.result, `${path}.run.result`) : null,
     runError: row.run ? parse(row.run.error, `${path}.run.error`) : null,

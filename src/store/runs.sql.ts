@@ -97,3 +97,71 @@ ev AS (
 )
 SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::int AS cancelled,
   coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;
+
+/**
+ * Retry failed run $1 from its failed stage, as one conditional statement: the run goes
+ * failed -> running (error cleared, kept in the event), its failed stage failed -> queued with a
+ * fresh attempt budget (attempt back to 0, maxElapsed counted again from the next claim; the
+ * fencing token still grows, from the one sequence), and the later stages the failure cancelled
+ * cancelled -> pending. Nothing moves unless the run is `failed`, has a failed stage and its
+ * deadline (if any) has not passed. The history stays: every earlier event is kept and a
+ * `run_retried` event records the attempts used and the error retried from.
+ * Returns the previous run state and why nothing moved when it did not.
+ */
+export const RETRY_RUN_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+prev AS (SELECT id, state, deadline, error FROM ratchet.runs WHERE id = $1::uuid),
+failed_stage AS (
+  SELECT s.id, s.seq, s.name, s.tool, s.tool_class, s.attempt, s.max_attempts, s.fence, s.error
+  FROM ratchet.stages s WHERE s.run_id = $1::uuid AND s.state = 'failed'
+  ORDER BY s.seq LIMIT 1
+),
+run AS (
+  UPDATE ratchet.runs r SET state = 'running', error = NULL, result = NULL, finished_at = NULL, updated_at = clk.t
+  FROM clk, failed_stage f
+  WHERE r.id = $1::uuid AND r.state = 'failed' AND (r.deadline IS NULL OR r.deadline > clk.t)
+  RETURNING r.id
+),
+st AS (
+  UPDATE ratchet.stages s SET state = 'queued', attempt = 0, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
+    claimed_at = NULL, first_claimed_at = NULL, available_at = clk.t, finished_at = NULL, updated_at = clk.t
+  FROM run, failed_stage f, clk
+  WHERE s.id = f.id AND s.state = 'failed'
+  RETURNING s.id
+),
+later AS (
+  UPDATE ratchet.stages s SET state = 'pending', finished_at = NULL, updated_at = clk.t
+  FROM run, failed_stage f, clk
+  WHERE s.run_id = run.id AND s.seq > f.seq AND s.state = 'cancelled'
+  RETURNING s.id
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT $1::uuid, f.id, 'run_retried', f.fence, f.attempt, clk.t,
+    jsonb_build_object('seq', f.seq, 'attemptsUsed', f.attempt, 'maxAttempts', f.max_attempts,
+      'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later))
+  FROM run, failed_stage f, clk
+)
+SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::int AS retried,
+  (SELECT deadline IS NOT NULL AND deadline <= clk.t FROM prev) AS deadline_passed,
+  f.id::text AS stage_id, f.seq, f.name, f.tool, f.tool_class, f.attempt AS attempts_used, f.error AS stage_error
+FROM clk LEFT JOIN failed_stage f ON true`;
+
+/**
+ * One page of runs, newest first, keyset-paginated on (created_at, id): $1 states (or NULL),
+ * $2 workflow (or NULL), $3 created at or after (or NULL), $4 created before (or NULL),
+ * $5 + $6 the cursor (created_at, id of the last row of the previous page, or NULL), $7 the
+ * page size. cursor_ts is created_at to the microsecond, so the next page starts exactly
+ * after the last row (a JS Date would round it to the millisecond).
+ */
+export const LIST_RUNS_SQL = `
+SELECT r.id, r.workflow, r.state, r.deadline, r.error, r.created_at, r.updated_at, r.finished_at,
+  to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS cursor_ts
+FROM ratchet.runs r
+WHERE ($1::text[] IS NULL OR r.state = ANY($1::text[]))
+  AND ($2::text IS NULL OR r.workflow = $2::text)
+  AND ($3::timestamptz IS NULL OR r.created_at >= $3::timestamptz)
+  AND ($4::timestamptz IS NULL OR r.created_at < $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR (r.created_at, r.id) < ($5::timestamptz, $6::uuid))
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT $7`;

@@ -1,7 +1,11 @@
 import type { Logger } from 'pino';
 import { PermanentError } from '../errors.js';
 import type { Registry } from '../definitions/registry.js';
-import type { Tool, ToolContext, Workflow } from '../definitions/types.js';
+import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../definitions/types.js';
+import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
+import { buildMessages } from '../agent/messages.js';
+import { callModel } from '../agent/model-client.js';
+import { onAgentToolSuccess, onModelAnswer } from '../dispatcher/agent.js';
 import { onFailure, onSuccess, terminal } from '../dispatcher/dispatcher.js';
 import { toJsonText } from '../store/json.js';
 import { DatabaseUnavailableError, monotonicNow, type ClaimedStage, type FinishRow, type FinishVerdict, type Store } from '../store/index.js';
@@ -61,8 +65,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
   log.info({ event: stage.previousState === 'running' ? 'lease_reclaimed' : 'job_claimed', leaseUntil: stage.leaseUntil }, 'stage claimed');
 
   const workflow = deps.registry.get(stage.workflow);
-  const step = workflow?.steps[stage.seq - 1];
-  if (!workflow || workflow.hash !== stage.definitionHash || !step || step.tool.name !== stage.tool) {
+  const step = workflow && workflow.hash === stage.definitionHash ? resolveStep(workflow, stage) : null;
+  if (!workflow || !step) {
     const message = !workflow
       ? `this worker does not know workflow "${stage.workflow}"`
       : `run ${stage.runId} started with definition ${stage.definitionHash} of workflow "${stage.workflow}"; this worker has ${workflow.hash}. ` +
@@ -73,27 +77,61 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
     return settle(deps, log, stage, terminal(stage, 'cancelled', 'expired', { code: 'run_deadline_exceeded', message: `the run's deadline ${stage.runDeadline.toISOString()} passed` }));
   }
 
-  const tool = step.tool;
-  const attempt = new Attempt(stage, tool.class.heartbeatMs, deps.events, log);
+  const attempt = new Attempt(stage, step.cls.heartbeatMs, deps.events, log);
   deps.keeper.add(attempt);
   const started = monotonicNow();
+  const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
   try {
-    const output = await produce(deps, log, workflow, tool, stage, attempt);
-    const reason = attempt.abortReason;
-    if (reason && reason !== 'ownership_unknown' && reason !== 'timeout') return abandoned(log, reason);
-    const row = await onSuccess(deps.store, workflow, stage, output, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
-    const nextClass = workflow.steps[stage.seq]?.tool.class.name;
-    if (row.next && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
+    let row: FinishRow;
+    if (step.kind === 'model') {
+      const history = await deps.store.runStages(stage.runId);
+      const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
+      const answer = await runGuarded(attempt, () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs), 'model call');
+      if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
+      row = onModelAnswer(step.agent, stage, answer, history, data());
+    } else {
+      const output = await produce(deps, log, workflow, step.tool, stage, attempt);
+      if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
+      if (step.kind === 'agent_tool') {
+        row = onAgentToolSuccess(stage, output, data());
+      } else {
+        row = await onSuccess(deps.store, workflow, stage, output, data());
+        const nextClass = workflow.steps[stage.seq]?.tool.class.name;
+        if (row.next && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
+      }
+    }
     return await settle(deps, log, stage, row, attempt.confirmedUntil);
   } catch (err) {
-    const reason = attempt.abortReason;
-    if (reason && reason !== 'ownership_unknown' && reason !== 'timeout') return abandoned(log, reason);
+    if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
     log.warn({ event: 'stage_attempt_failed', err: (err as Error).message, code: (err as { code?: unknown }).code }, 'attempt failed');
-    return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, workflow, stage, err, { durationMs: Math.round(monotonicNow() - started), owner: deps.owner }), attempt.confirmedUntil);
+    const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
+    return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, policy, stage, err, data()), attempt.confirmedUntil);
   } finally {
     attempt.end();
     deps.keeper.remove(attempt);
   }
+}
+
+type ResolvedStep =
+  | { kind: 'static'; tool: Tool; cls: ToolClass }
+  | { kind: 'agent_tool'; tool: Tool; cls: ToolClass }
+  | { kind: 'model'; agent: AgentSpec; cls: ToolClass };
+
+/** What a stage runs under its run's definition, or null when the definition does not have it. */
+function resolveStep(workflow: Workflow, stage: ClaimedStage): ResolvedStep | null {
+  if (workflow.agent) {
+    if (stage.tool === MODEL_STAGE_TOOL) return { kind: 'model', agent: workflow.agent, cls: workflow.agent.model.class };
+    const tool = workflow.agent.tools.find((t) => t.name === stage.tool);
+    return tool ? { kind: 'agent_tool', tool, cls: tool.class } : null;
+  }
+  const step = workflow.steps[stage.seq - 1];
+  return step && step.tool.name === stage.tool ? { kind: 'static', tool: step.tool, cls: step.tool.class } : null;
+}
+
+/** Lost, cancelled, past maxDuration, shutting down: the attempt ends without a finish. */
+function isFinal(attempt: Attempt): boolean {
+  const reason = attempt.abortReason;
+  return reason !== null && reason !== 'ownership_unknown' && reason !== 'timeout';
 }
 
 /** reconcile (when an earlier attempt's outcome is unknown), then run; validated output. */

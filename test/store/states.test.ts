@@ -6,7 +6,11 @@ describe('the state table', () => {
   it('allows the protocol transitions and nothing out of a finished stage but an explicit retry', () => {
     expect(canTransition('stage', 'queued', 'running')).toBe(true);
     expect(canTransition('stage', 'running', 'running')).toBe(true); // reclaim
-    for (const s of TERMINAL_STAGE_STATES) expect(STAGE_TRANSITIONS[s].filter((t) => t !== 'queued')).toEqual([]);
+    // failed -> queued and cancelled -> pending are the explicit retry of a failed run (its failed stage, the later ones it cancelled).
+    for (const s of TERMINAL_STAGE_STATES) expect(STAGE_TRANSITIONS[s].filter((t) => t !== 'queued' && t !== 'pending')).toEqual([]);
+    expect(STAGE_TRANSITIONS.succeeded).toEqual([]);
+    expect(canTransition('stage', 'cancelled', 'pending')).toBe(true);
+    expect(canTransition('stage', 'cancelled', 'queued')).toBe(false);
     expect(canTransition('stage', 'succeeded', 'queued')).toBe(false);
     expect(canTransition('stage', 'pending', 'succeeded')).toBe(false);
     expect(canTransition('stage', 'pending', 'running')).toBe(true); // the fast path

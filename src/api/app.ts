@@ -1,0 +1,120 @@
+import { OpenAPIHono, type Hook } from '@hono/zod-openapi';
+import type { Context, Env, MiddlewareHandler } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import type { Logger } from 'pino';
+import type { Ratchet } from '../engine.js';
+import { createTokenCheck } from './auth.js';
+import { ApiError, issuePath } from './errors.js';
+import {
+  cancelRoute, eventsRoute, explainRoute, getRunRoute, healthRoute, listRunsRoute, readyRoute, retryRoute, submitRoute,
+} from './routes.js';
+import { createRunService } from './service.js';
+import { toApiError } from './to-api-error.js';
+
+export interface AppOptions {
+  ratchet: Ratchet;
+  /** Bearer tokens accepted; empty means no auth (the server listens on loopback only then). */
+  tokens: readonly string[];
+  /** Largest request body in bytes (413 past it). */
+  bodyLimit: number;
+  /** Seconds a 503 tells the client to wait (Retry-After). */
+  retryAfterSeconds: number;
+  logger: Logger;
+}
+
+const TARGET_PATH: Record<string, string[]> = { json: [], query: [], param: [], header: [] };
+
+/** A request that does not fit its schema: 400 with the JSON path of the first problem. */
+const validationHook: Hook<unknown, Env, string, unknown> = (result) => {
+  if (result.success) return;
+  const issue = result.error.issues[0]!;
+  const path = result.target === 'header' && issue.path[0] === 'idempotency-key' ? 'Idempotency-Key' : issuePath(issue, TARGET_PATH[result.target] ?? []);
+  throw new ApiError(400, 'invalid_request', `${result.target === 'json' ? 'the body' : `the ${result.target}`} does not fit the request schema: ${issue.message} (at ${path})`, {
+    path, details: { in: result.target === 'json' ? 'body' : result.target, issues: result.error.issues.map((i) => ({ path: issuePath(i), message: i.message })) },
+  });
+};
+
+/** cancel and retry take no body: a body would suggest a retry can mean something else than the original request. */
+const noBody: MiddlewareHandler = async (c, next) => {
+  const text = c.req.raw.body ? await c.req.text() : '';
+  if (text.trim().length > 0) {
+    throw new ApiError(400, 'invalid_request', 'this request takes no body (a retry is the same request again; to change the input submit a new run)', { path: '$' });
+  }
+  await next();
+};
+
+/**
+ * The task API as a Hono app (DESIGN.md "Task API"): every body and response a zod schema,
+ * the OpenAPI document at /v1/openapi.json, bearer auth on everything but /healthz and
+ * /readyz, a body limit (413), and the database not answering as 503 with Retry-After.
+ */
+export function createApp(opts: AppOptions): OpenAPIHono {
+  const service = createRunService(opts.ratchet);
+  const checkToken = createTokenCheck(opts.tokens);
+  const app = new OpenAPIHono({ defaultHook: validationHook });
+  const log = opts.logger.child({ component: 'api' });
+
+  app.onError((err, c) => {
+    const e = toApiError(err, opts.retryAfterSeconds);
+    if (e.status >= 500) {
+      const cause = e.cause as Error | undefined;
+      log.error({ event: 'api_error', method: c.req.method, path: c.req.routePath, status: e.status, code: e.code, err: cause?.message }, 'request failed');
+    }
+    if (e.retryAfterMs !== null) c.header('Retry-After', String(Math.ceil(e.retryAfterMs / 1000)));
+    if (e.status === 401) c.header('WWW-Authenticate', 'Bearer realm="ratchet"');
+    // The rest of an oversized body is never read: the connection cannot carry another request.
+    if (e.status === 413) c.header('Connection', 'close');
+    return c.json(e.toJSON(), e.status as 400);
+  });
+  app.notFound((c) => c.json(new ApiError(404, 'not_found', `no route ${c.req.method} ${c.req.path}`).toJSON(), 404));
+
+  app.use('*', async (c, next) => {
+    const started = performance.now();
+    await next();
+    log.debug({ event: 'http_request', method: c.req.method, route: c.req.routePath, status: c.res.status, durationMs: Math.round(performance.now() - started) }, 'request');
+  });
+
+  // Health: no token, nothing about runs.
+  app.openapi(healthRoute, (c) => c.json({ ok: true as const }, 200));
+  app.openapi(readyRoute, async (c) => {
+    try {
+      await opts.ratchet.store.db.query('SELECT 1');
+      return c.json({ ok: true, database: 'up' as const }, 200);
+    } catch {
+      c.header('Retry-After', String(opts.retryAfterSeconds));
+      return c.json({ ok: false, database: 'down' as const }, 503);
+    }
+  });
+
+  app.use('/v1/*', async (c: Context, next) => {
+    if (opts.tokens.length > 0 && !checkToken(c.req.header('authorization'))) {
+      throw new ApiError(401, 'unauthorized', c.req.header('authorization') ? 'the bearer token is not accepted' : 'send Authorization: Bearer <token>');
+    }
+    await next();
+  });
+  app.use('/v1/*', bodyLimit({
+    maxSize: opts.bodyLimit,
+    onError: () => { throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, { details: { limit: opts.bodyLimit } }); },
+  }));
+  app.use('/v1/runs/:id/cancel', noBody);
+  app.use('/v1/runs/:id/retry', noBody);
+
+  app.openapi(submitRoute, async (c) => {
+    const res = await service.submit(c.req.valid('json'), c.req.valid('header')['idempotency-key']);
+    c.header('Location', `/v1/runs/${res.id}`);
+    return res.created ? c.json(res, 202) : c.json(res, 200);
+  });
+  app.openapi(listRunsRoute, async (c) => c.json(await service.list(c.req.valid('query')), 200));
+  app.openapi(getRunRoute, async (c) => c.json(await service.get(c.req.valid('param').id), 200));
+  app.openapi(eventsRoute, async (c) => c.json(await service.events(c.req.valid('param').id, c.req.valid('query')), 200));
+  app.openapi(explainRoute, async (c) => c.json(await service.explain(c.req.valid('param').id), 200));
+  app.openapi(cancelRoute, async (c) => c.json(await service.cancel(c.req.valid('param').id), 200));
+  app.openapi(retryRoute, async (c) => c.json(await service.retry(c.req.valid('param').id), 200));
+
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
+  app.doc('/v1/openapi.json', {
+    openapi: '3.0.3',
+    info: { title: 'Ratchet task API', version: '1', description: 'Runs as async tasks: submit, poll, explain, cancel, retry.' },
+  });
+  return app;
+}

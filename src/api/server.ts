@@ -1,0 +1,77 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { serve } from '@hono/node-server';
+import type { OpenAPIHono } from '@hono/zod-openapi';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import type { Ratchet } from '../engine.js';
+import { InvalidInputError } from '../errors.js';
+import { parseInput } from '../store/validate.js';
+import { createApp } from './app.js';
+import { isLoopback } from './auth.js';
+
+export const DEFAULT_API_HOST = '127.0.0.1';
+export const DEFAULT_API_PORT = 7700;
+export const DEFAULT_BODY_LIMIT = 1024 * 1024;
+export const DEFAULT_RETRY_AFTER_SECONDS = 5;
+
+const serverOptions = z.object({
+  ratchet: z.custom<Ratchet>((v) => typeof v === 'object' && v !== null && 'submit' in v, 'a Ratchet from createRatchet'),
+  /** Accepted bearer tokens. Required unless the server listens on loopback only. */
+  tokens: z.array(z.string().min(8, 'at least 8 characters').max(1000).regex(/^\S+$/, 'no whitespace')).max(100).optional(),
+  host: z.string().min(1).max(255).optional(),
+  /** 0 picks a free port. */
+  port: z.number().int().min(0).max(65535).optional(),
+  bodyLimit: z.number().int().min(64).max(100 * 1024 * 1024).optional(),
+  retryAfterSeconds: z.number().int().min(1).max(3600).optional(),
+  logger: z.custom<Logger>().optional(),
+}).strict();
+export type ServerOptions = z.input<typeof serverOptions>;
+
+export interface ApiServer {
+  /** http://host:port */
+  readonly url: string;
+  readonly host: string;
+  readonly port: number;
+  readonly app: OpenAPIHono;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the task API on `host:port` (default 127.0.0.1:7700). Refuses a non-loopback address
+ * without a token: the API starts and stops runs, so it is never open to a network by accident.
+ */
+export async function createServer(options: ServerOptions): Promise<ApiServer> {
+  const o = parseInput(serverOptions, options, 'createServer');
+  const host = o.host ?? DEFAULT_API_HOST;
+  const tokens = o.tokens ?? [];
+  if (tokens.length === 0 && !isLoopback(host)) {
+    throw new InvalidInputError(`refusing to listen on ${host} without a token: give tokens (RATCHET_TOKEN / --token), or listen on 127.0.0.1`, 'createServer.tokens', { reason: 'token_required' });
+  }
+  const logger = o.logger ?? o.ratchet.logger;
+  const app = createApp({ ratchet: o.ratchet, tokens, bodyLimit: o.bodyLimit ?? DEFAULT_BODY_LIMIT, retryAfterSeconds: o.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS, logger });
+  const server = await new Promise<Server>((resolve, reject) => {
+    const s = serve({ fetch: app.fetch, hostname: host, port: o.port ?? DEFAULT_API_PORT }) as Server;
+    s.once('error', reject);
+    s.once('listening', () => {
+      s.off('error', reject);
+      resolve(s);
+    });
+  });
+  server.on('error', (err) => logger.error({ event: 'api_server_error', err: err.message }, 'API server error'));
+  const port = (server.address() as AddressInfo).port;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  logger.info({ event: 'api_listening', url, auth: tokens.length > 0 }, 'task API listening');
+  let closed: Promise<void> | null = null;
+  return {
+    url, host, port, app,
+    close() {
+      closed ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+        setTimeout(() => server.closeAllConnections(), 2000).unref();
+      });
+      return closed;
+    },
+  };
+}

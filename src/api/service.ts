@@ -1,0 +1,107 @@
+import type { Ratchet } from '../engine.js';
+import { RunAlreadyTerminalError, RunNotRetryableError, UnknownRunError } from '../errors.js';
+import type { Explanation } from '../observability/explanation.js';
+import type { RunState } from '../planner/states.js';
+import { resolveDuration } from '../definitions/duration.js';
+import { InvalidInputError } from '../errors.js';
+import { toJsonText } from '../store/json.js';
+import { cancelToJson, eventToJson, retryToJson, runSummaryToJson, runToJson } from './present.js';
+import type {
+  CancelResponse, EventListJson, EventsQuery, ListQuery, RetryResponse, RunJson, RunListJson, SubmitBody, SubmitResponse,
+} from './schemas.js';
+
+/**
+ * The task API's operations over one Ratchet, in the API's JSON shapes: the HTTP server wraps
+ * them in routes, and the CLI calls them directly when no server URL is given. Failures are
+ * typed errors with stable codes (unknown_run, not_retryable, already_terminal, invalid_input
+ * with its path, ...); the server turns each into its HTTP status.
+ */
+export interface RunService {
+  submit(body: SubmitBody, idempotencyKey?: string): Promise<SubmitResponse>;
+  get(id: string): Promise<RunJson>;
+  list(query?: ListQuery): Promise<RunListJson>;
+  events(id: string, query?: EventsQuery): Promise<EventListJson>;
+  explain(id: string): Promise<Explanation>;
+  cancel(id: string): Promise<CancelResponse>;
+  retry(id: string): Promise<RetryResponse>;
+}
+
+const RETRY_HINTS: Record<RunState | 'deadline_passed' | 'no_failed_stage', string> = {
+  queued: 'it has not ended: wait for it',
+  running: 'it has not ended: wait for it',
+  succeeded: 'it succeeded: there is nothing to retry',
+  cancelled: 'a cancelled run is resubmitted as a new run (POST /v1/runs)',
+  expired: 'an expired run is resubmitted as a new run (POST /v1/runs)',
+  failed: 'submit it again as a new run',
+  deadline_passed: 'its deadline has passed: resubmit it as a new run (POST /v1/runs)',
+  no_failed_stage: 'no stage failed (the run failed between stages): resubmit it as a new run (POST /v1/runs)',
+};
+
+/** A deadline as the engine takes it: an ISO date-time becomes a Date; a duration is checked here, so a bad one is a 4xx with its path. */
+function deadlineOf(d: SubmitBody['deadline']): Date | string | number | undefined {
+  if (d === undefined) return undefined;
+  if (typeof d === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(d)) {
+    const at = new Date(d);
+    if (Number.isNaN(at.getTime())) throw new InvalidInputError('not a date-time', 'deadline');
+    return at;
+  }
+  const res = resolveDuration(d);
+  if ('problem' in res || res.ms <= 0) throw new InvalidInputError('problem' in res ? res.problem : 'must be more than 0 ms', 'deadline');
+  return d;
+}
+
+export function createRunService(ratchet: Ratchet): RunService {
+  const requireRun = async (id: string) => {
+    const run = await ratchet.store.getRun(id);
+    if (!run) throw new UnknownRunError(id);
+    return run;
+  };
+  return {
+    async submit(body, idempotencyKey) {
+      toJsonText(body.input, 'input'); // \u0000, non-JSON numbers...: refused with its path before anything else
+      const deadline = deadlineOf(body.deadline);
+      const r = await ratchet.submit(body.workflow, body.input, { ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}) });
+      return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };
+    },
+    async get(id) {
+      return runToJson(await requireRun(id));
+    },
+    async list(q = {}) {
+      const page = await ratchet.listRuns({
+        ...(q.state ? { states: [...new Set(q.state.split(','))] as RunState[] } : {}),
+        ...(q.workflow ? { workflow: q.workflow } : {}),
+        ...(q.createdAfter ? { createdAfter: new Date(q.createdAfter) } : {}),
+        ...(q.createdBefore ? { createdBefore: new Date(q.createdBefore) } : {}),
+        ...(q.cursor ? { cursor: q.cursor } : {}),
+        ...(q.limit ? { limit: Number(q.limit) } : {}),
+      });
+      return { runs: page.runs.map(runSummaryToJson), nextCursor: page.nextCursor };
+    },
+    async events(id, q = {}) {
+      const limit = q.limit ? Number(q.limit) : 500;
+      const events = await ratchet.store.listEvents(id, { ...(q.after ? { after: q.after } : {}), limit });
+      if (events.length === 0) await requireRun(id); // an empty page of a run that exists, or an unknown run
+      return { runId: id, events: events.map(eventToJson), nextCursor: events.length === limit ? events.at(-1)!.id : null };
+    },
+    async explain(id) {
+      const e = await ratchet.explain(id);
+      if (e.verdict === 'unknown_run') throw new UnknownRunError(id);
+      return e;
+    },
+    async cancel(id) {
+      const r = await ratchet.cancel(id);
+      if (!r) throw new UnknownRunError(id);
+      if (!r.cancelled && r.previousState !== 'cancelled') throw new RunAlreadyTerminalError(id, r.previousState);
+      return cancelToJson(id, r);
+    },
+    async retry(id) {
+      const r = await ratchet.retry(id);
+      if (!r) throw new UnknownRunError(id);
+      if (!r.retried || !r.stage) {
+        const reason = r.reason ?? 'not_failed';
+        throw new RunNotRetryableError(id, r.previousState, reason, reason === 'not_failed' ? RETRY_HINTS[r.previousState] : RETRY_HINTS[reason]);
+      }
+      return retryToJson(id, { ...r, stage: r.stage });
+    },
+  };
+}

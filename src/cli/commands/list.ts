@@ -1,0 +1,30 @@
+import type { Command } from 'commander';
+import { withBackend } from '../api/backend.js';
+import { formatRunList } from '../api/format.js';
+import { printer, type GlobalOptions } from '../api/options.js';
+import { listQuerySchema } from '../../api/schemas.js';
+import { parseInput } from '../../store/validate.js';
+
+interface ListOptions extends GlobalOptions { state?: string; workflow?: string; createdAfter?: string; createdBefore?: string; cursor?: string; limit: string }
+
+/** `ratchet list`: runs, newest first, with filters and a cursor for the next page. */
+export function registerListCommand(program: Command): void {
+  program.command('list')
+    .description('runs, newest first (filters: --state, --workflow, --created-after, --created-before; pages: --limit, --cursor)')
+    .option('--state <states>', 'comma-separated states, e.g. failed,cancelled')
+    .option('--workflow <name>', 'only this workflow')
+    .option('--created-after <iso>', 'created at or after this ISO date-time')
+    .option('--created-before <iso>', 'created before this ISO date-time')
+    .option('--limit <n>', 'runs per page', '20')
+    .option('--cursor <cursor>', 'the next page (printed after a full page)')
+    .action(async (_o: unknown, cmd: Command) => {
+      const o = cmd.optsWithGlobals<ListOptions>();
+      const q = parseInput(listQuerySchema, {
+        ...(o.state ? { state: o.state } : {}), ...(o.workflow ? { workflow: o.workflow } : {}),
+        ...(o.createdAfter ? { createdAfter: o.createdAfter } : {}), ...(o.createdBefore ? { createdBefore: o.createdBefore } : {}),
+        ...(o.cursor ? { cursor: o.cursor } : {}), limit: o.limit,
+      }, 'list');
+      const page = await withBackend(o, (b) => b.list(q));
+      printer(o)(page, () => formatRunList(page));
+    });
+}

@@ -1,0 +1,126 @@
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import type { Explanation } from '../observability/explanation.js';
+import {
+  cancelResponseSchema, eventListSchema, explanationSchema, idempotencyKeySchema, retryResponseSchema, runListSchema, runViewSchema,
+  submitResponseSchema, type CancelResponse, type EventListJson, type RetryResponse, type RunJson, type RunListJson, type SubmitResponse,
+} from '../api/schemas.js';
+import { RUN_STATES, type RunState } from '../planner/states.js';
+import { parseInput } from '../store/validate.js';
+import { systemClock, type Clock } from './clock.js';
+import { request, type HttpOptions } from './http.js';
+import { waitForRun, type WaitOptions, type WaitOutcome } from './wait.js';
+
+const clientOptions = z.object({
+  /** The server, e.g. http://127.0.0.1:7700 */
+  baseUrl: z.url({ protocol: /^https?$/ }),
+  token: z.string().min(1).optional(),
+  fetch: z.custom<typeof fetch>((v) => typeof v === 'function').optional(),
+  /** now + sleep for the poller (tests inject one). */
+  clock: z.custom<Clock>((v) => typeof v === 'object' && v !== null && 'now' in v && 'sleep' in v).optional(),
+  /** Each request's own timeout, ms (default 10 s). */
+  timeoutMs: z.number().int().min(1).max(2 ** 31 - 1).optional(),
+  /** For jitter (tests inject one). */
+  random: z.custom<() => number>((v) => typeof v === 'function').optional(),
+}).strict();
+export type ClientOptions = z.input<typeof clientOptions>;
+
+export interface SubmitArgs {
+  /** Same key and body: the same run back (200); same key, other body: ApiError idempotency_conflict. Generated when absent. */
+  idempotencyKey?: string;
+  /** An ISO date-time, a duration from now ("10m"), or ms from now. */
+  deadline?: string | number | Date;
+}
+
+export interface ListArgs {
+  state?: RunState | RunState[];
+  workflow?: string;
+  createdAfter?: Date | string;
+  createdBefore?: Date | string;
+  cursor?: string;
+  limit?: number;
+}
+
+export interface RatchetClient {
+  readonly baseUrl: string;
+  /** Starts a run. Returns its id and the idempotency key used (resubmit with it after a lost answer: the same run comes back). */
+  submit(workflow: string, input: unknown, args?: SubmitArgs): Promise<SubmitResponse & { idempotencyKey: string; status: 200 | 202 }>;
+  get(id: string, opts?: { timeoutMs?: number; signal?: AbortSignal }): Promise<RunJson>;
+  list(args?: ListArgs): Promise<RunListJson>;
+  events(id: string, args?: { after?: string; limit?: number }): Promise<EventListJson>;
+  cancel(id: string): Promise<CancelResponse>;
+  retry(id: string): Promise<RetryResponse>;
+  explain(id: string): Promise<Explanation>;
+  /** Polls until the run ends, the deadline passes or polls run out (src/client/wait.ts). */
+  wait(id: string, opts?: WaitOptions): Promise<WaitOutcome>;
+  /** Watches many runs with this one client; their first reads are spread over the first interval. */
+  waitAll(ids: string[], opts?: WaitOptions): Promise<WaitOutcome[]>;
+}
+
+const enc = encodeURIComponent;
+
+/**
+ * The task API's client (`ratchet/client`). Every answer is parsed with the server's own zod
+ * schemas; every failure is an ApiError with a stable code (`unknown_run` for an unknown id).
+ */
+export function createClient(options: ClientOptions): RatchetClient {
+  const o = parseInput(clientOptions, options, 'createClient');
+  const http: HttpOptions = { baseUrl: o.baseUrl, token: o.token, fetch: o.fetch ?? globalThis.fetch };
+  const clock = o.clock ?? systemClock;
+  const random = o.random ?? Math.random;
+  const timeoutMs = o.timeoutMs ?? 10_000;
+
+  const client: RatchetClient = {
+    baseUrl: o.baseUrl,
+    async submit(workflow, input, args = {}) {
+      const idempotencyKey = parseInput(idempotencyKeySchema, args.idempotencyKey ?? randomUUID(), 'submit.idempotencyKey');
+      const deadline = args.deadline instanceof Date ? args.deadline.toISOString() : args.deadline;
+      const { status, data } = await request(http, {
+        method: 'POST', path: '/v1/runs', schema: submitResponseSchema, timeoutMs,
+        headers: { 'idempotency-key': idempotencyKey }, body: { workflow, input, ...(deadline !== undefined ? { deadline } : {}) },
+      });
+      return { ...data, idempotencyKey, status: status === 202 ? 202 : 200 };
+    },
+    async get(id, opts = {}) {
+      return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}`, schema: runViewSchema, timeoutMs: opts.timeoutMs ?? timeoutMs, signal: opts.signal })).data;
+    },
+    async list(args = {}) {
+      const q = new URLSearchParams();
+      const states = args.state === undefined ? [] : Array.isArray(args.state) ? args.state : [args.state];
+      states.forEach((s, i) => parseInput(z.enum(RUN_STATES as [RunState, ...RunState[]]), s, `list.state[${i}]`));
+      if (states.length > 0) q.set('state', states.join(','));
+      if (args.workflow) q.set('workflow', args.workflow);
+      const iso = (d: Date | string) => (d instanceof Date ? d.toISOString() : d);
+      if (args.createdAfter) q.set('createdAfter', iso(args.createdAfter));
+      if (args.createdBefore) q.set('createdBefore', iso(args.createdBefore));
+      if (args.cursor) q.set('cursor', args.cursor);
+      if (args.limit !== undefined) q.set('limit', String(args.limit));
+      const qs = q.toString();
+      return (await request(http, { method: 'GET', path: `/v1/runs${qs ? `?${qs}` : ''}`, schema: runListSchema, timeoutMs })).data;
+    },
+    async events(id, args = {}) {
+      const q = new URLSearchParams();
+      if (args.after) q.set('after', args.after);
+      if (args.limit !== undefined) q.set('limit', String(args.limit));
+      const qs = q.toString();
+      return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/events${qs ? `?${qs}` : ''}`, schema: eventListSchema, timeoutMs })).data;
+    },
+    async cancel(id) {
+      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/cancel`, schema: cancelResponseSchema, timeoutMs })).data;
+    },
+    async retry(id) {
+      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/retry`, schema: retryResponseSchema, timeoutMs })).data;
+    },
+    async explain(id) {
+      return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/explain`, schema: explanationSchema, timeoutMs })).data;
+    },
+    wait(id, opts = {}) {
+      return waitForRun(id, (readTimeout) => client.get(id, { timeoutMs: readTimeout, signal: opts.signal }), clock, random, opts);
+    },
+    waitAll(ids, opts = {}) {
+      const first = typeof opts.initialInterval === 'number' ? opts.initialInterval : 1000;
+      return Promise.all(ids.map((id) => client.wait(id, { ...opts, initialDelay: opts.initialDelay ?? Math.floor(random() * first) })));
+    },
+  };
+  return client;
+}

@@ -1,0 +1,109 @@
+import { createHash } from 'node:crypto';
+import { z } from 'zod';
+import { InvalidDefinitionError } from '../errors.js';
+import { positiveDurationSchema } from './duration.js';
+import { canonicalJson, toolClassFingerprint, toolFingerprint } from './fingerprint.js';
+import { isTool, isToolClass, zodSchemaField } from './guards.js';
+import { WORKFLOW_NAME } from './workflow.js';
+import type { AgentSpec, Duration, Tool, ToolClass, Workflow } from './types.js';
+import { definitionPath, parseDefinition } from './validate.js';
+
+/** The stage tool name of a model call (not a valid tool name, so it can never clash with one). */
+export const MODEL_STAGE_TOOL = '$model';
+
+export const agentOptionsSchema = z.strictObject({
+  name: z.string().regex(WORKFLOW_NAME, 'must be a letter then up to 63 letters, digits, "_" or "-"'),
+  input: zodSchemaField,
+  model: z.strictObject({
+    name: z.string().min(1).max(200),
+    class: z.custom<ToolClass>(isToolClass, { message: 'not a tool class: pass one made by defineToolClass' }),
+    baseURL: z.url().optional(),
+    apiKey: z.string().min(1).optional(),
+    temperature: z.number().min(0).max(2).optional(),
+  }),
+  instructions: z.string().min(1).max(100_000),
+  tools: z.array(z.custom<Tool>(isTool, { message: 'not a tool: pass tools made by defineTool' })).min(1),
+  maxSteps: z.int().min(1).max(1000).default(10),
+  maxReplans: z.int().min(0).max(100).default(2),
+  maxActions: z.int().min(1).max(100).default(10),
+  deadline: positiveDurationSchema.optional(),
+});
+
+export interface AgentOptions<I> {
+  name: string;
+  input: z.ZodType<I>;
+  model: { name: string; class: ToolClass; baseURL?: string; apiKey?: string; temperature?: number };
+  instructions: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  tools: Tool<any, any>[];
+  /** Model calls in one run, at most (default 10). */
+  maxSteps?: number;
+  /** Invalid action lists sent back to the model, at most (default 2). */
+  maxReplans?: number;
+  /** Tool calls in one answer, at most (default 10). */
+  maxActions?: number;
+  deadline?: Duration;
+}
+
+function agentHash(name: string, agent: AgentSpec): string {
+  const structure = {
+    version: 1,
+    agent: name,
+    model: { name: agent.model.name, class: toolClassFingerprint(agent.model.class) },
+    instructions: createHash('sha256').update(agent.instructions).digest('hex'),
+    tools: agent.tools.map(toolFingerprint),
+    maxSteps: agent.maxSteps,
+    maxReplans: agent.maxReplans,
+    maxActions: agent.maxActions,
+  };
+  return createHash('sha256').update(canonicalJson(structure)).digest('hex');
+}
+
+/**
+ * An agent: a model proposes tool calls (the action list), Ratchet's planner validates the
+ * whole list against the allow-list and each tool's zod input, and persists them as stages —
+ * each with its own idempotency key and the lease, timeout and retry policy of its tool's
+ * class, never anything the model says. The model call is itself a stage of `model.class`,
+ * so its answer is persisted once.
+ */
+export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
+  const where = definitionPath('agent', (options as { name?: unknown } | null)?.name);
+  const o = parseDefinition(agentOptionsSchema, options, where);
+  const names = new Map<string, number>();
+  o.tools.forEach((t, i) => {
+    const earlier = names.get(t.name);
+    if (earlier !== undefined) throw new InvalidDefinitionError(`tool name "${t.name}" is offered twice (tools[${earlier}] and tools[${i}])`, `${where}.tools[${i}]`);
+    names.set(t.name, i);
+  });
+  const agent: AgentSpec = Object.freeze({
+    model: Object.freeze({
+      name: o.model.name, class: o.model.class, baseURL: o.model.baseURL ?? null, apiKey: o.model.apiKey ?? null, temperature: o.model.temperature ?? null,
+    }),
+    instructions: o.instructions,
+    tools: Object.freeze([...o.tools]),
+    maxSteps: o.maxSteps,
+    maxReplans: o.maxReplans,
+    maxActions: o.maxActions,
+  });
+  return Object.freeze({
+    kind: 'workflow',
+    name: o.name,
+    input: options.input,
+    steps: Object.freeze([]),
+    deadlineMs: o.deadline ?? null,
+    hash: agentHash(o.name, agent),
+    concurrencyKey: null,
+    agent,
+  });
+}
+
+/** Every tool a workflow may run: its steps' tools, or an agent's allow-list. */
+export function toolsOf(w: Workflow): readonly Tool[] {
+  return w.agent ? w.agent.tools : w.steps.map((s) => s.tool);
+}
+
+/** Every tool class a workflow's stages may use (an agent's model class included). */
+export function classesOf(w: Workflow): ToolClass[] {
+  const classes = toolsOf(w).map((t) => t.class);
+  return w.agent ? [...classes, w.agent.model.class] : classes;
+}

@@ -1,0 +1,30 @@
+/**
+ * The evidence about one stage's class, read in one statement by the database clock (read
+ * only: explain never changes anything). $1 stage id, $2 how recently a worker must have been
+ * seen (ms), $3 the class's rate window (ms; 0 when it has none). Live leases are counted as
+ * the limited claim counts them (running, lease_until >= now); the backlog ahead is the due
+ * queued stages of the class the claim would take first (ordered by available_at, id).
+ */
+export const STAGE_EVIDENCE_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+st AS (SELECT id, tool_class, available_at, concurrency_key, concurrency_limit FROM ratchet.stages WHERE id = $1::bigint)
+SELECT clk.t AS now, st.concurrency_key, st.concurrency_limit,
+  (SELECT count(*)::int FROM ratchet.workers w
+    WHERE st.tool_class = ANY(w.classes) AND w.last_seen_at >= clk.t - $2::int * interval '1 millisecond') AS workers_recent,
+  (SELECT max(w.last_seen_at) FROM ratchet.workers w WHERE st.tool_class = ANY(w.classes)) AS worker_last_seen,
+  (SELECT max(s.heartbeat_at) FROM ratchet.stages s WHERE s.state = 'running' AND s.tool_class = st.tool_class) AS class_last_heartbeat,
+  (SELECT count(*)::int FROM ratchet.stages s
+    WHERE s.state = 'running' AND s.tool_class = st.tool_class AND s.lease_until >= clk.t) AS live_leases,
+  (SELECT count(*)::int FROM ratchet.stages s
+    WHERE s.state = 'running' AND s.concurrency_key = st.concurrency_key AND s.lease_until >= clk.t) AS key_live_leases,
+  (SELECT count(*)::int FROM ratchet.rate_claims r
+    WHERE r.tool_class = st.tool_class AND r.at >= clk.t - $3::int * interval '1 millisecond') AS rate_claims,
+  (SELECT min(r.at) FROM ratchet.rate_claims r
+    WHERE r.tool_class = st.tool_class AND r.at >= clk.t - $3::int * interval '1 millisecond') AS rate_oldest,
+  (SELECT count(*)::int FROM ratchet.stages s
+    WHERE s.state = 'queued' AND s.tool_class = st.tool_class AND s.available_at <= clk.t
+      AND (s.available_at, s.id) < (st.available_at, st.id)) AS backlog_ahead
+FROM st CROSS JOIN clk`;
+
+/** The database clock alone (for the answer about an unknown or finished run). */
+export const DB_NOW_SQL = `SELECT ratchet.db_now() AS now`;

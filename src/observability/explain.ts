@@ -1,0 +1,44 @@
+import type { Registry } from '../definitions/registry.js';
+import { TERMINAL_RUN_STATES } from '../planner/states.js';
+import type { Store } from '../store/index.js';
+import { classifyActive, classifyNoActiveStage, classifyTerminal, classifyUnknown, type StageEvidence } from './classify.js';
+import { DB_NOW_SQL, STAGE_EVIDENCE_SQL } from './explain.sql.js';
+import { WORKER_SEEN_WITHIN_MS, type Explanation } from './explanation.js';
+
+export interface ExplainDeps {
+  store: Store;
+  /** The classes' limits (concurrency, rate) and heartbeats come from the definitions this process loaded. */
+  registry?: { toolClasses(): ReturnType<Registry['toolClasses']> };
+}
+
+/**
+ * Why a run is where it is (DESIGN.md "Observability"): running and healthy; queued and why
+ * (retry delayed until T, a concurrency or rate limit, no worker serving the class, a backlog
+ * ahead); stuck (lease expired, not reclaimed); terminal with its error; unknown id. Reads
+ * only, by the database clock; each verdict names its evidence.
+ */
+export async function explainRun(deps: ExplainDeps, id: string): Promise<Explanation> {
+  const run = await deps.store.getRun(id);
+  const now = async () => (await deps.store.db.query(DB_NOW_SQL))[0]!.now as Date;
+  if (!run) return classifyUnknown(id, await now());
+  if (TERMINAL_RUN_STATES.includes(run.state)) return classifyTerminal(run, run.dbNow);
+  const stage = run.stages.find((s) => s.state === 'running') ?? run.stages.find((s) => s.state === 'queued');
+  if (!stage) return classifyNoActiveStage(run, run.dbNow);
+  const cls = deps.registry?.toolClasses().find((c) => c.name === stage.toolClass);
+  const [r] = await deps.store.db.query(STAGE_EVIDENCE_SQL, [stage.id, WORKER_SEEN_WITHIN_MS, cls?.rateLimit?.perMs ?? 0]);
+  if (!r) return classifyNoActiveStage(run, run.dbNow); // the stage row vanished (the run was deleted meanwhile)
+  const evidence: StageEvidence = {
+    now: r.now as Date,
+    concurrencyKey: (r.concurrency_key as string | null) ?? null,
+    concurrencyLimit: (r.concurrency_limit as number | null) ?? null,
+    workersRecent: r.workers_recent as number,
+    workerLastSeen: (r.worker_last_seen as Date | null) ?? null,
+    classLastHeartbeat: (r.class_last_heartbeat as Date | null) ?? null,
+    liveLeases: r.live_leases as number,
+    keyLiveLeases: r.key_live_leases as number,
+    rateClaims: r.rate_claims as number,
+    rateOldest: (r.rate_oldest as Date | null) ?? null,
+    backlogAhead: r.backlog_ahead as number,
+  };
+  return classifyActive(run, stage, evidence, cls);
+}
