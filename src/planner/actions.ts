@@ -12,7 +12,8 @@ export type ActionValidation = { ok: true; actions: PlannedAction[] } | { ok: fa
  * output, so fields the schema does not know (a "lease", a "retry") are dropped: leases,
  * timeouts and retries come only from the tool's class.
  */
-export function validateActions(allowed: readonly Tool[], calls: readonly ToolCall[], maxActions: number): ActionValidation {
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function validateActions(allowed: readonly Tool<any, any>[], calls: readonly ToolCall[], maxActions: number): ActionValidation {
   const errors: ActionError[] = [];
   if (calls.length > maxActions) {
     errors.push({ callId: null, index: null, reason: 'too_many_actions', message: `${calls.length} tool calls in one answer; at most ${maxActions} are allowed` });
@@ -45,7 +46,7 @@ export function validateActions(allowed: readonly Tool[], calls: readonly ToolCa
       errors.push({ callId, index, reason: 'invalid_arguments', message: `arguments of ${tool.name} are invalid: ${detail}` });
       return;
     }
-    actions.push({ callId, tool, input: parsed.data });
+    actions.push({ callId, tool: tool as Tool, input: parsed.data });
   });
   return errors.length > 0 ? { ok: false, errors } : { ok: true, actions };
 }
