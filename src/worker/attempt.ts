@@ -15,6 +15,8 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 export class Attempt {
   readonly controller = new AbortController();
   readonly startedAt = monotonicNow();
+  /** Monotonic time of the last confirmation (claim or extend). */
+  lastConfirmedAt = this.startedAt;
   readonly timeoutAt: number;
   /** Monotonic ms until which the lease is confirmed. */
   confirmedUntil: number;
@@ -50,6 +52,7 @@ export class Attempt {
   confirm(confirmedUntil: number, leaseUntil: Date): void {
     if (this.ended) return;
     this.confirmedUntil = Math.max(this.confirmedUntil, confirmedUntil);
+    this.lastConfirmedAt = monotonicNow();
     this.lastLeaseUntil = leaseUntil;
     this.armDeadline();
     for (const listener of this.confirmListeners) listener(this.confirmedUntil);

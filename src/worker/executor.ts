@@ -14,6 +14,7 @@ import type { EventWriter } from './event-writer.js';
 import type { LeaseKeeper } from './lease-keeper.js';
 import type { StageReady } from '../transport/transport.js';
 import { runGuarded } from './run-guarded.js';
+import type { Metrics } from '../observability/metrics.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -46,6 +47,7 @@ export interface ExecutorDeps {
   /** The fast path claimed the next stage: run it. */
   onClaimed(stage: ClaimedStage): void;
   random?: () => number;
+  metrics: Metrics;
 }
 
 /** Attempts that ended on their own terms, for tests and metrics. */
@@ -63,6 +65,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
     return 'failed';
   }
   log.info({ event: stage.previousState === 'running' ? 'lease_reclaimed' : 'job_claimed', leaseUntil: stage.leaseUntil }, 'stage claimed');
+  deps.metrics.stagesClaimed.inc({ tool_class: stage.toolClass });
+  if (stage.previousState === 'running') deps.metrics.reclaims.inc({ tool_class: stage.toolClass });
 
   const workflow = deps.registry.get(stage.workflow);
   const step = workflow && workflow.hash === stage.definitionHash ? resolveStep(workflow, stage) : null;
@@ -107,6 +111,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
     return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, policy, stage, err, data()), attempt.confirmedUntil);
   } finally {
+    if (attempt.abortReason === 'ownership_unknown') deps.metrics.ownershipUnknown.inc({ tool_class: stage.toolClass });
+    deps.metrics.stageDuration.observe({ tool_class: stage.toolClass, outcome: attempt.abortReason ?? 'finished' }, (monotonicNow() - started) / 1000);
     attempt.end();
     deps.keeper.remove(attempt);
   }
@@ -222,6 +228,7 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     }
   }
   if (!verdict.accepted) {
+    deps.metrics.resultsRejected.inc({ tool_class: stage.toolClass });
     log.warn({ event: 'result_rejected', outcome: row.outcome }, 'finish rejected: this attempt no longer holds the stage');
     return 'rejected';
   }

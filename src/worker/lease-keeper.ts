@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { ExtendResult, Lease } from '../store/index.js';
 import type { Attempt } from './attempt.js';
+import { processMetrics, type Metrics } from '../observability/metrics.js';
 
 /** The keeper's whole dependency: extend a batch of leases in one statement. */
 export interface LeaseExtender {
@@ -26,6 +27,7 @@ export class LeaseKeeper {
     private readonly owner: string,
     private readonly logger: Logger,
     private readonly onAnswer: () => void = () => {},
+    private readonly metrics: Metrics = processMetrics(),
   ) {}
 
   add(attempt: Attempt): void {
@@ -88,6 +90,7 @@ export class LeaseKeeper {
     try {
       results = await this.store.extend({ owner: this.owner, leases: live.map((a) => ({ stageId: a.stage.id, fence: a.stage.fence })) });
     } catch (err) {
+      this.metrics.extensionFailures.inc();
       this.logger.warn({ event: 'heartbeat_failed', err: (err as Error).message, leases: live.length }, 'extend statement failed: ownership unknown until confirmed');
       return;
     }
@@ -99,6 +102,8 @@ export class LeaseKeeper {
       const log = { runId: a.stage.runId, stageId: a.stage.id, fence: a.stage.fence, toolClass: a.stage.toolClass };
       switch (r.verdict) {
         case 'extended':
+          this.metrics.leaseRemaining.observe({ tool_class: a.stage.toolClass }, Math.max(0, a.lastLeaseUntil.getTime() - r.dbNow.getTime()) / 1000);
+          this.metrics.heartbeatAge.observe({ tool_class: a.stage.toolClass }, (performance.now() - a.lastConfirmedAt) / 1000);
           a.confirm(r.confirmedUntil!, r.leaseUntil!);
           this.logger.debug({ event: 'heartbeat_ok', ...log, leaseUntil: r.leaseUntil }, 'lease extended');
           break;
@@ -111,6 +116,7 @@ export class LeaseKeeper {
           a.abort('stage_duration_exceeded', 'the attempt passed its maxDuration');
           break;
         case 'lost':
+          this.metrics.leasesExpired.inc({ tool_class: a.stage.toolClass });
           this.logger.warn({ event: 'heartbeat_lost', ...log, state: r.state }, 'lease lost: aborting the tool');
           a.abort('lease_lost', 'the lease was lost: another owner may hold this stage');
           break;

@@ -1,9 +1,12 @@
 import type { Logger } from 'pino';
 import type { Store } from '../store/index.js';
 import type { Transport } from '../transport/transport.js';
+import type { Metrics } from '../observability/metrics.js';
 
 /** Stages re-sent per class kind and sweep. */
 const SWEEP_BATCH = 500;
+/** A class no worker has announced within this long is reported unserved (explain, metric). */
+export const UNSERVED_AFTER_MS = 30_000;
 
 /**
  * Losing Redis loses nothing: from PostgreSQL alone, in bounded batches, the sweeper re-sends
@@ -20,8 +23,11 @@ export class Sweeper {
     private readonly transport: Transport,
     private readonly owner: string,
     private readonly classes: string[],
+    /** Every class this worker's registry knows: watched for "no worker serves it". */
+    private readonly known: string[],
     private readonly intervalMs: number,
     private readonly logger: Logger,
+    private readonly metrics: Metrics,
   ) {}
 
   start(): void {
@@ -47,6 +53,9 @@ export class Sweeper {
     this.running = (async () => {
       try {
         await this.store.upsertWorker(this.owner, this.classes);
+        const unserved = new Set(await this.store.unservedClasses(this.known, UNSERVED_AFTER_MS));
+        for (const c of this.known) this.metrics.unservedClass.set({ tool_class: c }, unserved.has(c) ? 1 : 0);
+        if (unserved.size > 0) this.logger.warn({ event: 'class_unserved', classes: [...unserved] }, 'no worker has served these classes recently');
         if (this.transport.kind !== 'in-process' && this.transport.healthy()) {
           const due = await this.store.sweep(this.classes, SWEEP_BATCH);
           for (const s of due) this.transport.notify(s.toolClass, { stageId: s.stageId, attempt: s.attempt });

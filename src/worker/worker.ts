@@ -11,6 +11,7 @@ import { FinishBatcher, FINISH_BATCH_WINDOW_MS } from './finish-batcher.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { makeOwnerId } from './owner-id.js';
 import { Sweeper } from './sweeper.js';
+import { processMetrics, type Metrics } from '../observability/metrics.js';
 
 export const workerOptionsSchema = z.object({
   /** Tool classes this worker serves (default: every class in the registry). */
@@ -39,6 +40,7 @@ export interface WorkerDeps {
   logger: Logger;
   threadRunner?: ToolRunner;
   random?: () => number;
+  metrics?: Metrics;
 }
 
 /**
@@ -97,9 +99,10 @@ export class Worker {
     this.owner = makeOwnerId(o.name);
     const logger = deps.logger.child({ owner: this.owner });
     this.events = new EventWriter(deps.store, logger);
-    this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush());
+    const metrics = deps.metrics ?? processMetrics();
+    this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
-    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, this.opts.sweepIntervalMs, logger);
+    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, known, this.opts.sweepIntervalMs, logger, metrics);
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,
@@ -109,6 +112,7 @@ export class Worker {
       logger: deps.logger,
       runners: { inline: inlineRunner, thread: deps.threadRunner },
       random: deps.random,
+      metrics,
       finish: (row, confirmedUntil) => this.batcher.finish(row, confirmedUntil),
       onQueued: (toolClass, ready, delayMs) => deps.transport.notify(toolClass, ready, delayMs),
       canClaimNext: (nextClass, currentClass) => this.running && this.opts.fastPath && this.classes.includes(nextClass)
