@@ -8,7 +8,7 @@ import { createPostgresDb } from './db-postgres.js';
 import { claim, extend, finish, release, type FinishRow } from './lease.js';
 import { EXPIRE_ALL_LEASES_SQL } from './lease.sql.js';
 import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
-import { deleteWorker, dueIn, sweep, unservedClasses, upsertWorker, type SweptStage } from './workers.js';
+import { deleteWorker, dueIn, failUnserved, sweep, unservedClasses, upsertWorker, type SweptStage } from './workers.js';
 import { acquireDataDirLock } from './lockfile.js';
 import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
@@ -69,6 +69,7 @@ export interface Store {
   sweep(classes: string[], limit: number): Promise<SweptStage[]>;
   dueIn(stageId: string): Promise<number>;
   unservedClasses(classes: string[], withinMs: number): Promise<string[]>;
+  failUnserved(classes: string[], afterMs: number): Promise<number>;
   claim(args: Parameters<typeof claim>[1]): ReturnType<typeof claim>;
   extend(args: Parameters<typeof extend>[1]): ReturnType<typeof extend>;
   finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
@@ -153,6 +154,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     sweep: (classes, limit) => sweep(db, classes, limit),
     dueIn: (stageId) => dueIn(db, stageId),
     unservedClasses: (classes, withinMs) => unservedClasses(db, classes, withinMs),
+    failUnserved: (classes, afterMs) => failUnserved(db, classes, afterMs),
     claim: (args) => claim(db, args),
     extend: (args) => extend(db, args),
     finish: (owner, rows) => finish(db, owner, rows),

@@ -411,3 +411,22 @@ ev AS (
   FROM exp e, clk
 )
 SELECT count(*)::int AS expired FROM exp`;
+
+/**
+ * Opt-in (never the default): fail `queued` stages of classes $1 — classes no worker has
+ * served recently — that have been due for longer than $2 ms, with `no_worker`, and their runs.
+ */
+export const FAIL_UNSERVED_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+gone AS (
+  UPDATE ratchet.stages s SET state = 'failed', finished_at = clk.t, updated_at = clk.t,
+    error = jsonb_build_object('code', 'no_worker', 'message', 'no worker served tool class ' || s.tool_class || ' for ' || $2::int || ' ms', 'toolClass', s.tool_class)
+  FROM clk
+  WHERE s.state = 'queued' AND s.tool_class = ANY($1::text[]) AND s.available_at < clk.t - $2::int * interval '1 millisecond'
+  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt
+),${failRunsFrom('gone', 'unserved')},
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT g.run_id, g.id, 'stage_failed', g.fence, g.attempt, clk.t, jsonb_build_object('error', g.error) FROM gone g, clk
+)
+SELECT count(*)::int AS failed FROM gone`;

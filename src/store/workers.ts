@@ -1,4 +1,5 @@
 import type { Queryable } from './db.js';
+import { FAIL_UNSERVED_SQL } from './lease.sql.js';
 import { DELETE_WORKER_SQL, DUE_IN_SQL, SWEEP_SQL, UNSERVED_CLASSES_SQL, UPSERT_WORKER_SQL } from './workers.sql.js';
 
 export interface SweptStage { stageId: string; toolClass: string; attempt: number }
@@ -26,4 +27,11 @@ export async function dueIn(q: Queryable, stageId: string): Promise<number> {
 export async function unservedClasses(q: Queryable, classes: string[], withinMs: number): Promise<string[]> {
   const rows = await q.query(UNSERVED_CLASSES_SQL, [classes, withinMs]);
   return rows.map((r) => r.tool_class as string);
+}
+
+/** Opt-in: fail stages of unserved classes due for longer than `afterMs` (and their runs). */
+export async function failUnserved(q: Queryable, classes: string[], afterMs: number): Promise<number> {
+  if (classes.length === 0) return 0;
+  const [r] = await q.query(FAIL_UNSERVED_SQL, [classes, afterMs]);
+  return (r?.failed as number | undefined) ?? 0;
 }

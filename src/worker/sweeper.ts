@@ -28,6 +28,8 @@ export class Sweeper {
     private readonly intervalMs: number,
     private readonly logger: Logger,
     private readonly metrics: Metrics,
+    /** Opt-in: fail stages of classes no worker served for this long (null: never). */
+    private readonly failUnservedAfterMs: number | null = null,
   ) {}
 
   start(): void {
@@ -55,7 +57,13 @@ export class Sweeper {
         await this.store.upsertWorker(this.owner, this.classes);
         const unserved = new Set(await this.store.unservedClasses(this.known, UNSERVED_AFTER_MS));
         for (const c of this.known) this.metrics.unservedClass.set({ tool_class: c }, unserved.has(c) ? 1 : 0);
-        if (unserved.size > 0) this.logger.warn({ event: 'class_unserved', classes: [...unserved] }, 'no worker has served these classes recently');
+        if (unserved.size > 0) {
+          this.logger.warn({ event: 'class_unserved', classes: [...unserved] }, 'no worker has served these classes recently');
+          if (this.failUnservedAfterMs !== null) {
+            const failed = await this.store.failUnserved([...unserved], this.failUnservedAfterMs);
+            if (failed > 0) this.logger.warn({ event: 'no_worker', count: failed }, 'stages of unserved classes failed (failUnservedAfterMs)');
+          }
+        }
         if (this.transport.kind !== 'in-process' && this.transport.healthy()) {
           const due = await this.store.sweep(this.classes, SWEEP_BATCH);
           for (const s of due) this.transport.notify(s.toolClass, { stageId: s.stageId, attempt: s.attempt });

@@ -30,6 +30,8 @@ export const workerOptionsSchema = z.object({
   finishBatchMs: z.number().int().min(0).max(100).optional(),
   /** How often the sweeper re-sends due stages and expired leases to the transport (default 5000 ms). */
   sweepIntervalMs: z.number().int().min(50).max(600_000).optional(),
+  /** Opt-in: fail stages of classes that no worker has served for this long (default: never). */
+  failUnservedAfterMs: z.number().int().min(1000).max(2 ** 31 - 1).optional(),
 }).strict();
 export type WorkerOptions = z.input<typeof workerOptionsSchema>;
 
@@ -53,7 +55,7 @@ export interface WorkerDeps {
 export class Worker {
   readonly owner: string;
   readonly classes: string[];
-  private readonly opts: Required<Omit<WorkerOptions, 'classes' | 'name'>>;
+  private readonly opts: Required<Omit<WorkerOptions, 'classes' | 'name' | 'failUnservedAfterMs'>>;
   private readonly keeper: LeaseKeeper;
   private readonly events: EventWriter;
   private readonly batcher: FinishBatcher;
@@ -102,7 +104,7 @@ export class Worker {
     const metrics = deps.metrics ?? processMetrics();
     this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
-    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, known, this.opts.sweepIntervalMs, logger, metrics);
+    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, known, this.opts.sweepIntervalMs, logger, metrics, o.failUnservedAfterMs ?? null);
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,

@@ -42,4 +42,26 @@ describe('metrics', () => {
       await w.stop({ graceMs: 0 });
     }
   });
+
+  it('fails stages of an unserved class only when asked to (failUnservedAfterMs), never by default', async () => {
+    const w = new Worker({ store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics }, { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100 });
+    await w.start();
+    const { id } = await r.submit('two', {});
+    try {
+      await new Promise((res) => setTimeout(res, 1500));
+      expect((await r.getRun(id))!.stages[1]!.state).toBe('queued'); // waits for a worker, however long
+    } finally {
+      await w.stop({ graceMs: 0 });
+    }
+    const strict = new Worker({ store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics }, { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100, failUnservedAfterMs: 1000 });
+    await strict.start();
+    try {
+      let run = (await r.getRun(id))!;
+      for (let i = 0; i < 100 && run.state !== 'failed'; i++) { await new Promise((res) => setTimeout(res, 50)); run = (await r.getRun(id))!; }
+      expect(run.state).toBe('failed');
+      expect(run.error).toMatchObject({ code: 'no_worker', toolClass: 'orphan' });
+    } finally {
+      await strict.stop({ graceMs: 0 });
+    }
+  });
 });
