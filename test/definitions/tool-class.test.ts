@@ -20,11 +20,19 @@ describe('defineToolClass', () => {
     expect(io).toEqual({
       kind: 'tool_class', name: 'io', leaseMs: 90_000, heartbeatMs: 30_000, timeoutMs: 60_000, maxDurationMs: 600_000,
       retry: { maxAttempts: 3, backoff: { initialMs: 1000, factor: 2, maxMs: 60_000, jitter: 0.2 }, maxElapsedMs: null },
-      missedHeartbeats: 2, jitterMs: 1000, isolation: 'none',
+      missedHeartbeats: 2, jitterMs: 1000, isolation: 'none', concurrency: null, rateLimit: null,
     });
     expect(Object.isFrozen(io)).toBe(true);
     expect(Object.isFrozen(io.retry)).toBe(true);
     expect(Object.isFrozen(io.retry.backoff)).toBe(true);
+  });
+
+  it('takes a global concurrency and a rate limit, and refuses bad ones', () => {
+    const limited = defineToolClass({ ...base, concurrency: 2, rateLimit: { max: 5, per: '1s' } });
+    expect(limited.concurrency).toBe(2);
+    expect(limited.rateLimit).toEqual({ max: 5, perMs: 1000 });
+    expect(refusal({ ...base, concurrency: 0 }).path).toContain('concurrency');
+    expect(refusal({ ...base, rateLimit: { max: 5, per: '-1s' } }).path).toContain('rateLimit');
   });
 
   it('merges a partial retry policy over the defaults', () => {
