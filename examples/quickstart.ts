@@ -2,7 +2,7 @@
  * The lease protocol on the embedded default (PGlite in .ratchet/, no servers): a run of three
  * stages; worker A claims stage 2 and stalls past its lease; worker B reclaims it with a
  * greater fencing token and finishes; A's late result is rejected, never used.
- *   npm start            (RATCHET_DATA_DIR or --data-dir to put the data elsewhere)
+ *   npx tsx examples/quickstart.ts       (RATCHET_DATA_DIR or --data-dir to put the data elsewhere)
  */
 import { openStore } from '../src/index.js';
 

@@ -51,9 +51,9 @@ afterAll(async () => {
 });
 
 describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
-  it('loads both example workflows with their own tool classes', () => {
-    expect(ratchet.registry.list().map((w) => w.name).sort()).toEqual(['publish-report', 'reconcile-invoice']);
-    expect(ratchet.registry.toolClasses().map((c) => c.name)).toEqual(['invoice-compute', 'invoice-http', 'report-compute', 'report-http']);
+  it('loads the example workflows and the agent with their own tool classes', () => {
+    expect(ratchet.registry.list().map((w) => w.name).sort()).toEqual(['invoice-agent', 'publish-report', 'reconcile-invoice']);
+    expect(ratchet.registry.toolClasses().map((c) => c.name)).toEqual(['invoice-compute', 'invoice-http', 'model', 'report-compute', 'report-http']);
   });
 
   it('reconcile-invoice: fetch, extract, file one case through the fenced receiver', async () => {

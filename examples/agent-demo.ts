@@ -1,0 +1,116 @@
+/**
+ * `npm start`: the invoice agent (workflows/invoice-agent.ts) end to end, in one process, with
+ * no servers and no API key:
+ *   - the example services (statement source + fenced case service) on a free loopback port;
+ *   - a scripted OpenAI-compatible model on loopback (examples/invoice-agent-script.ts), unless
+ *     OPENAI_BASE_URL and OPENAI_API_KEY are both set: then the real model (RATCHET_MODEL,
+ *     default gpt-4o-mini) is asked instead;
+ *   - Ratchet on the embedded store (PGlite) in a fresh temporary directory, removed at the end
+ *     (RATCHET_DEMO_DATA_DIR=dir uses and keeps that directory instead), and one worker.
+ * It submits one run, prints each stage as it advances, then the model's answer, the cases at
+ * the case service, and a one-line summary. Exit 0 when the run succeeded, 130 when
+ * interrupted (Ctrl-C), 1 otherwise.
+ *   npm start [-- <invoiceId>]        (default inv-42; ids starting with "missing-" do not exist)
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { startScriptedModel, type ScriptedModel } from '../src/agent/scripted-model.js';
+import { textReporter } from '../src/cli/run/report.js';
+import { watchRun } from '../src/cli/run/watch.js';
+import { createRatchet, MODEL_STAGE_TOOL, type Ratchet, type RunView } from '../src/index.js';
+import type { Worker } from '../src/worker/worker.js';
+import invoiceAgent from '../workflows/invoice-agent.js';
+import { invoiceAgentScript } from './invoice-agent-script.js';
+import { SERVICES_URL_ENV, startServices, type Services } from './services.js';
+
+const invoiceId = process.argv[2] ?? 'inv-42';
+const request = `Please reconcile invoice ${invoiceId}: check its statement of account and file a reconciliation case.`;
+const realModel = Boolean(process.env.OPENAI_BASE_URL && process.env.OPENAI_API_KEY);
+const keyWithoutURL = !realModel && Boolean(process.env.OPENAI_API_KEY);
+const keptDir = process.env.RATCHET_DEMO_DATA_DIR || undefined;
+const dataDir = keptDir ?? mkdtempSync(join(tmpdir(), 'ratchet-agent-demo-'));
+
+const say = (line = '') => process.stdout.write(`${line}\n`);
+const count = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+const report = textReporter((line) => process.stdout.write(line));
+// Logs go to stderr, errors only: the stage lines below are the story (RATCHET_LOG_LEVEL=info shows the lease protocol).
+const logger = pino({ name: 'ratchet', level: process.env.RATCHET_LOG_LEVEL ?? 'error' }, pino.destination(2));
+
+// Ctrl-C stops watching and still cleans up (worker, servers, the temporary data directory).
+const interrupt = new AbortController();
+process.once('SIGINT', () => interrupt.abort());
+process.once('SIGTERM', () => interrupt.abort());
+
+const started = Date.now();
+let services: Services | undefined;
+let model: ScriptedModel | undefined;
+let ratchet: Ratchet | undefined;
+let worker: Worker | undefined;
+say(`Ratchet agent demo: ${invoiceAgent.name}`);
+try {
+  // 1. Where everything is: the tools find the services, the model client finds the model.
+  services = await startServices({ onError: (err) => process.stderr.write(`example services: ${(err as Error).message}\n`) });
+  process.env[SERVICES_URL_ENV] = services.url;
+  say(`  services  ${services.url} (statement source, fenced case service)`);
+  if (realModel) {
+    say(`  model     ${invoiceAgent.agent!.model.name} at ${process.env.OPENAI_BASE_URL}`);
+  } else {
+    model = await startScriptedModel({ script: invoiceAgentScript });
+    process.env.OPENAI_BASE_URL = model.baseURL;
+    process.env.OPENAI_API_KEY = 'not-needed'; // a real key, if one is set, never goes to the stand-in
+    say(`  model     scripted OpenAI-compatible server at ${model.baseURL} (no API key; see README for a real model)`);
+    if (keyWithoutURL) say('            (OPENAI_API_KEY is set but OPENAI_BASE_URL is not: add OPENAI_BASE_URL=https://api.openai.com/v1 to use it)');
+  }
+  ratchet = await createRatchet({ workflows: [invoiceAgent], dataDir, logger });
+  say(`  store     ${ratchet.store.kind === 'pglite' ? `embedded PGlite at ${dataDir}` : 'PostgreSQL (DATABASE_URL)'}`);
+
+  // 2. A worker serving every class (model, invoice-http, invoice-compute), and the run.
+  worker = ratchet.worker();
+  await worker.start();
+  const run = await ratchet.submit(invoiceAgent.name, { request });
+  say(`run ${run.id}: "${request}"`);
+
+  // 3. Each stage as it advances: the model's tool calls become stages, then the model again.
+  const r = ratchet;
+  const outcome = await watchRun((id) => r.getRun(id), run.id, {
+    intervalMs: 50,
+    timeoutMs: 5 * 60_000,
+    signal: interrupt.signal,
+    onStage: (s) => report.stage(run.id, { ...s, tool: s.tool === MODEL_STAGE_TOOL ? 'model' : s.tool }),
+  });
+  const final: RunView = outcome.run ?? (await ratchet.getRun(run.id))!;
+  if (outcome.kind !== 'finished') say(`${outcome.kind === 'timeout' ? 'gave up waiting' : 'interrupted'}: the run is left ${final.state}`);
+
+  // 4. The answer, what the case service holds (the witness of the side effect), a summary.
+  say();
+  if (final.state === 'succeeded') say(`answer: ${(final.result as { answer: string }).answer}`);
+  else if (final.error) {
+    const { code, message } = final.error as { code?: string; message?: string };
+    say(`run ${final.state}: ${code ?? 'error'}: ${message ?? JSON.stringify(final.error)}`);
+  }
+  const { cases, requests } = await services.effects();
+  say(`cases at the case service: ${cases.length}`);
+  for (const c of cases) say(`  ${c.caseId}  invoice ${c.invoiceId}  ${c.outcome}  key ${c.key}  fence ${c.fence}`);
+  const modelCalls = final.stages.filter((s) => s.tool === MODEL_STAGE_TOOL).length;
+  const toolStages = final.stages.length - modelCalls;
+  const retries = final.stages.reduce((n, s) => n + Math.max(0, s.attempt - 1), 0);
+  say();
+  const verdict = final.state === 'succeeded' ? 'ok' : outcome.kind === 'finished' ? 'FAILED' : 'stopped';
+  say(`${verdict}: run ${final.state} in ${((Date.now() - started) / 1000).toFixed(1)}s — ` +
+    `${count(modelCalls, 'model call')}${model ? ` (${count(model.requests.length, 'request')} to the scripted model)` : ''}, ` +
+    `${count(toolStages, 'tool stage')}, ${retries === 0 ? 'no retries' : count(retries, 'retry', 'retries')}, ` +
+    `${count(cases.length, 'case')} filed (${count(requests.length, 'POST')} to the receiver)`);
+  if (keptDir) say(`the run is kept in ${keptDir}: node bin/ratchet.mjs --data-dir ${keptDir} events ${run.id}`);
+  process.exitCode = final.state === 'succeeded' ? 0 : outcome.kind === 'interrupted' ? 130 : 1;
+} catch (err) {
+  process.stderr.write(`agent demo: ${(err as Error).message}\n`);
+  process.exitCode = 1;
+} finally {
+  await worker?.stop({ graceMs: 5000 });
+  await ratchet?.close();
+  await model?.close();
+  await services?.close();
+  if (!keptDir) rmSync(dataDir, { recursive: true, force: true });
+}

@@ -1,0 +1,106 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { invoiceAgentScript } from '../../examples/invoice-agent-script.js';
+import { startScriptedModel } from '../../src/agent/scripted-model.js';
+
+/**
+ * `npm start` as a new user runs it: `node --import tsx examples/agent-demo.ts` in a child
+ * process with no model configured (OPENAI_BASE_URL / OPENAI_API_KEY unset: the scripted model),
+ * no DATABASE_URL (the embedded store, in a temp directory of this test) and no services; then
+ * with OPENAI_BASE_URL and OPENAI_API_KEY set, as against a real model (here an endpoint the
+ * test serves, which counts what it is asked).
+ */
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const tmp = mkdtempSync(join(tmpdir(), 'ratchet-agent-demo-test-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+interface Result { code: number | null; stdout: string; stderr: string }
+
+function npmStart(args: string[], env: NodeJS.ProcessEnv): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const base = { ...process.env };
+    for (const name of ['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'RATCHET_MODEL', 'DATABASE_URL', 'REDIS_URL', 'RATCHET_DATA_DIR',
+      'RATCHET_DEMO_DATA_DIR', 'RATCHET_EXAMPLE_SERVICES_URL', 'SERVICES_DATABASE_URL', 'RATCHET_LOG_LEVEL']) delete base[name];
+    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/agent-demo.ts', ...args],
+      { cwd: ROOT, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`the demo did not exit; stdout: ${stdout}\nstderr: ${stderr}`)); }, 110_000);
+    child.on('error', reject);
+    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
+  });
+}
+
+/** The stage lines, as "seq tool state attempt fence". */
+const stageLines = (stdout: string) => [...stdout.matchAll(/^ {2}stage (\d+) (\S+)\s+(\S+)\s+attempt (\d+)\s+fence (\S+)/gm)]
+  .map((m) => ({ seq: Number(m[1]), tool: m[2]!, state: m[3]!, attempt: Number(m[4]), fence: m[5]! }));
+
+describe('npm start (examples/agent-demo.ts)', () => {
+  it('runs the invoice agent against the scripted model on the embedded store: live stages, the answer, one case', async () => {
+    const dataDir = join(tmp, 'kept');
+    const r = await npmStart([], { RATCHET_DEMO_DATA_DIR: dataDir });
+    expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
+    expect(r.stdout).toMatch(/scripted OpenAI-compatible server at http:\/\/127\.0\.0\.1:\d+\/v1/);
+    expect(r.stdout).toContain(`embedded PGlite at ${dataDir}`);
+    expect(existsSync(join(dataDir, 'pg'))).toBe(true);
+
+    // Each stage as it advanced, ending succeeded, in order: model, search, model, extract, model, create_case, model.
+    const stages = stageLines(r.stdout);
+    const finalLines = stages.filter((s) => s.state === 'succeeded');
+    expect(finalLines.map((s) => [s.seq, s.tool])).toEqual([
+      [1, 'model'], [2, 'search'], [3, 'model'], [4, 'extract_fields'], [5, 'model'], [6, 'create_case'], [7, 'model'],
+    ]);
+    for (const s of finalLines) expect(s).toMatchObject({ attempt: 1, fence: expect.stringMatching(/^\d+$/) });
+    expect(new Set(finalLines.map((s) => s.fence)).size).toBe(7); // a fencing token per attempt
+    // Live: the scripted model thinks for a while, so its stages are also seen running.
+    expect(stages.some((s) => s.tool === 'model' && s.state === 'running')).toBe(true);
+
+    // The final answer, built from the statement's real figures and the case the service filed.
+    const answer = /^answer: (.+)$/m.exec(r.stdout)?.[1];
+    expect(answer).toMatch(/^Invoice inv-42 from .+: total [A-Z]{3} \d+\.\d{2}, paid .+ I filed reconciliation case (case-[0-9a-f]{8}) /);
+    const caseId = /case (case-[0-9a-f]{8})/.exec(answer!)?.[1];
+
+    // Exactly one effect at the fenced receiver, under the key derived from the invoice.
+    expect(r.stdout).toMatch(/^cases at the case service: 1$/m);
+    const cases = [...r.stdout.matchAll(/^ {2}(case-[0-9a-f]{8}) {2}invoice (\S+) {2}(\S+) {2}key (\S+) {2}fence (\d+)$/gm)];
+    expect(cases).toHaveLength(1);
+    expect(cases[0]!.slice(1, 5)).toEqual([caseId, 'inv-42', 'discrepancy', 'invoice:inv-42:create-case']);
+    expect(cases[0]![5]).toBe(finalLines.find((s) => s.tool === 'create_case')!.fence);
+
+    expect(r.stdout).toMatch(/^ok: run succeeded in [\d.]+s — 4 model calls \(4 requests to the scripted model\), 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m);
+  }, 120_000);
+
+  it('an invoice that does not exist: the model says so, no case is filed, and the temp data directory is removed', async () => {
+    const r = await npmStart(['missing-7'], {});
+    expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
+    expect(r.stdout).toMatch(/^answer: There is no statement for invoice missing-7; I filed no case\.$/m);
+    expect(r.stdout).toMatch(/^cases at the case service: 0$/m);
+    expect(stageLines(r.stdout).filter((s) => s.state === 'succeeded').map((s) => s.tool)).toEqual(['model', 'search', 'model']);
+    const dir = /embedded PGlite at (\S+)/.exec(r.stdout)?.[1];
+    expect(dir).toContain('ratchet-agent-demo-');
+    expect(existsSync(dir!)).toBe(false);
+  }, 120_000);
+
+  it('with OPENAI_BASE_URL and OPENAI_API_KEY set, asks that endpoint for RATCHET_MODEL and starts no scripted server', async () => {
+    const endpoint = await startScriptedModel({ script: invoiceAgentScript });
+    try {
+      const r = await npmStart(['inv-7'], { OPENAI_BASE_URL: endpoint.baseURL, OPENAI_API_KEY: 'sk-test', RATCHET_MODEL: 'test-model' });
+      expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
+      expect(r.stdout).toContain(`  model     test-model at ${endpoint.baseURL}`);
+      expect(r.stdout).not.toContain('scripted OpenAI-compatible server');
+      expect(endpoint.requests).toHaveLength(4);
+      expect(endpoint.requests.map((q) => q.model)).toEqual(Array(4).fill('test-model'));
+      expect(endpoint.requests[0]!.tools?.map((t) => t.function.name)).toEqual(['search', 'extract_fields', 'create_case']);
+      expect(r.stdout).toMatch(/^answer: Invoice inv-7 from /m);
+      expect(r.stdout).toMatch(/^ok: run succeeded in [\d.]+s — 4 model calls, 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m);
+    } finally {
+      await endpoint.close();
+    }
+  }, 120_000);
+});
