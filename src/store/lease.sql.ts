@@ -208,11 +208,12 @@ cur AS (
     (s.state = 'running' AND s.owner_id = $1 AND s.lease_until > clk.t) AS held,
     (clk.t >= s.claimed_at + s.max_duration_ms * interval '1 millisecond') AS over_duration
   FROM ratchet.stages s JOIN req ON s.id = req.id AND s.fence = req.fence CROSS JOIN clk
+  WHERE s.id = ANY($2::bigint[])
 ),
 ok AS (
   UPDATE ratchet.stages s SET lease_until = clk.t + s.lease_ms * interval '1 millisecond', heartbeat_at = clk.t
   FROM cur, clk
-  WHERE s.id = cur.id AND cur.held AND NOT cur.over_duration
+  WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND NOT cur.over_duration
     AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
   RETURNING s.id, s.fence, s.lease_until
 ),
@@ -226,7 +227,7 @@ over AS (
       'maxDurationMs', s.max_duration_ms),
     updated_at = clk.t
   FROM cur, clk
-  WHERE s.id = cur.id AND cur.held AND cur.over_duration
+  WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND cur.over_duration
     AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt
 ),${failRunsFrom('over', 'over')},
@@ -237,7 +238,8 @@ ev AS (
   UNION ALL
   SELECT s.run_id, s.id, 'heartbeat_lost', req.fence, s.attempt, clk.t,
     jsonb_build_object('owner', $1::text, 'currentState', s.state, 'currentFence', s.fence::text, 'leaseUntil', s.lease_until)
-  FROM req JOIN ratchet.stages s ON s.id = req.id CROSS JOIN clk
+  FROM req CROSS JOIN clk
+  CROSS JOIN LATERAL (SELECT * FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s
   WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = req.id AND cur.fence = req.fence AND cur.held)
     AND NOT (s.state = 'cancelled' AND s.fence = req.fence)
 )
@@ -250,11 +252,13 @@ SELECT req.id::text AS id, req.fence::text AS fence,
 FROM req CROSS JOIN clk
 LEFT JOIN ok ON ok.id = req.id AND ok.fence = req.fence
 LEFT JOIN over ON over.id = req.id AND over.fence = req.fence
-LEFT JOIN ratchet.stages s ON s.id = req.id
+LEFT JOIN LATERAL (SELECT x.state, x.fence, x.lease_until FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
 ORDER BY req.id`;
 
 /**
- * Finish a batch of attempts of owner $1 in one statement. $2 is a JSON array of rows:
+ * Finish a batch of attempts of owner $1 in one statement. $3 is their ids (so every lookup of
+ * stages goes through the primary key: jsonb_to_recordset's row estimate would otherwise invite
+ * a hash join over the whole table). $2 is a JSON array of rows:
  *   { id, fence, outcome: 'succeeded'|'failed'|'queued'|'cancelled', result?, error?, retryDelayMs?,
  *     nextSeq?, nextInput?, runState?: 'succeeded'|'failed'|'expired'|'cancelled', runResult?, runError?, data? }
  * Each row is fenced on its own: state = 'running', owner, fence, lease_until > now. With it,
@@ -279,7 +283,7 @@ fin AS (
     finished_at = CASE WHEN req.outcome = 'queued' THEN NULL ELSE clk.t END,
     updated_at = clk.t
   FROM req, clk
-  WHERE s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
+  WHERE s.id = ANY($3::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.fence, s.attempt, s.tool_class, req.outcome, req."retryDelayMs" AS retry_delay_ms,
     req."nextSeq" AS next_seq, req."nextInput" AS next_input, coalesce(req."nextKeepInput", false) AS next_keep_input,
     coalesce(req."claimNext", false) AS claim_next, req.plan, req."runState" AS run_state,
@@ -357,8 +361,14 @@ ev AS (
                      WHEN s.owner_id IS DISTINCT FROM $1 THEN 'owner_mismatch'
                      ELSE 'lease_expired' END,
       'currentFence', s.fence::text, 'currentState', s.state)
-  FROM req JOIN ratchet.stages s ON s.id = req.id CROSS JOIN clk
+  FROM req CROSS JOIN clk
+  CROSS JOIN LATERAL (SELECT * FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s
   WHERE NOT EXISTS (SELECT 1 FROM fin WHERE fin.id = req.id)
+),
+nc AS MATERIALIZED (
+  SELECT ${CLAIMED_COLUMNS}
+  FROM next_queued c JOIN ratchet.runs r ON r.id = c.run_id CROSS JOIN clk
+  WHERE c.state = 'running'
 )
 SELECT req.id::text AS id, (f.id IS NOT NULL) AS accepted, coalesce(n.id, pq.id)::text AS next_stage_id, coalesce(n.tool_class, pq.tool_class) AS next_tool_class,
   coalesce(f.outcome, s.state) AS current_state, s.fence::text AS current_fence, clk.t AS db_now,
@@ -367,11 +377,8 @@ FROM req CROSS JOIN clk
 LEFT JOIN fin f ON f.id = req.id
 LEFT JOIN next_queued n ON n.run_id = f.run_id
 LEFT JOIN planned pq ON pq.run_id = f.run_id AND pq.state = 'queued'
-LEFT JOIN ratchet.stages s ON s.id = req.id
-LEFT JOIN LATERAL (
-  SELECT ${CLAIMED_COLUMNS}
-  FROM next_queued c JOIN ratchet.runs r ON r.id = c.run_id WHERE c.id = n.id
-) nc ON n.state = 'running'
+LEFT JOIN LATERAL (SELECT x.state, x.fence FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
+LEFT JOIN nc ON nc.id = n.id::text
 ORDER BY req.id`;
 
 /**
@@ -385,7 +392,7 @@ rel AS (
   UPDATE ratchet.stages s SET state = 'queued', available_at = clk.t, owner_id = NULL, lease_until = NULL,
     attempt = s.attempt - 1, updated_at = clk.t
   FROM req, clk
-  WHERE s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
+  WHERE s.id = ANY($2::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.fence, s.attempt, s.tool_class
 ),
 ev AS (

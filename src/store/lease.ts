@@ -286,7 +286,7 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
   if (rows.length === 0) return [];
   const sorted = [...rows].sort((a, b) => (BigInt(a.id as string) < BigInt(b.id as string) ? -1 : 1));
   const sentAt = monotonicNow();
-  const out = await q.query(FINISH_SQL, [owner, JSON.stringify(sorted)], 'ratchet_finish');
+  const out = await q.query(FINISH_SQL, [owner, JSON.stringify(sorted), sorted.map((r) => r.id as string)], 'ratchet_finish');
   return out.map((r) => ({
     stageId: r.id as string,
     accepted: r.accepted as boolean,

@@ -80,7 +80,8 @@ export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
     subscribe(toolClass, onWake) {
       const worker = new BullWorker(`class-${toolClass}`, async (job: Job<StageReady>, token?: string) => {
         lastReady = Date.now();
-        const wait = await opts.dueIn(job.data.stageId).catch(() => 0);
+        // Only a delayed job can fire early; an immediate one costs no extra query.
+        const wait = job.opts.delay ? await opts.dueIn(job.data.stageId).catch(() => 0) : 0;
         if (wait > 0 && token) {
           // Fired before available_at by the database clock: delay it again.
           await job.moveToDelayed(Date.now() + wait, token);

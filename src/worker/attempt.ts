@@ -24,6 +24,8 @@ export class Attempt {
   lastLeaseUntil: Date;
   lastRequestId: string | null = null;
   effectStarted = false;
+  /** Its finish is on the way: the keeper leaves it alone (the finish itself is fenced). */
+  finishing = false;
   ended = false;
   private deadlineTimer: NodeJS.Timeout | null = null;
   private readonly confirmListeners = new Set<(confirmedUntil: number) => void>();

@@ -81,7 +81,7 @@ export class LeaseKeeper {
   /** One extend statement for every lease still worth keeping. */
   async tick(): Promise<void> {
     const live = [...this.attempts.values()].filter((a) => {
-      if (a.ended || a.timedOut()) return false;
+      if (a.ended || a.finishing || a.timedOut()) return false;
       const reason = a.abortReason;
       return reason === null || reason === 'ownership_unknown' || reason === 'timeout';
     }).filter((a) => !a.timedOut());

@@ -52,7 +52,7 @@ describe('BullMQ specifics', () => {
       await t.subscribe('io', async () => { woken.push(Date.now()); await claimTried; });
       await new Promise((r) => setTimeout(r, 200));
       const sent = Date.now();
-      t.notify('io', { stageId: '7', attempt: 1 });
+      t.notify('io', { stageId: '7', attempt: 1 }, 50); // a retry's delay, shorter than the database says
       for (let i = 0; i < 300 && woken.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
       expect(woken).toHaveLength(1);
       expect(woken[0]! - sent).toBeGreaterThanOrEqual(350); // re-delayed by what the database said
