@@ -1,0 +1,536 @@
+/**
+ * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--runs N] [--peer-runs N] [--cap S]
+ *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]`.
+ * stdout: one JSON line per figure, {"bench":"engine","metric","variant","value","unit","info"}; stderr: progress.
+ *
+ * No-op runs of 10 stages (bench/workflows/noop.ts) through real worker processes
+ * (bench/worker-process.ts, `node --import tsx`, compiled once into tsx's cache) with BullMQ
+ * wake-ups on Redis, in four variants: the fast path off (every stage is queued, woken and
+ * claimed) and on (the finish of stage n claims stage n+1 in the same statement), with 1 and
+ * with 4 worker processes. Per variant: a fresh database and a fresh BullMQ prefix; the
+ * workers connect and wait; N runs are submitted through `ratchet.submit` (parallel); then all
+ * workers are told to go at once. Figures come from the database:
+ *   - stages/s and runs/s over min(first_claimed_at) .. max(finished_at) of the stages;
+ *   - stage pick-up latency p50/p99: first_claimed_at of stage n+1 - finished_at of stage n;
+ *     stage 1: first_claimed_at - greatest(run created_at, the moment the workers were told to go)
+ *     (every run is waiting at go, so under this burst both are mostly the wait behind the backlog);
+ *   - the same latencies under light load (`light_*`): fresh workers of the variant, runs submitted
+ *     one by one 100 ms apart, stage 1 measured from the run's created_at (submit -> BullMQ -> claim);
+ *   - every run succeeded (verified, in info), commits and WAL flushes per stage (pg_stat_database,
+ *     pg_stat_wal), machine CPU busy and CPU by process kind (/proc), and the workers' own
+ *     statement profile (count, rows, ms per prepared statement).
+ * Then, in the same invocation, ../shared/peers/run.sh (DBOS, pg-boss, graphile-worker, BullMQ,
+ * pgbench; --peer-runs N repetitions, --cap S passed through) and the ratios of the fast path's
+ * stages/s to each. --runs N is the number of workflow runs per variant (default 1000; --quick 200).
+ */
+import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Queue } from 'bullmq';
+import pg from 'pg';
+import { createRatchet, type Ratchet } from '../src/engine.js';
+import { silentLogger } from '../src/logger.js';
+import { createBullmqTransport } from '../src/transport/bullmq.js';
+import { cpuBusyPct, cpuSnap, createDb, dropDb, emit, log, percentile, round, type Line } from './lib.js';
+import { NOOP_CLASS, NOOP_STEPS, noop10 } from './workflows/noop.js';
+
+const { values: argv } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    'skip-peers': { type: 'boolean', default: false },
+    /** Workflow runs per variant (each of 10 stages). */
+    runs: { type: 'string' },
+    /** Repetitions of each peer measurement (run.sh --runs). */
+    'peer-runs': { type: 'string', default: '1' },
+    /** Passed to run.sh --cap (seconds of processing per peer trial). */
+    cap: { type: 'string' },
+    concurrency: { type: 'string', default: '10' },
+    variants: { type: 'string', default: 'queue:1,queue:4,fast:1,fast:4' },
+    'timeout-s': { type: 'string' },
+    'pg-url': { type: 'string', default: process.env.RATCHET_BENCH_PG_URL ?? 'postgres://root@127.0.0.1:5432/test' },
+    'redis-url': { type: 'string', default: process.env.RATCHET_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379' },
+  },
+});
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const cfg = {
+  adminUrl: argv['pg-url'],
+  redisUrl: argv['redis-url'],
+  runs: argv.runs ? Number(argv.runs) : argv.quick ? 200 : 1000,
+  concurrency: Number(argv.concurrency),
+  timeoutS: argv['timeout-s'] ? Number(argv['timeout-s']) : argv.quick ? 180 : 600,
+  submitters: 16,
+  /** Light-load phase: runs submitted one by one, this far apart, to fresh workers (pick-up without a backlog). */
+  lightRuns: argv.quick ? 20 : 50,
+  lightGapMs: 100,
+  peerRuns: Number(argv['peer-runs']),
+  cap: argv.cap,
+  variants: argv.variants.split(',').map((v) => {
+    const [mode, procs] = v.trim().split(':');
+    if ((mode !== 'queue' && mode !== 'fast') || !/^\d+$/.test(procs ?? '')) throw new Error(`bad variant ${v}: use queue:N or fast:N`);
+    return { mode: mode as 'queue' | 'fast', procs: Number(procs) };
+  }),
+  peersScript: join(ROOT, '..', 'shared', 'peers', 'run.sh'),
+  workerScript: join(ROOT, 'bench', 'worker-process.ts'),
+};
+for (const [k, v] of Object.entries({ runs: cfg.runs, concurrency: cfg.concurrency, timeoutS: cfg.timeoutS, peerRuns: cfg.peerRuns })) {
+  if (!Number.isInteger(v) || v < 1) throw new Error(`--${k} must be a positive whole number`);
+}
+
+const out = (line: Line) => emit('engine', line);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const label = (mode: 'queue' | 'fast', procs: number) => `${mode === 'fast' ? 'fast_path' : 'bullmq'},procs=${procs}`;
+
+// ---- CPU by process kind, from /proc ------------------------------------------------------
+const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+type ProcSnap = Map<number, { comm: string; ticks: number }>;
+function procSnap(): ProcSnap {
+  const snap: ProcSnap = new Map();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      const close = stat.lastIndexOf(')');
+      const comm = stat.slice(stat.indexOf('(') + 1, close);
+      const f = stat.slice(close + 2).split(' '); // f[0] = field 3 (state); utime = field 14, stime = 15
+      snap.set(Number(name), { comm, ticks: Number(f[11]) + Number(f[12]) });
+    } catch { /* gone */ }
+  }
+  return snap;
+}
+/** CPU ms spent between two snapshots, by kind: the bench's workers, this process, postgres, redis, anything else. */
+function cpuByKind(before: ProcSnap, after: ProcSnap, workerPids: Set<number>): Record<string, unknown> {
+  const by: Record<string, number> = { ratchet_workers: 0, bench_main: 0, postgres: 0, redis: 0, other: 0 };
+  const others: Record<string, number> = {};
+  for (const [pid, a] of after) {
+    const b = before.get(pid);
+    const ms = ((a.ticks - (b && b.comm === a.comm ? b.ticks : 0)) * 1000) / CLK_TCK;
+    if (ms <= 0) continue;
+    const kind = workerPids.has(pid) ? 'ratchet_workers' : pid === process.pid ? 'bench_main'
+      : a.comm === 'postgres' ? 'postgres' : a.comm.startsWith('redis-server') ? 'redis' : 'other';
+    by[kind]! += ms;
+    if (kind === 'other') others[a.comm] = (others[a.comm] ?? 0) + ms;
+  }
+  const top = Object.entries(others).sort((x, y) => y[1] - x[1]).slice(0, 4).map(([c, ms]) => `${c}:${Math.round(ms)}`);
+  return { ...Object.fromEntries(Object.entries(by).map(([k, v]) => [k, Math.round(v)])), other_top: top };
+}
+
+// ---- PostgreSQL counters (like shared/peers: commits in the scratch db, cluster-wide WAL flushes) --
+async function pgCounters(url: string): Promise<{ xacts: number; fsyncs: number }> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const r = await c.query(`SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS xacts, wal_sync AS fsyncs FROM pg_stat_wal`);
+    return { xacts: Number(r.rows[0].xacts), fsyncs: Number(r.rows[0].fsyncs) };
+  } finally {
+    await c.end();
+  }
+}
+
+// ---- worker processes -----------------------------------------------------------------------
+interface WorkerProc { child: ChildProcessWithoutNullStreams; pid: number; messages: Record<string, unknown>[]; waiters: (() => void)[]; exited: boolean }
+
+function spawnWorker(i: number, env: Record<string, string>): WorkerProc {
+  // BENCH_WORKER_NODE_ARGS: extra node flags for the workers, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
+  const extra = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...extra, '--import', 'tsx', cfg.workerScript], {
+    cwd: ROOT,
+    env: { ...process.env, ...env, WORKER_NAME: `bench-w${i}` },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  const w: WorkerProc = { child, pid: child.pid!, messages: [], waiters: [], exited: false };
+  createInterface({ input: child.stdout }).on('line', (line) => {
+    try {
+      w.messages.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      process.stderr.write(`[w${i} stdout] ${line}\n`);
+    }
+    for (const f of w.waiters.splice(0)) f();
+  });
+  createInterface({ input: child.stderr }).on('line', (line) => process.stderr.write(`[w${i}] ${line.slice(0, 400)}\n`));
+  child.on('exit', (code, signal) => {
+    w.exited = true;
+    if (code !== 0) log(`worker w${i} (pid ${w.pid}) exited with ${code ?? signal}`);
+    for (const f of w.waiters.splice(0)) f();
+  });
+  return w;
+}
+
+async function waitFor(w: WorkerProc, key: string, timeoutMs: number): Promise<Record<string, unknown>> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const m = w.messages.find((x) => x[key] === true);
+    if (m) return m;
+    if (w.exited) throw new Error(`worker pid ${w.pid} exited before "${key}"`);
+    if (Date.now() > until) throw new Error(`worker pid ${w.pid}: no "${key}" within ${timeoutMs} ms`);
+    await new Promise<void>((r) => {
+      const t = setTimeout(r, Math.max(1, until - Date.now()));
+      w.waiters.push(() => { clearTimeout(t); r(); });
+    });
+  }
+}
+
+/** Waits up to `ms` for the process to exit on its own (after "stopped" it exits at once). */
+async function waitExit(w: WorkerProc, ms: number): Promise<void> {
+  const until = Date.now() + ms;
+  while (!w.exited && Date.now() < until) {
+    await new Promise<void>((r) => {
+      const t = setTimeout(r, Math.max(1, until - Date.now()));
+      w.waiters.push(() => { clearTimeout(t); r(); });
+    });
+  }
+}
+
+function redisConnection(url: string) {
+  const u = new URL(url);
+  return { host: u.hostname, port: Number(u.port || 6379), ...(u.password ? { password: decodeURIComponent(u.password) } : {}) };
+}
+
+// ---- one variant ------------------------------------------------------------------------------
+interface VariantResult { label: string; mode: 'queue' | 'fast'; procs: number; stagesPerS: number; runsPerS: number; allOk: boolean; info: Record<string, unknown> }
+
+async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<VariantResult> {
+  const variant = label(mode, procs);
+  const dbName = `bench_engine_${mode}_p${procs}`;
+  const url = await createDb(cfg.adminUrl, dbName);
+  const prefix = `ratchet-bench-${randomBytes(4).toString('hex')}`;
+  const workers: WorkerProc[] = [];
+  const bullQueue = new Queue(`class-${NOOP_CLASS}`, { prefix, connection: redisConnection(cfg.redisUrl) });
+  let main: Ratchet | undefined;
+  try {
+    // Migrate once here; then the workers connect and wait for "go".
+    let store: Ratchet['store'] | undefined;
+    main = await createRatchet({
+      databaseUrl: url, workflows: [noop10], logger: silentLogger(), poolSize: cfg.submitters,
+      transport: createBullmqTransport({ redisUrl: cfg.redisUrl, prefix, logger: silentLogger(), dueIn: (id) => store!.dueIn(id) }),
+    });
+    store = main.store;
+    const tSpawn = performance.now();
+    for (let i = 0; i < procs; i++) {
+      workers.push(spawnWorker(i, {
+        DATABASE_URL: url, REDIS_URL: cfg.redisUrl, BULL_PREFIX: prefix, FAST_PATH: mode === 'fast' ? '1' : '0',
+        CONCURRENCY: String(cfg.concurrency),
+      }));
+    }
+    await Promise.all(workers.map((w) => waitFor(w, 'ready', 60_000)));
+    const spawnS = (performance.now() - tSpawn) / 1000;
+
+    // Submit every run through the public API (validate, plan, one transaction, BullMQ wake-up for stage 1).
+    const tSubmit = performance.now();
+    let next = 0;
+    await Promise.all(Array.from({ length: cfg.submitters }, async () => {
+      while (next < cfg.runs) {
+        next++;
+        await main!.submit('noop10', {});
+      }
+    }));
+    const submitS = (performance.now() - tSubmit) / 1000;
+    // The wake-ups are sent fire-and-forget: wait until BullMQ holds all of them before closing.
+    const untilJobs = Date.now() + 30_000;
+    let jobs = 0;
+    while (Date.now() < untilJobs) {
+      jobs = await bullQueue.count();
+      if (jobs >= cfg.runs) break;
+      await sleep(50);
+    }
+    await main.close();
+    main = undefined;
+    log(`${variant}: ${procs} worker(s) ready in ${round(spawnS, 1)} s; ${cfg.runs} runs submitted in ${round(submitS, 2)} s (${Math.round(cfg.runs / submitSafe(submitS))} runs/s); ${jobs} wake-ups waiting in BullMQ`);
+
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      await sleep(1000); // backends flush their statistics at most once a second
+      const before = await pgCounters(url);
+      const goAt = (await admin.query('SELECT ratchet.db_now() AS t')).rows[0].t as Date;
+      const cpu = cpuSnap();
+      const procBefore = procSnap();
+      const t0 = performance.now();
+      for (const w of workers) w.child.stdin.write('go\n');
+
+      // Wait until every run is terminal (or the timeout).
+      const deadline = t0 + cfg.timeoutS * 1000;
+      let terminal = 0;
+      let lastLog = t0;
+      while (performance.now() < deadline) {
+        terminal = Number((await admin.query(`SELECT count(*) AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired')`)).rows[0].n);
+        if (terminal >= cfg.runs) break;
+        if (workers.every((w) => w.exited)) break;
+        if (performance.now() - lastLog > 10_000) {
+          lastLog = performance.now();
+          log(`${variant}: ${terminal}/${cfg.runs} runs done after ${round((lastLog - t0) / 1000, 1)} s`);
+        }
+        await sleep(100);
+      }
+      const wallS = (performance.now() - t0) / 1000;
+      const cpuBusy = cpuBusyPct(cpu);
+      const procAfter = procSnap();
+      const timedOut = terminal < cfg.runs;
+
+      for (const w of workers) if (!w.exited) w.child.stdin.write('stop\n');
+      const stopped = await Promise.all(workers.map((w) => waitFor(w, 'stopped', 15_000).catch((err: Error) => ({ error: err.message }))));
+      await Promise.all(workers.map((w) => waitExit(w, 5000)));
+      await sleep(600);
+      const after = await pgCounters(url);
+
+      const q = async (text: string, params: unknown[] = []) => (await admin.query(text, params)).rows;
+      const [runs] = await q(`SELECT count(*)::int AS total, count(*) FILTER (WHERE state = 'succeeded')::int AS succeeded,
+        count(*) FILTER (WHERE state = 'failed')::int AS failed FROM ratchet.runs`);
+      const [st] = await q(`SELECT count(*)::int AS total, count(*) FILTER (WHERE state = 'succeeded')::int AS succeeded,
+        coalesce(sum(attempt), 0)::int AS attempts, count(DISTINCT owner_id)::int AS owners,
+        extract(epoch FROM max(finished_at) - min(first_claimed_at))::float8 AS window_s
+        FROM ratchet.stages`);
+      const [ev] = await q(`SELECT count(*)::int AS events,
+        count(*) FILTER (WHERE type = 'job_claimed' AND (data ->> 'fastPath') = 'true')::int AS fast_claims,
+        count(*) FILTER (WHERE type = 'job_claimed')::int AS claims,
+        count(*) FILTER (WHERE type = 'result_rejected')::int AS rejected,
+        count(*) FILTER (WHERE type = 'lease_reclaimed')::int AS reclaimed,
+        count(*) FILTER (WHERE type = 'heartbeat_lost')::int AS heartbeat_lost
+        FROM ratchet.events`);
+      const nextMs = (await q(`SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms,
+          (s.owner_id = p.owner_id) AS same_owner
+        FROM ratchet.stages s JOIN ratchet.stages p ON p.run_id = s.run_id AND p.seq = s.seq - 1
+        WHERE s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL`));
+      const firstMs = (await q(`SELECT extract(epoch FROM s.first_claimed_at - greatest(r.created_at, $1::timestamptz))::float8 * 1000 AS ms
+        FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.seq = 1 AND s.first_claimed_at IS NOT NULL`, [goAt]));
+      const next = nextMs.map((r) => r.ms as number);
+      const first = firstMs.map((r) => r.ms as number);
+
+      const done = st.succeeded as number;
+      const windowS = (st.window_s as number | null) ?? wallS;
+      const stagesPerS = done / windowS;
+      const runsPerS = (runs.succeeded as number) / windowS;
+      const allOk = !timedOut && runs.succeeded === cfg.runs && st.succeeded === cfg.runs * NOOP_STEPS && st.attempts === cfg.runs * NOOP_STEPS;
+      const pct = (xs: number[], p: number) => (xs.length ? round(percentile(xs, p)!, 2) : null);
+
+      // The workers' statement profile, summed, per stage.
+      type Stmt = { n: number; rows: number; ms: number; max_ms: number; next_claimed?: number };
+      const statements: Record<string, Stmt> = {};
+      const ended: Record<string, number> = {};
+      const wakes = { notified: 0, received: 0 };
+      const workerCpu: number[] = [];
+      for (const s of stopped as Record<string, any>[]) {
+        for (const [k, v] of Object.entries((s.statements ?? {}) as Record<string, Stmt>)) {
+          const t = (statements[k] ??= { n: 0, rows: 0, ms: 0, max_ms: 0 });
+          t.n += v.n; t.rows += v.rows; t.ms += v.ms; t.max_ms = Math.max(t.max_ms, v.max_ms);
+          if (v.next_claimed !== undefined) t.next_claimed = (t.next_claimed ?? 0) + v.next_claimed;
+        }
+        for (const [k, v] of Object.entries((s.ended ?? {}) as Record<string, number>)) ended[k] = (ended[k] ?? 0) + v;
+        wakes.notified += s.wakes?.notified ?? 0;
+        wakes.received += s.wakes?.received ?? 0;
+        if (s.cpu_ms) workerCpu.push(round(s.cpu_ms.user + s.cpu_ms.system, 0));
+      }
+      const perStage = Object.fromEntries(Object.entries(statements).map(([k, v]) => [k, {
+        per_stage: round(v.n / Math.max(done, 1), 3), rows_per_call: v.n ? round(v.rows / v.n, 2) : null,
+        mean_ms: v.n ? round(v.ms / v.n, 2) : null, max_ms: round(v.max_ms, 1), calls: v.n,
+        ...(v.next_claimed !== undefined ? { next_claimed_in_finish: v.next_claimed } : {}),
+      }]));
+
+      const cpuKinds = cpuByKind(procBefore, procAfter, new Set(workers.map((w) => w.pid)));
+      const info = {
+        runs: cfg.runs, stages: cfg.runs * NOOP_STEPS, runs_succeeded: runs.succeeded, runs_failed: runs.failed, stages_succeeded: st.succeeded,
+        attempts: st.attempts, all_succeeded: allOk, timed_out: timedOut,
+        window_s: round(windowS, 3), wall_s: round(wallS, 2), processes: procs, concurrency_per_process: cfg.concurrency,
+        fast_path: mode === 'fast', pickup_p50_ms: pct(next, 50), pickup_p99_ms: pct(next, 99), cpu_busy_pct: cpuBusy,
+        xacts_per_stage: round((after.xacts - before.xacts) / Math.max(done, 1), 3),
+        wal_fsyncs_per_stage: round((after.fsyncs - before.fsyncs) / Math.max(done, 1), 3),
+        cpu_ms_by_kind: cpuKinds, worker_cpu_ms: workerCpu,
+        events_per_stage: round((ev.events as number) / Math.max(done, 1), 2), fast_path_claims: ev.fast_claims, claims: ev.claims,
+        rejected: ev.rejected, reclaimed: ev.reclaimed, heartbeat_lost_events: ev.heartbeat_lost, owners: st.owners,
+        next_stage_same_process_pct: nextMs.length ? round((100 * nextMs.filter((r) => r.same_owner).length) / nextMs.length, 1) : null,
+        spawn_to_ready_s: round(spawnS, 2), submit_runs_per_s: round(cfg.runs / submitSafe(submitS), 0), wakeups_notified: wakes.notified, wakeups_received: wakes.received,
+        attempt_ends: ended, bullmq_prefix: prefix,
+      };
+      const lineInfo = { all_succeeded: allOk, runs_succeeded: runs.succeeded, window_s: info.window_s, cpu_busy_pct: cpuBusy, xacts_per_stage: info.xacts_per_stage, wal_fsyncs_per_stage: info.wal_fsyncs_per_stage };
+      out({ metric: 'stages_per_s', variant, value: round(stagesPerS, 1), unit: 'stages/s', info });
+      out({ metric: 'runs_per_s', variant, value: round(runsPerS, 1), unit: 'runs/s', info: lineInfo });
+      out({ metric: 'pickup_p50', variant, value: pct(next, 50), unit: 'ms', info: { of: 'first_claimed_at(stage n+1) - finished_at(stage n)', samples: next.length, max_ms: next.length ? round(Math.max(...next), 1) : null, zero_pct: next.length ? round((100 * next.filter((x) => x === 0).length) / next.length, 1) : null } });
+      out({ metric: 'pickup_p99', variant, value: pct(next, 99), unit: 'ms', info: { samples: next.length } });
+      out({ metric: 'first_pickup_p50', variant, value: pct(first, 50), unit: 'ms', info: { of: 'first_claimed_at(stage 1) - greatest(run created_at, go); all runs wait at go: backlog wait', samples: first.length } });
+      out({ metric: 'first_pickup_p99', variant, value: pct(first, 99), unit: 'ms', info: { samples: first.length } });
+      out({ metric: 'all_runs_succeeded', variant, value: allOk, unit: 'bool', info: { runs: cfg.runs, runs_succeeded: runs.succeeded, runs_failed: runs.failed, stages_succeeded: st.succeeded, attempts: st.attempts, rejected: ev.rejected, reclaimed: ev.reclaimed, timed_out: timedOut } });
+      out({ metric: 'profile', variant, value: null, unit: 'statements', info: { statements_per_stage: perStage, cpu_ms_by_kind: cpuKinds, worker_cpu_ms: workerCpu, window_s: info.window_s, cpu_busy_pct: cpuBusy } });
+      log(`${variant}: ${round(stagesPerS, 1)} stages/s, ${round(runsPerS, 1)} runs/s over ${round(windowS, 2)} s; pick-up p50 ${pct(next, 50)} ms p99 ${pct(next, 99)} ms; ` +
+        `${runs.succeeded}/${cfg.runs} runs succeeded${allOk ? '' : ' — NOT ALL'}; cpu ${cpuBusy}%; ${info.xacts_per_stage} xacts/stage; cpu ms ${JSON.stringify(cpuKinds)}`);
+      const light = await lightPhase(variant, url, prefix, mode, procs, admin);
+      return { label: variant, mode, procs, stagesPerS, runsPerS, allOk: allOk && light.allOk === true, info: { ...info, light } };
+    } finally {
+      await admin.end();
+    }
+  } finally {
+    for (const w of workers) if (!w.exited) w.child.kill('SIGKILL');
+    await main?.close().catch(() => {});
+    await bullQueue.obliterate({ force: true }).catch((err: Error) => log(`obliterate ${prefix}: ${err.message}`));
+    await bullQueue.close().catch(() => {});
+    await dropDb(cfg.adminUrl, dbName);
+  }
+}
+
+/**
+ * Pick-up latency without a backlog: fresh worker processes (same variant), runs submitted one
+ * at a time `lightGapMs` apart through ratchet.submit (stage 1 woken through BullMQ), so each
+ * stage's pick-up is the engine's own delay, not its wait behind 10,000 others.
+ */
+async function lightPhase(variant: string, url: string, prefix: string, mode: 'queue' | 'fast', procs: number, admin: pg.Client): Promise<Record<string, unknown>> {
+  const workers: WorkerProc[] = [];
+  let main: Ratchet | undefined;
+  try {
+    let store: Ratchet['store'] | undefined;
+    main = await createRatchet({
+      databaseUrl: url, workflows: [noop10], logger: silentLogger(), poolSize: 2,
+      transport: createBullmqTransport({ redisUrl: cfg.redisUrl, prefix, logger: silentLogger(), dueIn: (id) => store!.dueIn(id) }),
+    });
+    store = main.store;
+    for (let i = 0; i < procs; i++) {
+      workers.push(spawnWorker(i, {
+        DATABASE_URL: url, REDIS_URL: cfg.redisUrl, BULL_PREFIX: prefix, FAST_PATH: mode === 'fast' ? '1' : '0', CONCURRENCY: String(cfg.concurrency),
+      }));
+    }
+    await Promise.all(workers.map((w) => waitFor(w, 'ready', 60_000)));
+    for (const w of workers) w.child.stdin.write('go\n');
+    await Promise.all(workers.map((w) => waitFor(w, 'started', 30_000)));
+    await sleep(500);
+    const ids: string[] = [];
+    for (let i = 0; i < cfg.lightRuns; i++) {
+      ids.push((await main.submit('noop10', {})).id);
+      await sleep(cfg.lightGapMs);
+    }
+    const until = Date.now() + 60_000;
+    let done = 0;
+    while (Date.now() < until) {
+      done = Number((await admin.query(`SELECT count(*) AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state IN ('succeeded','failed','cancelled','expired')`, [ids])).rows[0].n);
+      if (done >= ids.length) break;
+      await sleep(100);
+    }
+    const [r] = (await admin.query(`SELECT count(*) FILTER (WHERE state = 'succeeded')::int AS ok FROM ratchet.runs WHERE id = ANY($1::uuid[])`, [ids])).rows;
+    const next = (await admin.query(`SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms
+      FROM ratchet.stages s JOIN ratchet.stages p ON p.run_id = s.run_id AND p.seq = s.seq - 1
+      WHERE s.run_id = ANY($1::uuid[]) AND s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL`, [ids])).rows.map((x) => x.ms as number);
+    const first = (await admin.query(`SELECT extract(epoch FROM s.first_claimed_at - r.created_at)::float8 * 1000 AS ms
+      FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.run_id = ANY($1::uuid[]) AND s.seq = 1 AND s.first_claimed_at IS NOT NULL`, [ids])).rows.map((x) => x.ms as number);
+    const runMs = (await admin.query(`SELECT extract(epoch FROM finished_at - created_at)::float8 * 1000 AS ms FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND finished_at IS NOT NULL`, [ids])).rows.map((x) => x.ms as number);
+    const pct = (xs: number[], p: number) => (xs.length ? round(percentile(xs, p)!, 2) : null);
+    const light = {
+      runs: ids.length, runs_succeeded: r.ok, allOk: r.ok === ids.length, gap_ms: cfg.lightGapMs,
+      pickup_p50_ms: pct(next, 50), pickup_p99_ms: pct(next, 99), first_pickup_p50_ms: pct(first, 50), first_pickup_p99_ms: pct(first, 99),
+      run_p50_ms: pct(runMs, 50), run_p99_ms: pct(runMs, 99),
+    };
+    const info = { of: 'light load: runs submitted one by one 100 ms apart to idle workers', runs: ids.length, runs_succeeded: r.ok, samples: next.length };
+    out({ metric: 'light_pickup_p50', variant, value: light.pickup_p50_ms, unit: 'ms', info: { ...info, of: `${info.of}; first_claimed_at(stage n+1) - finished_at(stage n)` } });
+    out({ metric: 'light_pickup_p99', variant, value: light.pickup_p99_ms, unit: 'ms', info });
+    out({ metric: 'light_first_pickup_p50', variant, value: light.first_pickup_p50_ms, unit: 'ms', info: { ...info, of: `${info.of}; first_claimed_at(stage 1) - run created_at (submit -> BullMQ -> claim)`, samples: first.length } });
+    out({ metric: 'light_first_pickup_p99', variant, value: light.first_pickup_p99_ms, unit: 'ms', info: { ...info, samples: first.length } });
+    out({ metric: 'light_run_latency_p50', variant, value: light.run_p50_ms, unit: 'ms', info: { ...info, of: `${info.of}; run finished_at - created_at (10 stages)`, samples: runMs.length } });
+    log(`${variant} light load: pick-up p50 ${light.pickup_p50_ms} ms p99 ${light.pickup_p99_ms} ms; stage 1 p50 ${light.first_pickup_p50_ms} ms p99 ${light.first_pickup_p99_ms} ms; run p50 ${light.run_p50_ms} ms; ${r.ok}/${ids.length} succeeded`);
+    for (const w of workers) if (!w.exited) w.child.stdin.write('stop\n');
+    await Promise.all(workers.map((w) => waitFor(w, 'stopped', 15_000).catch(() => null)));
+    await Promise.all(workers.map((w) => waitExit(w, 5000)));
+    return light;
+  } finally {
+    for (const w of workers) if (!w.exited) w.child.kill('SIGKILL');
+    await main?.close().catch(() => {});
+  }
+}
+
+function submitSafe(s: number): number {
+  return s > 0 ? s : 1e-9;
+}
+
+// ---- peers ------------------------------------------------------------------------------------
+interface PeerLine { measure: string; variant: string; metric: string; unit: string; median: number | null; cpu_busy_pct: number | null; xacts_per_item: number | null; wal_fsyncs_per_item: number | null; runs: number[]; failed_runs: number; errors: string[]; info: unknown[] }
+
+async function runPeers(): Promise<PeerLine[]> {
+  const args = [cfg.peersScript, 'dbos', 'pgboss', 'graphile', 'bullmq', 'pgbench', '--runs', String(cfg.peerRuns), ...(cfg.cap ? ['--cap', cfg.cap] : [])];
+  log(`peers: bash ${args.join(' ')}`);
+  const child = spawn('bash', args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: PeerLine[] = [];
+  const raw: string[] = [];
+  createInterface({ input: child.stdout }).on('line', (line) => {
+    if (!line.trim()) return;
+    raw.push(line);
+    try {
+      lines.push(JSON.parse(line) as PeerLine);
+    } catch {
+      process.stderr.write(`[peers stdout] ${line}\n`);
+    }
+  });
+  createInterface({ input: child.stderr }).on('line', (line) => process.stderr.write(`[peers] ${line}\n`));
+  const killer = setTimeout(() => { log('peers: 45 min passed, stopping them'); child.kill('SIGTERM'); }, 45 * 60_000);
+  const code = await new Promise<number | null>((r) => child.on('close', (c) => r(c)));
+  clearTimeout(killer);
+  const file = join(tmpdir(), `ratchet-bench-peers-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`);
+  writeFileSync(file, raw.map((l) => `${l}\n`).join(''));
+  log(`peers: exit ${code}, ${lines.length} lines (raw in ${file})`);
+  return lines;
+}
+
+// ---- main -------------------------------------------------------------------------------------
+log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv['skip-peers'] })}`);
+{
+  // Warm tsx's compile cache once, so no worker start pays for compiling.
+  const t = performance.now();
+  execFileSync(process.execPath, ['--import', 'tsx', cfg.workerScript, '--warm'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  log(`worker script loaded (tsx cache warm) in ${round((performance.now() - t) / 1000, 2)} s`);
+}
+const results: VariantResult[] = [];
+for (const v of cfg.variants) results.push(await runVariant(v.mode, v.procs));
+
+if (!argv['skip-peers']) {
+  const peers = await runPeers();
+  const find = (measure: string, metric: string, pick: (variant: string) => boolean): PeerLine | null => {
+    const cands = peers.filter((p) => p.measure === measure && p.metric === metric && pick(p.variant) && p.median != null);
+    return cands.sort((a, b) => b.median! - a.median!)[0] ?? null;
+  };
+  const targets: { key: string; peer: PeerLine | null; goal: number | null; note: string }[] = [
+    { key: 'dbos_steps', peer: find('dbos', 'steps_per_s', () => true), goal: 1, note: 'DBOS Transact steps/s, 10-step workflows (best of direct / queue)' },
+    { key: 'graphile_jobs', peer: find('graphile', 'process_jobs_per_s', () => true), goal: 1, note: 'graphile-worker jobs/s (best concurrency)' },
+    { key: 'pgboss_batch1_jobs', peer: find('pgboss', 'process_jobs_per_s', (v) => v.startsWith('batch=1 ')), goal: 1, note: 'pg-boss jobs/s at one job per fetch' },
+    { key: 'pgboss_batch100_jobs', peer: find('pgboss', 'process_jobs_per_s', (v) => v.startsWith('batch=100 ')), goal: 1, note: 'pg-boss jobs/s at 100 per fetch (stretch)' },
+    { key: 'bullmq_jobs', peer: find('bullmq', 'process_jobs_per_s', () => true), goal: null, note: 'BullMQ jobs/s (best concurrency), no durability in PostgreSQL' },
+    { key: 'pgbench_update_tps_c4', peer: find('pgbench-update', 'tps', (v) => v === 'clients=4'), goal: 0.5, note: 'pgbench single-row UPDATE tps at 4 clients (commit rate)' },
+  ];
+  for (const p of peers) {
+    if (!['steps_per_s', 'process_jobs_per_s', 'tps'].includes(p.metric)) continue;
+    out({ metric: 'peer', variant: `${p.measure} ${p.variant} ${p.metric}`, value: p.median, unit: p.unit,
+      info: { runs: p.runs, cpu_busy_pct: p.cpu_busy_pct, xacts_per_item: p.xacts_per_item, wal_fsyncs_per_item: p.wal_fsyncs_per_item, failed_runs: p.failed_runs, errors: p.errors } });
+  }
+  const summary: string[] = [];
+  for (const r of results.filter((x) => x.mode === 'fast')) {
+    for (const t of targets) {
+      if (!t.peer?.median) {
+        out({ metric: 'ratio', variant: `${r.label} / ${t.key}`, value: null, unit: 'x', info: { note: `${t.note}: no figure from the peers run` } });
+        continue;
+      }
+      const ratio = r.stagesPerS / t.peer.median;
+      out({ metric: 'ratio', variant: `${r.label} / ${t.key}`, value: round(ratio, 3), unit: 'x', info: {
+        ratchet_stages_per_s: round(r.stagesPerS, 1), peer: `${t.peer.measure} ${t.peer.variant}`, peer_value: t.peer.median, peer_unit: t.peer.unit,
+        peer_cpu_busy_pct: t.peer.cpu_busy_pct, ratchet_cpu_busy_pct: r.info.cpu_busy_pct, goal: t.goal === null ? null : `>= ${t.goal}`,
+        goal_met: t.goal === null ? null : ratio >= t.goal, ratchet_all_succeeded: r.allOk, note: t.note,
+      } });
+      summary.push(`${r.label.padEnd(18)} / ${t.key.padEnd(22)} ${String(round(ratio, 3)).padStart(7)}  (${round(r.stagesPerS, 0)} vs ${t.peer.median} ${t.peer.unit}${t.goal === null ? '' : `, goal >= ${t.goal}: ${ratio >= t.goal ? 'met' : 'NOT met'}`})`);
+    }
+  }
+  process.stderr.write(`\nratios (fast path stages/s over the peer's figure):\n${summary.join('\n')}\n`);
+}
+
+process.stderr.write(`\n${'variant'.padEnd(20)}${'stages/s'.padStart(10)}${'runs/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'light p50'.padStart(11)}${'light p99'.padStart(11)}${'cpu%'.padStart(7)}${'xact/st'.padStart(9)}  all ok\n`);
+for (const r of results) {
+  const light = r.info.light as Record<string, unknown>;
+  process.stderr.write(`${r.label.padEnd(20)}${String(round(r.stagesPerS, 0)).padStart(10)}${String(round(r.runsPerS, 1)).padStart(9)}` +
+    `${String(r.info.pickup_p50_ms ?? '').padStart(9)}${String(r.info.pickup_p99_ms ?? '').padStart(9)}${String(light.pickup_p50_ms ?? '').padStart(11)}${String(light.pickup_p99_ms ?? '').padStart(11)}` +
+    `${String(r.info.cpu_busy_pct).padStart(7)}${String(r.info.xacts_per_stage).padStart(9)}  ${r.allOk}\n`);
+}
+log('done');
+process.exit(0);

@@ -1,0 +1,145 @@
+/**
+ * One worker process of the engine benchmark (bench/engine.ts), configured by the environment:
+ *   DATABASE_URL, REDIS_URL, BULL_PREFIX (BullMQ key prefix, fresh per variant), FAST_PATH=0|1,
+ *   CONCURRENCY (stages at once, default 10), POOL_SIZE (default 10), FINISH_BATCH_MS (default: the engine's),
+ *   POLL_MS (default: the engine's), WORKER_NAME.
+ *
+ *   node --import tsx bench/worker-process.ts           # tsx compiles once into its cache
+ *   node --import tsx bench/worker-process.ts --warm    # load everything and exit (warms the cache)
+ *
+ * Protocol (JSON lines on stdout; logs on stderr): after connecting and migrating it prints
+ * {"ready":true}; the line "go" on stdin starts the worker ({"started":true}); the line "stop"
+ * (or SIGTERM) stops it gracefully and prints {"stopped":true,...} with what it saw: attempt
+ * ends, statements by name (count, rows, total ms), wake-ups sent and received, and its own CPU.
+ */
+import { createInterface } from 'node:readline';
+import { performance } from 'node:perf_hooks';
+import pino from 'pino';
+import { createRatchet, type Ratchet } from '../src/engine.js';
+import { createBullmqTransport } from '../src/transport/bullmq.js';
+import type { Transport } from '../src/transport/transport.js';
+import { noop10 } from './workflows/noop.js';
+
+if (process.argv.includes('--warm')) process.exit(0);
+
+const env = (name: string, dflt?: string): string => {
+  const v = process.env[name] ?? dflt;
+  if (v === undefined) throw new Error(`${name} is required`);
+  return v;
+};
+const optInt = (name: string): number | undefined => (process.env[name] ? Number(process.env[name]) : undefined);
+const send = (msg: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(msg)}\n`);
+
+const name = env('WORKER_NAME', 'bench');
+const logger = pino({ level: process.env.RATCHET_LOG_LEVEL ?? 'warn', base: { worker: name } }, pino.destination(2));
+
+// Statement profile: every store statement by its prepared name (claims by limit folded together).
+const stmts: Record<string, { n: number; rows: number; ms: number; maxMs: number; fast?: number }> = {};
+const wakes = { notified: 0, received: 0 };
+
+let ratchet: Ratchet | undefined;
+const bull = createBullmqTransport({
+  redisUrl: env('REDIS_URL'),
+  prefix: env('BULL_PREFIX'),
+  logger,
+  dueIn: (stageId) => ratchet!.store.dueIn(stageId),
+});
+const transport: Transport = {
+  kind: bull.kind,
+  notify(toolClass, ready, delayMs) {
+    wakes.notified++;
+    bull.notify(toolClass, ready, delayMs);
+  },
+  subscribe: (toolClass, onWake) => bull.subscribe(toolClass, (ready) => {
+    wakes.received++;
+    return onWake(ready);
+  }),
+  healthy: () => bull.healthy(),
+  close: () => bull.close(),
+};
+
+ratchet = await createRatchet({
+  databaseUrl: env('DATABASE_URL'),
+  workflows: [noop10],
+  logger,
+  transport,
+  poolSize: optInt('POOL_SIZE') ?? 10,
+});
+
+const db = ratchet.store.db;
+const rawQuery = db.query.bind(db);
+const profiled = async (text: string, params?: readonly unknown[], stmtName?: string): Promise<Record<string, unknown>[]> => {
+  const key = stmtName ? stmtName.replace(/^ratchet_/, '').replace(/_\d+$/, '') : 'unnamed';
+  const t0 = performance.now();
+  try {
+    const rows = await rawQuery(text, params, stmtName);
+    const s = (stmts[key] ??= { n: 0, rows: 0, ms: 0, maxMs: 0 });
+    const ms = performance.now() - t0;
+    s.n++;
+    s.rows += rows.length;
+    s.ms += ms;
+    s.maxMs = Math.max(s.maxMs, ms);
+    if (key === 'finish') s.fast = (s.fast ?? 0) + rows.filter((r) => r.next_claimed != null).length;
+    return rows;
+  } catch (err) {
+    const s = (stmts[`${key}_error`] ??= { n: 0, rows: 0, ms: 0, maxMs: 0 });
+    s.n++;
+    throw err;
+  }
+};
+(db as { query: unknown }).query = profiled;
+
+const fastPath = env('FAST_PATH', '1') !== '0';
+const worker = ratchet.worker({
+  name,
+  fastPath,
+  concurrency: optInt('CONCURRENCY') ?? 10,
+  ...(optInt('FINISH_BATCH_MS') !== undefined ? { finishBatchMs: optInt('FINISH_BATCH_MS') } : {}),
+  ...(optInt('POLL_MS') !== undefined ? { pollIntervalMs: optInt('POLL_MS') } : {}),
+  graceMs: 2000,
+});
+send({ ready: true, owner: worker.owner, pid: process.pid, fastPath });
+
+let cpu0 = process.cpuUsage();
+let t0 = performance.now();
+let started = false;
+let stopping: Promise<void> | null = null;
+
+function stop(): Promise<void> {
+  stopping ??= (async () => {
+    const cpu = process.cpuUsage(cpu0);
+    const wallMs = performance.now() - t0;
+    await worker.stop({ graceMs: 2000 });
+    await ratchet!.close();
+    const round = (v: number) => Math.round(v * 10) / 10;
+    send({
+      stopped: true,
+      owner: worker.owner,
+      ended: worker.ended,
+      wakes,
+      cpu_ms: { user: round(cpu.user / 1000), system: round(cpu.system / 1000) },
+      wall_ms: round(wallMs),
+      statements: Object.fromEntries(Object.entries(stmts).map(([k, s]) => [k, { n: s.n, rows: s.rows, ms: round(s.ms), max_ms: round(s.maxMs), ...(s.fast !== undefined ? { next_claimed: s.fast } : {}) }])),
+    });
+    process.exit(0);
+  })();
+  return stopping;
+}
+
+const input = createInterface({ input: process.stdin });
+input.on('close', () => void stop()); // the bench went away: do not linger
+input.on('line', (line) => {
+  const cmd = line.trim();
+  if (cmd === 'go' && !started) {
+    started = true;
+    for (const k of Object.keys(stmts)) delete stmts[k]; // count only the measured phase
+    wakes.notified = 0;
+    wakes.received = 0;
+    cpu0 = process.cpuUsage();
+    t0 = performance.now();
+    void worker.start().then(() => send({ started: true }));
+  } else if (cmd === 'stop') {
+    void stop();
+  }
+});
+process.on('SIGTERM', () => void stop());

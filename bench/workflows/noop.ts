@@ -1,0 +1,28 @@
+/**
+ * The engine benchmark's workflow: 10 steps of one no-op tool. The class's lease is long
+ * (30 s, heartbeat 10 s) so no lease is ever extended or lost during a benchmark: what is
+ * measured is claim, finish and wake-up, not heartbeats.
+ */
+import { z } from 'zod';
+import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
+
+export const NOOP_CLASS = 'noop';
+export const NOOP_STEPS = 10;
+
+export const noopClass = defineToolClass({
+  name: NOOP_CLASS, lease: '30s', heartbeat: '10s', timeout: '30s', maxDuration: '1m',
+  retry: { maxAttempts: 3 },
+});
+
+export const noopTool = defineTool({
+  name: 'noop', description: 'does nothing and returns an empty object', class: noopClass,
+  input: z.object({}), output: z.object({}),
+  run: async () => ({}),
+});
+
+export const noop10 = defineWorkflow({
+  name: 'noop10', input: z.object({}),
+  steps: Array.from({ length: NOOP_STEPS }, (_, i) => ({ tool: noopTool, name: `s${i + 1}` })),
+});
+
+export default noop10;
