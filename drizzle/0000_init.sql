@@ -87,6 +87,7 @@ CREATE INDEX "rate_claims_class_at_idx" ON "ratchet"."rate_claims" USING btree (
 CREATE UNIQUE INDEX "runs_idempotency_key_uq" ON "ratchet"."runs" USING btree ("idempotency_key");--> statement-breakpoint
 CREATE INDEX "runs_state_created_idx" ON "ratchet"."runs" USING btree ("state","created_at");--> statement-breakpoint
 CREATE INDEX "runs_workflow_created_idx" ON "ratchet"."runs" USING btree ("workflow","created_at");--> statement-breakpoint
+CREATE INDEX "runs_created_id_idx" ON "ratchet"."runs" USING btree ("created_at","id");--> statement-breakpoint
 CREATE UNIQUE INDEX "stages_idempotency_key_uq" ON "ratchet"."stages" USING btree ("idempotency_key");--> statement-breakpoint
 CREATE UNIQUE INDEX "stages_run_seq_uq" ON "ratchet"."stages" USING btree ("run_id","seq");--> statement-breakpoint
 CREATE INDEX "stages_queued_claim_idx" ON "ratchet"."stages" USING btree ("tool_class","available_at","id") WHERE state = 'queued';--> statement-breakpoint

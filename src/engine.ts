@@ -94,8 +94,8 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
   const ownThreadRunner = !opts.threadRunner && registry.toolClasses().some((c) => c.isolation === 'thread') ? createThreadRunner({ logger }) : null;
   const threadRunner = opts.threadRunner ?? ownThreadRunner ?? undefined;
   const store = await openStore({
-    databaseUrl: opts.databaseUrl ?? process.env.DATABASE_URL ?? undefined,
-    dataDir: opts.dataDir ?? process.env.RATCHET_DATA_DIR ?? undefined,
+    databaseUrl: opts.databaseUrl ?? (process.env.DATABASE_URL || undefined), // an empty variable counts as unset
+    dataDir: opts.dataDir ?? (process.env.RATCHET_DATA_DIR || undefined),
     poolSize: opts.poolSize,
     queryTimeoutMs: opts.queryTimeoutMs,
     connectionTimeoutMs: opts.connectionTimeoutMs,

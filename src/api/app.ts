@@ -94,7 +94,7 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   });
   app.use('/v1/*', bodyLimit({
     maxSize: opts.bodyLimit,
-    onError: () => { throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, { details: { limit: opts.bodyLimit } }); },
+    onError: () => { throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, { path: '$', details: { limit: opts.bodyLimit } }); },
   }));
   app.use('/v1/runs/:id/cancel', noBody);
   app.use('/v1/runs/:id/retry', noBody);

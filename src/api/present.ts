@@ -23,7 +23,7 @@ export function runSummaryToJson(r: RunSummaryRow): RunSummaryJson {
 }
 
 export function eventToJson(e: EventRow) {
-  return { id: e.id, runId: e.runId, stageId: e.stageId, type: e.type as never, fence: e.fence, attempt: e.attempt, at: e.at.toISOString(), data: e.data };
+  return { id: e.id, runId: e.runId, stageId: e.stageId, type: e.type, fence: e.fence, attempt: e.attempt, at: e.at.toISOString(), data: e.data };
 }
 
 export const CANCEL_NOTE_IN_FLIGHT = 'the stages that were running are told at their next heartbeat (their signal aborts with reason cancelled) ' +

@@ -110,7 +110,8 @@ export const eventSchema = z.object({
   id: z.string(),
   runId: z.string(),
   stageId: z.string().nullable(),
-  type: z.enum(EVENT_TYPES),
+  /** One of EVENT_TYPES (a string here, so a client keeps working when a newer server adds a type). */
+  type: z.string().describe(`an event type: ${EVENT_TYPES.join(', ')}`),
   fence: z.string().nullable(),
   attempt: z.number().int().nullable(),
   at: ts,

@@ -43,8 +43,8 @@ export function toApiError(err: unknown, retryAfterSeconds: number): ApiError {
   }
   if (err instanceof HTTPException) {
     const status = err.status;
-    if (status === 413) return new ApiError(413, 'body_too_large', err.message || 'the request body is too large', { cause: err });
-    if (status === 415) return new ApiError(415, 'unsupported_media_type', 'send the body as application/json', { cause: err });
+    if (status === 413) return new ApiError(413, 'body_too_large', err.message || 'the request body is too large', { path: '$', cause: err });
+    if (status === 415) return new ApiError(415, 'unsupported_media_type', 'send the body as application/json', { path: '$', cause: err });
     if (status === 400) return new ApiError(400, 'invalid_json', `the body is not JSON: ${err.message}`, { path: '$', cause: err });
     if (status === 401) return new ApiError(401, 'unauthorized', err.message, { cause: err });
   }

@@ -3,13 +3,23 @@ import { openStore } from '../store/index.js';
 import { RatchetError } from '../errors.js';
 import { registerRunCommand } from './commands/run.js';
 import { registerWorkerCommand } from './commands/worker.js';
-import { EXIT } from './exit-codes.js';
+import { registerServeCommand } from './commands/serve.js';
+import { registerDevCommand } from './commands/dev.js';
+import { registerStatusCommand } from './commands/status.js';
+import { registerListCommand } from './commands/list.js';
+import { registerEventsCommand } from './commands/events.js';
+import { registerExplainCommand } from './commands/explain.js';
+import { registerCancelCommand } from './commands/cancel.js';
+import { registerRetryCommand } from './commands/retry.js';
+import { ApiError } from '../api/errors.js';
+import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
  * Exit codes (src/cli/exit-codes.ts, documented in the README): 0 ok (`run`: the run succeeded),
  * 1 unexpected, 2 bad usage / input / definitions or a locked data directory (nothing persisted),
  * 3 unknown run, 4 database unavailable, 5 `run`: the run failed, was cancelled or expired,
- * 6 `run`: --timeout passed before the run ended, 130 `run`: interrupted.
+ * 6 `run`: --timeout passed before the run ended, 7 conflict with the run's state, 8 token
+ * refused, 9 server unreachable, 130 `run`: interrupted.
  */
 export { EXIT };
 
@@ -18,6 +28,8 @@ const program = new Command('ratchet')
   .option('--database-url <url>', 'PostgreSQL URL (env DATABASE_URL); unset = embedded PGlite')
   .option('--data-dir <dir>', 'embedded data directory (env RATCHET_DATA_DIR)', undefined)
   .option('--json', 'print JSON instead of text', false)
+  .option('--url <url>', 'a task API server (env RATCHET_URL); unset = the store directly (status, list, events, explain, cancel, retry, run)')
+  .option('--token <token>', 'bearer token: sent to --url; accepted by serve / dev (env RATCHET_TOKEN)')
   .exitOverride(); // usage errors become exit 2 below, like every other bad input
 
 const storeOptions = () => {
@@ -39,6 +51,14 @@ program.command('migrate')
 
 registerRunCommand(program);
 registerWorkerCommand(program);
+registerServeCommand(program);
+registerDevCommand(program);
+registerStatusCommand(program);
+registerListCommand(program);
+registerEventsCommand(program);
+registerExplainCommand(program);
+registerCancelCommand(program);
+registerRetryCommand(program);
 
 try {
   await program.parseAsync(process.argv);
@@ -48,10 +68,9 @@ try {
     process.exitCode = err.exitCode === 0 ? EXIT.ok : EXIT.invalidInput;
     process.exit();
   }
-  const code = err instanceof RatchetError ? err.code : 'unexpected';
+  const code = err instanceof RatchetError || err instanceof ApiError ? err.code : 'unexpected';
+  const path = err instanceof ApiError ? err.path : err instanceof RatchetError && typeof err.details.path === 'string' ? err.details.path : null;
   const json = program.opts<{ json: boolean }>().json;
-  process.stderr.write(json ? `${JSON.stringify({ error: { code, message: (err as Error).message } })}\n` : `ratchet: ${(err as Error).message}\n`);
-  process.exitCode = code === 'invalid_input' || code === 'invalid_definition' || code === 'data_dir_locked' ? EXIT.invalidInput
-    : code === 'unknown_run' ? EXIT.unknownRun
-    : code === 'database_unavailable' ? EXIT.databaseUnavailable : EXIT.unexpected;
+  process.stderr.write(json ? `${JSON.stringify({ error: { code, message: (err as Error).message, ...(path ? { path } : {}) } })}\n` : `ratchet: ${(err as Error).message}\n`);
+  process.exitCode = exitCodeFor(code);
 }

@@ -41,6 +41,8 @@ export const waitOptionsSchema = z.object({
   jitter: z.number().min(0).max(1).optional(),
   /** A wait before the first read (default 0; waitAll staggers the first reads of many runs with it). */
   initialDelay: duration.optional(),
+  /** Called with each run read (e.g. to show stage progress). */
+  onRun: z.custom<(run: RunJson) => void>((v) => typeof v === 'function').optional(),
   /** Called after each read with what was seen and decided. */
   onPoll: z.custom<(poll: PollRecord) => void>((v) => typeof v === 'function').optional(),
   signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal).optional(),
@@ -127,6 +129,7 @@ export async function waitForRun(id: string, read: (timeoutMs: number) => Promis
     try {
       last = await read(readTimeout);
       lastReadError = null;
+      o.onRun?.(last);
     } catch (err) {
       if (!retryableRead(err)) throw err; // unknown_run, unauthorized...: not something another read fixes
       readFailed = err;

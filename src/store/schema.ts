@@ -32,6 +32,8 @@ export const runs = ratchet.table('runs', {
   uniqueIndex('runs_idempotency_key_uq').on(t.idempotencyKey),
   index('runs_state_created_idx').on(t.state, t.createdAt),
   index('runs_workflow_created_idx').on(t.workflow, t.createdAt),
+  // Listing runs newest first without a filter: keyset pagination on (created_at, id).
+  index('runs_created_id_idx').on(t.createdAt, t.id),
   check('runs_state_ck', sql`${t.state} in ('queued','running','succeeded','failed','cancelled','expired')`),
 ]);
 

@@ -11,6 +11,8 @@ import { readRunInput } from '../run/input.js';
 import { preflight } from '../run/preflight.js';
 import { jsonReporter, textReporter } from '../run/report.js';
 import { watchRun } from '../run/watch.js';
+import { runRemote } from '../run/remote.js';
+import { serverUrl } from '../api/options.js';
 
 interface RunOptions {
   input: string;
@@ -19,7 +21,10 @@ interface RunOptions {
   timeout: string;
   poll: string;
   withServices: boolean;
+  wait: boolean;
   // global options
+  url?: string;
+  token?: string;
   databaseUrl?: string;
   dataDir?: string;
   json: boolean;
@@ -51,6 +56,7 @@ const cliLogger = () => pino({ name: 'ratchet', level: process.env.RATCHET_LOG_L
 async function run(name: string, o: RunOptions): Promise<void> {
   const { timeoutMs, intervalMs } = watchTimings(o);
   const input = await readRunInput(o.input);
+  if (serverUrl(o)) return runOnServer(name, input, o, timeoutMs);
   const { workflows } = await preflight(o.workflowsDir, name, input);
   const report = (o.json ? jsonReporter : textReporter)((line) => process.stdout.write(line));
 
@@ -95,6 +101,20 @@ async function run(name: string, o: RunOptions): Promise<void> {
   }
 }
 
+/** With --url (or RATCHET_URL): submit to that server; --wait watches the run with the client's poller. */
+async function runOnServer(name: string, input: unknown, o: RunOptions, timeoutMs: number): Promise<void> {
+  const interrupt = new AbortController();
+  const onSignal = () => interrupt.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    await runRemote(name, input, o, { timeoutMs, signal: interrupt.signal });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
 export function registerRunCommand(program: Command): void {
   program.command('run')
     .description('run a workflow to its end in this process (an in-process worker), showing each stage as it advances')
@@ -105,6 +125,7 @@ export function registerRunCommand(program: Command): void {
     .option('--timeout <duration>', 'stop watching after this long (the run is left as it is)', '10m')
     .option('--poll <ms>', 'how often to read the run, in ms', '200')
     .option('--with-services', 'start the example services (examples/services.ts) in this process first', false)
+    .option('--wait', 'with --url: watch the run until it ends (without --url the run is always driven to its end in this process)', false)
     .action(async (workflow: string, _opts: unknown, cmd: Command) => {
       await run(workflow, cmd.optsWithGlobals<RunOptions>());
     });
