@@ -55,7 +55,7 @@ async function withStore<T>(name: string, stages: number, poolSize: number, fn: 
   const url = await createDb(cfg.adminUrl, name);
   let store: Store | undefined;
   try {
-    store = await openStore({ databaseUrl: url, poolSize, applicationName: 'ratchet-bench' });
+    store = await openStore({ databaseUrl: url, poolSize, applicationName: 'ratchet-bench', queryTimeoutMs: 600_000 /* bulk inserts of 1M rows */ });
     const t0 = performance.now();
     await insertQueuedStages(store.db, stages, TOOL_CLASS);
     await store.db.query('VACUUM ANALYZE');
