@@ -4,6 +4,7 @@ import { bodyLimit } from 'hono/body-limit';
 import type { Logger } from 'pino';
 import type { Ratchet } from '../engine.js';
 import { createTokenCheck } from './auth.js';
+import { processMetrics } from '../observability/metrics.js';
 import { ApiError, issuePath } from './errors.js';
 import {
   cancelRoute, eventsRoute, explainRoute, getRunRoute, healthRoute, listRunsRoute, readyRoute, retryRoute, submitRoute,
@@ -110,6 +111,12 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   app.openapi(explainRoute, async (c) => c.json(await service.explain(c.req.valid('param').id), 200));
   app.openapi(cancelRoute, async (c) => c.json(await service.cancel(c.req.valid('param').id), 200));
   app.openapi(retryRoute, async (c) => c.json(await service.retry(c.req.valid('param').id), 200));
+
+  // Prometheus text format, behind the same bearer auth (Prometheus sends it with `authorization`).
+  app.get('/v1/metrics', async (c) => {
+    const registry = processMetrics().registry;
+    return c.body(await registry.metrics(), 200, { 'content-type': registry.contentType });
+  });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
   app.doc('/v1/openapi.json', {

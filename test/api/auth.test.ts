@@ -22,6 +22,7 @@ const protectedRoutes = (): [string, string, string?][] => [
   ['POST', `/v1/runs/${runId}/cancel`],
   ['POST', `/v1/runs/${runId}/retry`],
   ['GET', '/v1/openapi.json'],
+  ['GET', '/v1/metrics'],
   ['GET', '/v1/no-such-route'],
 ];
 
@@ -83,5 +84,14 @@ describe('auth', () => {
     expect(createTokenCheck([])('Bearer ')).toBe(false);
     expect(['127.0.0.1', '127.1.2.3', '::1', '[::1]', 'localhost'].every(isLoopback)).toBe(true);
     expect(['0.0.0.0', '::', '10.0.0.1', 'example.org', '::ffff:10.0.0.1'].some(isLoopback)).toBe(false);
+  });
+});
+
+describe('metrics', () => {
+  it('serves Prometheus metrics behind the bearer token', async () => {
+    const res = await api.http('/v1/metrics', { method: 'GET', token: TOKEN });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/text\/plain/);
+    expect(String(res.body)).toContain('ratchet_stages_claimed_total');
   });
 });
