@@ -60,6 +60,18 @@ export class EventWriter {
     return this.flushing;
   }
 
+  /**
+   * Writes what is pending now (waiting for a write already under way first), so an attempt's
+   * own events (tool_request_started, outcome_unknown, reconciled) precede its finish in the
+   * history. A failure keeps them for the background retry; it never blocks the finish.
+   */
+  async settle(): Promise<void> {
+    if (this.flushing) await this.flushing;
+    if (this.pending.length === 0) return;
+    if (this.timer) { clearTimeout(this.timer); this.timer = null; }
+    await this.flush();
+  }
+
   /** Best effort on shutdown: a few tries within `ms`. */
   async drain(ms = 2000): Promise<void> {
     const until = Date.now() + ms;

@@ -105,12 +105,14 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
       }
     }
     attempt.finishing = true;
+    if (deps.events.size > 0) await deps.events.settle();
     return await settle(deps, log, stage, row, attempt.confirmedUntil);
   } catch (err) {
     if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
     log.warn({ event: 'stage_attempt_failed', err: (err as Error).message, code: (err as { code?: unknown }).code }, 'attempt failed');
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
     attempt.finishing = true;
+    if (deps.events.size > 0) await deps.events.settle();
     return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, policy, stage, err, data()), attempt.confirmedUntil);
   } finally {
     if (attempt.abortReason === 'ownership_unknown') deps.metrics.ownershipUnknown.inc({ tool_class: stage.toolClass });
