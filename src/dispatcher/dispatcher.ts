@@ -1,6 +1,7 @@
 import { PermanentError } from '../errors.js';
 import type { RetryPolicy, Workflow } from '../definitions/types.js';
 import { decideRetry } from '../planner/retry.js';
+import { toJsonText } from '../store/json.js';
 import type { ClaimedStage, FinishRow } from '../store/index.js';
 import { describeError, payloadHash, type StageError } from '../worker/errors.js';
 
@@ -31,6 +32,7 @@ export async function onSuccess(deps: DispatchDeps, workflow: Workflow, stage: C
   let input: unknown;
   try {
     input = await nextStepInput(deps, workflow, stage, output);
+    toJsonText(input ?? null, `steps[${stage.seq}].input`);
   } catch (err) {
     const error = describeError(new PermanentError(`computing the input of step ${stage.seq + 1} failed: ${(err as Error).message}`, { code: 'step_input_failed', cause: err }), stage.attempt, stage.fence);
     return { ...base, run: { state: 'failed', error } };

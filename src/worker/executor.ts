@@ -104,15 +104,15 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
         if (row.next && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
       }
     }
-    attempt.finishing = true;
     if (deps.events.size > 0) await deps.events.settle();
+    attempt.finishing = true;
     return await settle(deps, log, stage, row, attempt.confirmedUntil);
   } catch (err) {
     if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
     log.warn({ event: 'stage_attempt_failed', err: (err as Error).message, code: (err as { code?: unknown }).code }, 'attempt failed');
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
-    attempt.finishing = true;
     if (deps.events.size > 0) await deps.events.settle();
+    attempt.finishing = true;
     return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, policy, stage, err, data()), attempt.confirmedUntil);
   } finally {
     if (attempt.abortReason === 'ownership_unknown') deps.metrics.ownershipUnknown.inc({ tool_class: stage.toolClass });
@@ -213,7 +213,7 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
   for (let wait = 200, tries = 1; ; tries++) {
     try {
       verdict = await deps.finish(row, tries === 1 ? confirmedUntil : 0);
-      if (tries > 1 && !verdict.accepted && verdict.currentFence === stage.fence && verdict.currentState !== 'running') {
+      if (tries > 1 && !verdict.accepted && verdict.currentFence === stage.fence && verdict.currentState === row.outcome && row.outcome !== 'queued') {
         // An earlier try committed and only its answer was lost: the row already holds our finish.
         verdict = { ...verdict, accepted: true };
       }

@@ -19,6 +19,8 @@ export interface LeaseExtender {
 export class LeaseKeeper {
   private readonly attempts = new Map<string, Attempt>();
   private timer: NodeJS.Timeout | null = null;
+  /** When the armed timer fires (monotonic ms). */
+  private dueAt = Infinity;
   private running = false;
   private ticking: Promise<void> | null = null;
 
@@ -32,11 +34,18 @@ export class LeaseKeeper {
 
   add(attempt: Attempt): void {
     this.attempts.set(attempt.stage.id, attempt);
-    if (this.running && !this.timer && !this.ticking) this.schedule();
+    if (!this.running || this.ticking) return;
+    // A new attempt with a shorter heartbeat must not wait for a timer armed for a longer one.
+    if (!this.timer || performance.now() + attempt.heartbeatMs < this.dueAt) this.schedule();
   }
 
   remove(attempt: Attempt): void {
     if (this.attempts.get(attempt.stage.id) === attempt) this.attempts.delete(attempt.stage.id);
+  }
+
+  /** Whether the attempt held for a stage began an irreversible request. */
+  effectStarted(stageId: string): boolean {
+    return this.attempts.get(stageId)?.effectStarted ?? false;
   }
 
   /** Aborts the attempt held for a stage (shutdown). */
@@ -69,13 +78,16 @@ export class LeaseKeeper {
   private schedule(): void {
     if (!this.running || this.attempts.size === 0) return;
     if (this.timer) clearTimeout(this.timer);
+    const wait = this.interval();
+    this.dueAt = performance.now() + wait;
     this.timer = setTimeout(() => {
       this.timer = null;
+      this.dueAt = Infinity;
       this.ticking = this.tick().finally(() => {
         this.ticking = null;
         this.schedule();
       });
-    }, this.interval());
+    }, wait);
   }
 
   /** One extend statement for every lease still worth keeping. */

@@ -154,9 +154,12 @@ export class Worker {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.allSettled(), new Promise<void>((r) => { timer = setTimeout(r, grace); })]);
     clearTimeout(timer);
-    const left = [...this.inFlight.values()].map((f) => f.stage);
+    // Attempts that began an irreversible request are not handed back: their lease expires and
+    // the next claim sees a reclaim, so it reconciles before acting again.
+    const left = [...this.inFlight.values()].map((f) => f.stage).filter((s) => !this.keeper.effectStarted(s.id));
+    for (const f of this.inFlight.values()) this.keeper.abort(f.stage.id, 'shutdown', 'the worker is shutting down');
+    await this.events.settle(); // tool_request_started lands before any lease is released
     if (left.length > 0) {
-      for (const s of left) this.keeper.abort(s.id, 'shutdown', 'the worker is shutting down');
       try {
         const released = await this.deps.store.release({ owner: this.owner, leases: left.map((s) => ({ stageId: s.id, fence: s.fence })) });
         for (const r of released) {

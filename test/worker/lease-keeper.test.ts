@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { silentLogger } from '../../src/logger.js';
+import type { ClaimedStage, ExtendResult, Lease } from '../../src/store/index.js';
+import { Attempt } from '../../src/worker/attempt.js';
+import type { EventWriter } from '../../src/worker/event-writer.js';
+import { LeaseKeeper } from '../../src/worker/lease-keeper.js';
+
+const events = { push: () => {} } as unknown as EventWriter;
+const stage = (id: string): ClaimedStage => ({
+  id, runId: '00000000-0000-7000-8000-000000000000', seq: 1, name: 's', tool: 't', toolClass: 'c', state: 'running', fence: id,
+  attempt: 1, maxAttempts: 3, input: {}, idempotencyKey: 'k', leaseUntil: new Date(Date.now() + 60_000), leaseMs: 60_000,
+  timeoutMs: 60_000, maxDurationMs: 60_000, claimedAt: new Date(), firstClaimedAt: new Date(), error: null, previousState: 'queued',
+  previousFence: null, dbNow: new Date(), workflow: 'w', definitionHash: 'h', runInput: {}, runDeadline: null,
+  confirmedUntil: performance.now() + 59_000,
+});
+
+/** The lease keeper against a fake extender (its one dependency). */
+describe('LeaseKeeper', () => {
+  it('extends all leases in one call per tick, and a newly held short-heartbeat lease does not wait for a long timer', async () => {
+    const calls: { at: number; leases: Lease[] }[] = [];
+    const extender = {
+      async extend({ leases }: { owner: string; leases: Lease[] }): Promise<ExtendResult[]> {
+        calls.push({ at: performance.now(), leases });
+        return leases.map((l) => ({ stageId: l.stageId, fence: l.fence, verdict: 'extended', state: 'running', leaseUntil: new Date(Date.now() + 60_000), dbNow: new Date(), confirmedUntil: performance.now() + 59_000 }));
+      },
+    };
+    const keeper = new LeaseKeeper(extender, 'me', silentLogger());
+    keeper.start();
+    const slow = new Attempt(stage('1'), 30_000, events, silentLogger());
+    keeper.add(slow);
+    await new Promise((r) => setTimeout(r, 50));
+    const t0 = performance.now();
+    const fast = new Attempt(stage('2'), 150, events, silentLogger());
+    keeper.add(fast);
+    await new Promise((r) => setTimeout(r, 400));
+    await keeper.stop();
+    slow.end();
+    fast.end();
+    expect(calls.length).toBeGreaterThanOrEqual(2);
+    expect(calls[0]!.at - t0).toBeLessThan(300); // not 30 s later
+    expect(calls[0]!.leases.map((l) => l.stageId).sort()).toEqual(['1', '2']); // one statement for all
+  });
+
+  it('never extends an attempt that is finishing or ended', async () => {
+    const seen: string[] = [];
+    const keeper = new LeaseKeeper({ async extend({ leases }) { seen.push(...leases.map((l) => l.stageId)); return []; } }, 'me', silentLogger());
+    keeper.start();
+    const a = new Attempt(stage('3'), 50, events, silentLogger());
+    const b = new Attempt(stage('4'), 50, events, silentLogger());
+    a.finishing = true;
+    b.end();
+    keeper.add(a);
+    keeper.add(b);
+    await new Promise((r) => setTimeout(r, 200));
+    await keeper.stop();
+    a.end();
+    expect(seen).toEqual([]);
+  });
+});
