@@ -1,9 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Ratchet } from '../../src/engine.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import type { TestDatabase } from '../helpers/pg.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
-import { startWitness, type Witness } from '../helpers/witness.js';
-import { submitter, waitEvents, waitRun, Workers } from './helpers.js';
+import type { Witness } from '../helpers/witness.js';
+import { type FaultHarness, Workers, openFaultHarness, reportAndKill, waitEvents, waitRun } from './helpers.js';
 
 /**
  * Real faults against real worker processes on PostgreSQL: SIGKILL, SIGSTOP/SIGCONT, a TCP
@@ -15,22 +15,14 @@ describe('crashes and partitions', () => {
   let witness: Witness;
   let r: Ratchet;
   let workers: Workers;
-
+  let harness: FaultHarness;
   beforeAll(async () => {
-    db = await createTestDatabase('faults');
-    witness = await startWitness(db.url);
-    r = await submitter(db.url);
-    workers = new Workers({ DATABASE_URL: db.url, WITNESS_URL: witness.url });
+    harness = await openFaultHarness('faults');
+    ({ db, witness, r, workers } = harness);
   });
-  afterEach(async (ctx) => {
-    if (ctx.task.result?.state === 'fail') console.error(workers.logs());
-    await workers.killAll();
-  });
+  afterEach(reportAndKill(() => workers));
   afterAll(async () => {
-    await workers.killAll();
-    await r.close();
-    await witness.close();
-    await db.drop();
+    await harness.close();
   });
 
   const keyOf = (runId: string, seq: number, tool: string) => `${runId}:${seq}:${tool}`;

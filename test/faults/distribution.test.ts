@@ -1,9 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Ratchet } from '../../src/engine.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
-import { startPrivateRedis, type PrivateRedis } from '../helpers/redis-server.js';
-import { startWitness, type Witness } from '../helpers/witness.js';
-import { submitter, Workers } from './helpers.js';
+import type { TestDatabase } from '../helpers/pg.js';
+import type { PrivateRedis } from '../helpers/redis-server.js';
+import type { Witness } from '../helpers/witness.js';
+import { type FaultHarness, Workers, openFaultHarness, reportAndKill } from './helpers.js';
 
 const RUNS = 300;
 const STAGES = 5;
@@ -21,24 +21,15 @@ describe('distribution under Redis and process faults', () => {
   let redis: PrivateRedis;
   let r: Ratchet;
   let workers: Workers;
-
+  let harness: FaultHarness;
   beforeAll(async () => {
-    db = await createTestDatabase('distribution');
-    witness = await startWitness(db.url);
-    redis = await startPrivateRedis();
-    r = await submitter(db.url);
-    workers = new Workers({ DATABASE_URL: db.url, WITNESS_URL: witness.url, REDIS_URL: redis.url, STAGE_MS: '250' });
+    harness = await openFaultHarness('distribution', { redis: true, env: { STAGE_MS: '250' } });
+    ({ db, witness, r, workers } = harness);
+    redis = harness.redis!;
   });
-  afterEach(async (ctx) => {
-    if (ctx.task.result?.state === 'fail') console.error(workers.logs().slice(-20_000));
-    await workers.killAll();
-  });
+  afterEach(reportAndKill(() => workers));
   afterAll(async () => {
-    await workers.killAll();
-    await r.close();
-    await redis.close();
-    await witness.close();
-    await db.drop();
+    await harness.close();
   });
 
   const states = async () => db.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM ratchet.runs WHERE workflow = 'five' GROUP BY state`);

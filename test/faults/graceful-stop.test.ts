@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Ratchet } from '../../src/engine.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
-import { startWitness, type Witness } from '../helpers/witness.js';
-import { submitter, waitEvents, waitRun, Workers } from './helpers.js';
+import type { TestDatabase } from '../helpers/pg.js';
+import type { Witness } from '../helpers/witness.js';
+import { type FaultHarness, Workers, openFaultHarness, reportAndKill, waitEvents, waitRun } from './helpers.js';
 
 /** SIGTERM: stop claiming, let in-flight stages finish within the grace period, release the rest. */
 describe('graceful stop on SIGTERM', () => {
@@ -10,21 +10,14 @@ describe('graceful stop on SIGTERM', () => {
   let witness: Witness;
   let r: Ratchet;
   let workers: Workers;
+  let harness: FaultHarness;
   beforeAll(async () => {
-    db = await createTestDatabase('graceful');
-    witness = await startWitness(db.url);
-    r = await submitter(db.url);
-    workers = new Workers({ DATABASE_URL: db.url, WITNESS_URL: witness.url });
+    harness = await openFaultHarness('graceful');
+    ({ db, witness, r, workers } = harness);
   });
-  afterEach(async (ctx) => {
-    if (ctx.task.result?.state === 'fail') console.error(workers.logs());
-    await workers.killAll();
-  });
+  afterEach(reportAndKill(() => workers));
   afterAll(async () => {
-    await workers.killAll();
-    await r.close();
-    await witness.close();
-    await db.drop();
+    await harness.close();
   });
 
   it('an in-flight stage that fits in the grace period finishes; nothing new is claimed', async () => {

@@ -2,6 +2,9 @@ import { fileURLToPath } from 'node:url';
 import { createRatchet, type Ratchet, type RunView } from '../../src/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { spawnTs, type Child } from '../helpers/child.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import { startPrivateRedis, type PrivateRedis } from '../helpers/redis-server.js';
+import { startWitness, type Witness } from '../helpers/witness.js';
 
 export const FAULT_WORKFLOWS = fileURLToPath(new URL('../fixtures/fault-workflows', import.meta.url));
 
@@ -67,4 +70,43 @@ export async function waitEvents(r: Ratchet, id: string, pred: (types: { type: s
     await new Promise((res) => setTimeout(res, 100));
   }
   throw new Error(`timed out waiting for ${what}; last: ${JSON.stringify(last)}`);
+}
+
+export interface FaultHarness {
+  db: TestDatabase;
+  witness: Witness;
+  redis: PrivateRedis | null;
+  r: Ratchet;
+  workers: Workers;
+  close(): Promise<void>;
+}
+
+/**
+ * What every fault test file stands on: its own database, the fenced witness, a submitter,
+ * worker processes wired to them (and to a private Redis when asked), torn down in order.
+ */
+export async function openFaultHarness(label: string, opts: { redis?: boolean; env?: NodeJS.ProcessEnv } = {}): Promise<FaultHarness> {
+  const db = await createTestDatabase(label);
+  const witness = await startWitness(db.url);
+  const redis = opts.redis ? await startPrivateRedis() : null;
+  const r = await submitter(db.url);
+  const workers = new Workers({ DATABASE_URL: db.url, WITNESS_URL: witness.url, ...(redis ? { REDIS_URL: redis.url } : {}), ...opts.env });
+  return {
+    db, witness, redis, r, workers,
+    async close() {
+      await workers.killAll();
+      await r.close();
+      await redis?.close();
+      await witness.close();
+      await db.drop();
+    },
+  };
+}
+
+/** afterEach: a failing test prints the workers' condensed logs; workers are killed unless kept. */
+export function reportAndKill(workers: () => Workers, opts: { keep?: boolean } = {}) {
+  return async (ctx: { task: { result?: { state?: string } } }) => {
+    if (ctx.task.result?.state === 'fail') console.error(workers().logs().slice(-20_000));
+    if (!opts.keep) await workers().killAll();
+  };
 }

@@ -1,9 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Ratchet } from '../../src/engine.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
-import { startPrivateRedis, type PrivateRedis } from '../helpers/redis-server.js';
-import { startWitness, type Witness } from '../helpers/witness.js';
-import { submitter, waitRun, Workers } from './helpers.js';
+import type { TestDatabase } from '../helpers/pg.js';
+import type { PrivateRedis } from '../helpers/redis-server.js';
+import type { Witness } from '../helpers/witness.js';
+import { type FaultHarness, Workers, openFaultHarness, reportAndKill, waitRun } from './helpers.js';
 
 /** Peak of enter/exit pairs per group, in the witness's (causal) arrival order. */
 function peak(witness: Witness, tool: string[], group: (o: Record<string, unknown>) => string): Map<string, number> {
@@ -29,23 +29,16 @@ describe('limits across workers', () => {
   let redis: PrivateRedis;
   let r: Ratchet;
   let workers: Workers;
+  let harness: FaultHarness;
   beforeAll(async () => {
-    db = await createTestDatabase('limits');
-    witness = await startWitness(db.url);
-    redis = await startPrivateRedis();
-    r = await submitter(db.url);
-    workers = new Workers({ DATABASE_URL: db.url, WITNESS_URL: witness.url, REDIS_URL: redis.url });
+    harness = await openFaultHarness('limits', { redis: true });
+    ({ db, witness, r, workers } = harness);
+    redis = harness.redis!;
     await Promise.all([workers.spawn('w1'), workers.spawn('w2'), workers.spawn('w3')]);
   });
-  afterEach(async (ctx) => {
-    if (ctx.task.result?.state === 'fail') console.error(workers.logs());
-  });
+  afterEach(reportAndKill(() => workers, { keep: true }));
   afterAll(async () => {
-    await workers.killAll();
-    await r.close();
-    await redis.close();
-    await witness.close();
-    await db.drop();
+    await harness.close();
   });
 
   it('a class with global concurrency 2 never runs more than 2 at once, and a key with limit 1 never more than 1', async () => {
