@@ -41,9 +41,8 @@ export async function onSuccess(deps: DispatchDeps, workflow: Workflow, stage: C
 }
 
 /** A failed attempt: a retry after its backoff, or the run failed with the error (and the attempts) kept. */
-export function onFailure(deps: DispatchDeps, what: { name: string; retry: RetryPolicy }, stage: ClaimedStage, err: unknown, data: Record<string, unknown>): FinishRow {
+export function onFailure(deps: DispatchDeps, tool: { name: string; retry: RetryPolicy }, stage: ClaimedStage, err: unknown, data: Record<string, unknown>): FinishRow {
   const error: StageError = describeError(err, stage.attempt, stage.fence);
-  const tool = what;
   const decision = decideRetry({
     policy: tool.retry,
     attempt: stage.attempt,
