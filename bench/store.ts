@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { openStore, type ClaimedStage, type FinishRow, type Store } from '../src/store/index.js';
-import { claimSql } from '../src/store/lease.sql.js';
+import { claimSql } from '../src/store/claim.sql.js';
 import {
   checkClaimPlan, cpuBusyPct, cpuSnap, createDb, dropDb, emit, insertQueuedStages, log, percentile, pgbenchTps, round, type Line,
 } from './lib.js';

@@ -3,7 +3,7 @@ import { bigint, check, index, integer, jsonb, pgSchema, text, timestamp, unique
 
 /**
  * The persisted model. Everything lives in the `ratchet` schema so Ratchet can share a
- * database with an application. Hot statements are raw SQL in ./lease.sql.ts and friends;
+ * database with an application. Hot statements are raw SQL in ./claim.sql.ts, ./extend.sql.ts, ./finish.sql.ts and friends;
  * this file is the single source of the tables, indexes and the fencing sequence.
  */
 export const ratchet = pgSchema('ratchet');
@@ -75,7 +75,7 @@ export const stages = ratchet.table('stages', {
 }, (t) => [
   uniqueIndex('stages_idempotency_key_uq').on(t.idempotencyKey),
   uniqueIndex('stages_run_seq_uq').on(t.runId, t.seq),
-  // The two claim branches, each index-ordered (see lease.sql.ts).
+  // The two claim branches, each index-ordered (see claim.sql.ts).
   index('stages_queued_claim_idx').on(t.toolClass, t.availableAt, t.id).where(sql`state = 'queued'`),
   index('stages_running_lease_idx').on(t.toolClass, t.leaseUntil, t.id).where(sql`state = 'running'`),
   // Live leases per concurrency key (the limited claim counts them).

@@ -1,3 +1,5 @@
+import { failRunsFrom } from './lease-common.sql.js';
+
 /** Statements about workers and the stages waiting for them (sweeper, registry). */
 
 /** A worker's presence: $1 owner, $2 classes it serves. */
@@ -33,3 +35,22 @@ SELECT c AS tool_class FROM unnest($1::text[]) AS c
 WHERE NOT EXISTS (
   SELECT 1 FROM ratchet.workers w WHERE c = ANY(w.classes) AND w.last_seen_at >= ratchet.db_now() - $2::int * interval '1 millisecond'
 )`;
+
+/**
+ * Opt-in (never the default): fail `queued` stages of classes $1 — classes no worker has
+ * served recently — that have been due for longer than $2 ms, with `no_worker`, and their runs.
+ */
+export const FAIL_UNSERVED_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+gone AS (
+  UPDATE ratchet.stages s SET state = 'failed', finished_at = clk.t, updated_at = clk.t,
+    error = jsonb_build_object('code', 'no_worker', 'message', 'no worker served tool class ' || s.tool_class || ' for ' || $2::int || ' ms', 'toolClass', s.tool_class)
+  FROM clk
+  WHERE s.state = 'queued' AND s.tool_class = ANY($1::text[]) AND s.available_at < clk.t - $2::int * interval '1 millisecond'
+  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt
+),${failRunsFrom('gone', 'unserved')},
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT g.run_id, g.id, 'stage_failed', g.fence, g.attempt, clk.t, jsonb_build_object('error', g.error) FROM gone g, clk
+)
+SELECT count(*)::int AS failed FROM gone`;

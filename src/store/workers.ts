@@ -1,6 +1,5 @@
 import type { Queryable } from './db.js';
-import { FAIL_UNSERVED_SQL } from './lease.sql.js';
-import { DELETE_WORKER_SQL, DUE_IN_SQL, SWEEP_SQL, UNSERVED_CLASSES_SQL, UPSERT_WORKER_SQL } from './workers.sql.js';
+import { DELETE_WORKER_SQL, DUE_IN_SQL, FAIL_UNSERVED_SQL, SWEEP_SQL, UNSERVED_CLASSES_SQL, UPSERT_WORKER_SQL } from './workers.sql.js';
 
 export interface SweptStage { stageId: string; toolClass: string; attempt: number }
 

@@ -1,0 +1,104 @@
+import { failRunsFrom } from './lease-common.sql.js';
+
+/** Extend (heartbeat), release (graceful shutdown) and the embedded start-up's expiry of dead leases. */
+/**
+ * Extend (heartbeat) every lease of owner $1 in one statement: $2 stage ids, $3 their fences.
+ * A lease is extended only while state = 'running', the owner and the fence match and
+ * lease_until > now: an expired lease is never revived, even if nobody reclaimed it yet.
+ * An attempt past max_duration_ms (counted from claimed_at) is ended by this same statement
+ * with stage_duration_exceeded: back to `queued` if attempts remain (it counts against the
+ * budget), else `failed` with its run. Returns a verdict for every requested lease:
+ * extended | duration_exceeded | cancelled | lost, with lease_until and the database's now.
+ */
+export const EXTEND_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
+cur AS (
+  SELECT s.id, s.run_id, s.state, s.fence, s.attempt, s.max_attempts,
+    (s.state = 'running' AND s.owner_id = $1 AND s.lease_until > clk.t) AS held,
+    (clk.t >= s.claimed_at + s.max_duration_ms * interval '1 millisecond') AS over_duration
+  FROM ratchet.stages s JOIN req ON s.id = req.id AND s.fence = req.fence CROSS JOIN clk
+  WHERE s.id = ANY($2::bigint[])
+),
+ok AS (
+  UPDATE ratchet.stages s SET lease_until = clk.t + s.lease_ms * interval '1 millisecond', heartbeat_at = clk.t
+  FROM cur, clk
+  WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND NOT cur.over_duration
+    AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
+  RETURNING s.id, s.fence, s.lease_until
+),
+over AS (
+  UPDATE ratchet.stages s SET
+    state = CASE WHEN s.attempt >= s.max_attempts THEN 'failed' ELSE 'queued' END,
+    available_at = clk.t,
+    finished_at = CASE WHEN s.attempt >= s.max_attempts THEN clk.t ELSE NULL END,
+    error = jsonb_build_object('code', 'stage_duration_exceeded',
+      'message', 'attempt ' || s.attempt || ' ran past maxDuration of ' || s.max_duration_ms || ' ms',
+      'maxDurationMs', s.max_duration_ms),
+    updated_at = clk.t
+  FROM cur, clk
+  WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND cur.over_duration
+    AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
+  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt
+),${failRunsFrom('over', 'over')},
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT o.run_id, o.id, 'stage_duration_exceeded', o.fence, o.attempt, clk.t, jsonb_build_object('owner', $1::text, 'nextState', o.state)
+  FROM over o, clk
+  UNION ALL
+  SELECT s.run_id, s.id, 'heartbeat_lost', req.fence, s.attempt, clk.t,
+    jsonb_build_object('owner', $1::text, 'currentState', s.state, 'currentFence', s.fence::text, 'leaseUntil', s.lease_until)
+  FROM req CROSS JOIN clk
+  CROSS JOIN LATERAL (SELECT * FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = req.id AND cur.fence = req.fence AND cur.held)
+    AND NOT (s.state = 'cancelled' AND s.fence = req.fence)
+)
+SELECT req.id::text AS id, req.fence::text AS fence,
+  CASE WHEN ok.id IS NOT NULL THEN 'extended'
+       WHEN over.id IS NOT NULL THEN 'duration_exceeded'
+       WHEN s.state = 'cancelled' AND s.fence = req.fence THEN 'cancelled'
+       ELSE 'lost' END AS verdict,
+  coalesce(ok.lease_until, s.lease_until) AS lease_until, s.state AS state, clk.t AS db_now
+FROM req CROSS JOIN clk
+LEFT JOIN ok ON ok.id = req.id AND ok.fence = req.fence
+LEFT JOIN over ON over.id = req.id AND over.fence = req.fence
+LEFT JOIN LATERAL (SELECT x.state, x.fence, x.lease_until FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
+ORDER BY req.id`;
+
+/**
+ * Release (graceful shutdown): hand leases of owner $1 back at once ($2 ids, $3 fences).
+ * The stage is `queued` again, available now; the attempt is not counted against the budget.
+ */
+export const RELEASE_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
+rel AS (
+  UPDATE ratchet.stages s SET state = 'queued', available_at = clk.t, owner_id = NULL, lease_until = NULL,
+    attempt = s.attempt - 1, updated_at = clk.t
+  FROM req, clk
+  WHERE s.id = ANY($2::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
+  RETURNING s.id, s.run_id, s.fence, s.attempt, s.tool_class
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT r.run_id, r.id, 'lease_released', r.fence, r.attempt + 1, clk.t, jsonb_build_object('owner', $1::text) FROM rel r, clk
+)
+SELECT r.id::text AS id, r.tool_class FROM rel r`;
+
+/**
+ * Embedded start-up: only one process can own the data directory, so every lease still held
+ * belongs to a dead process. Expire them at once so the next claim reclaims them.
+ */
+export const EXPIRE_ALL_LEASES_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+exp AS (
+  UPDATE ratchet.stages s SET lease_until = clk.t - interval '1 millisecond', updated_at = clk.t
+  FROM clk WHERE s.state = 'running' AND s.lease_until >= clk.t
+  RETURNING s.id, s.run_id, s.fence, s.attempt, s.owner_id
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT e.run_id, e.id, 'lease_expired_at_startup', e.fence, e.attempt, clk.t, jsonb_build_object('previousOwner', e.owner_id)
+  FROM exp e, clk
+)
+SELECT count(*)::int AS expired FROM exp`;

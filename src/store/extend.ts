@@ -1,0 +1,51 @@
+import { z } from 'zod';
+import type { Queryable } from './db.js';
+import { EXTEND_SQL, RELEASE_SQL } from './extend.sql.js';
+import { confirmedUntil, leasesArgs, monotonicNow } from './lease.js';
+import { parseInput } from './validate.js';
+
+export type ExtendVerdict = 'extended' | 'duration_exceeded' | 'cancelled' | 'lost';
+export interface ExtendResult {
+  stageId: string;
+  fence: string;
+  verdict: ExtendVerdict;
+  /** The row's state now (null when the row is gone). */
+  state: string | null;
+  leaseUntil: Date | null;
+  dbNow: Date;
+  /** For 'extended': the new local confirmation deadline (monotonic ms). */
+  confirmedUntil: number | null;
+}
+
+/**
+ * Extends all of one owner's leases in one statement. A missing row means lost; a statement
+ * that throws means *unknown* (the caller keeps its old deadline), never lost.
+ */
+export async function extend(q: Queryable, args: z.input<typeof leasesArgs>): Promise<ExtendResult[]> {
+  const { owner, leases } = parseInput(leasesArgs, args, 'extend');
+  if (leases.length === 0) return [];
+  const sentAt = monotonicNow();
+  const rows = await q.query(EXTEND_SQL, [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence)], 'ratchet_extend');
+  return rows.map((r) => {
+    const verdict = r.verdict as ExtendVerdict;
+    const leaseUntil = (r.lease_until as Date | null) ?? null;
+    const dbNow = r.db_now as Date;
+    return {
+      stageId: r.id as string,
+      fence: r.fence as string,
+      verdict,
+      state: (r.state as string | null) ?? null,
+      leaseUntil,
+      dbNow,
+      confirmedUntil: verdict === 'extended' && leaseUntil ? confirmedUntil(sentAt, leaseUntil, dbNow) : null,
+    };
+  });
+}
+
+/** Graceful shutdown: hands leases back at once. Returns the ids actually released. */
+export async function release(q: Queryable, args: z.input<typeof leasesArgs>): Promise<{ stageId: string; toolClass: string }[]> {
+  const { owner, leases } = parseInput(leasesArgs, args, 'release');
+  if (leases.length === 0) return [];
+  const rows = await q.query(RELEASE_SQL, [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence)], 'ratchet_release');
+  return rows.map((r) => ({ stageId: r.id as string, toolClass: r.tool_class as string }));
+}

@@ -1,0 +1,109 @@
+import { z } from 'zod';
+import { InvalidInputError } from '../errors.js';
+import { canTransition } from '../planner/states.js';
+import type { Queryable, Row } from './db.js';
+import { FINISH_SQL } from './finish.sql.js';
+import { toJsonTextOrNull } from './json.js';
+import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
+import { parseInput } from './validate.js';
+
+const json = z.unknown();
+const finishRow = z.object({
+  stageId: z.string().regex(/^\d{1,19}$/),
+  fence: z.string().regex(/^\d{1,19}$/),
+  outcome: z.enum(['succeeded', 'failed', 'queued', 'cancelled']),
+  result: json.optional(),
+  error: json.optional(),
+  retryDelayMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
+  next: z.object({ seq: z.number().int().min(1), input: json }).strict().optional(),
+  /** The fast path: claim the next stage for this owner in the same statement (unkeyed stages only). */
+  claimNext: z.boolean().optional(),
+  /** Queue the next stage with the input it already holds (an agent's planned tool call). */
+  nextKeepInput: z.boolean().optional(),
+  /** An agent's plan: new stages inserted with this finish (the first `queued`, the rest `pending`). */
+  plan: z.array(z.object({
+    seq: z.number().int().min(1), name: z.string().min(1).max(200), tool: z.string().min(1).max(200), toolClass: z.string().min(1).max(200),
+    state: z.enum(['queued', 'pending']), leaseMs: z.number().int().positive(), timeoutMs: z.number().int().positive(),
+    maxDurationMs: z.number().int().positive(), maxAttempts: z.number().int().min(1), input: json,
+    concurrencyKey: z.string().optional(), concurrencyLimit: z.number().int().min(1).optional(),
+  }).strict()).min(1).max(1000).optional(),
+  run: z.object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() }).strict().optional(),
+  /** Extra event data (ids, hashes, durations; never payloads). */
+  data: z.record(z.string(), json).optional(),
+}).strict();
+export type FinishRow = z.input<typeof finishRow>;
+
+export interface FinishVerdict {
+  stageId: string;
+  accepted: boolean;
+  /** The stage queued next by this finish, if any (to wake a worker of its class). */
+  nextStageId: string | null;
+  nextToolClass: string | null;
+  currentState: string | null;
+  currentFence: string | null;
+  /** On the fast path: the next stage, already claimed by this owner. */
+  nextClaimed: ClaimedStage | null;
+}
+
+const DATE_FIELDS = ['lease_until', 'claimed_at', 'first_claimed_at', 'db_now', 'run_deadline'] as const;
+
+/** Serialises one finish row; throws InvalidInputError for that row alone. */
+export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<string, unknown> {
+  const row = parseInput(finishRow, input, path);
+  if (!canTransition('stage', 'running', row.outcome)) throw new InvalidInputError(`outcome ${row.outcome} is not a legal end of a running stage`, `${path}.outcome`);
+  if (row.outcome === 'queued' && row.retryDelayMs === undefined) throw new InvalidInputError('a retry needs retryDelayMs', `${path}.retryDelayMs`);
+  if (row.run && row.next) throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
+  const parse = (v: unknown, at: string) => (toJsonTextOrNull(v, at) === null ? null : v);
+  return {
+    id: row.stageId,
+    fence: row.fence,
+    outcome: row.outcome,
+    result: parse(row.result, `${path}.result`),
+    error: parse(row.error, `${path}.error`),
+    retryDelayMs: row.retryDelayMs ?? null,
+    nextSeq: row.next?.seq ?? null,
+    nextInput: row.next ? parse(row.next.input, `${path}.next.input`) : null,
+    claimNext: row.next ? row.claimNext ?? false : false,
+    nextKeepInput: row.next ? row.nextKeepInput ?? false : false,
+    plan: row.plan ? row.plan.map((p, i) => ({ ...p, input: parse(p.input, `${path}.plan[${i}].input`) })) : null,
+    runState: row.run?.state ?? null,
+    runResult: row.run ? parse(row.run.result, `${path}.run.result`) : null,
+    runError: row.run ? parse(row.run.error, `${path}.run.error`) : null,
+    data: parse(row.data, `${path}.data`),
+  };
+}
+
+/**
+ * Finishes attempts of one owner in one statement, each row fenced on its own, each with its
+ * dispatcher decision. Rows must already be encoded (encodeFinishRow) so one bad row cannot
+ * sink a batch. A rejected row leaves a `result_rejected` event and changes nothing.
+ */
+export async function finishEncoded(q: Queryable, owner: string, rows: Record<string, unknown>[]): Promise<FinishVerdict[]> {
+  if (rows.length === 0) return [];
+  const sorted = [...rows].sort((a, b) => (BigInt(a.id as string) < BigInt(b.id as string) ? -1 : 1));
+  const sentAt = monotonicNow();
+  const out = await q.query(FINISH_SQL, [owner, JSON.stringify(sorted), sorted.map((r) => r.id as string)], 'ratchet_finish');
+  return out.map((r) => ({
+    stageId: r.id as string,
+    accepted: r.accepted as boolean,
+    nextStageId: (r.next_stage_id as string | null) ?? null,
+    nextToolClass: (r.next_tool_class as string | null) ?? null,
+    currentState: (r.current_state as string | null) ?? null,
+    currentFence: (r.current_fence as string | null) ?? null,
+    nextClaimed: r.next_claimed ? toClaimed(reviveDates(r.next_claimed as Row), sentAt) : null,
+  }));
+}
+
+/** to_jsonb() turns timestamps into strings: back to Dates for the claim row. */
+function reviveDates(row: Row): Row {
+  const out: Row = { ...row };
+  for (const f of DATE_FIELDS) if (typeof out[f] === 'string') out[f] = new Date(out[f] as string);
+  return out;
+}
+
+/** Validates and finishes; throws InvalidInputError (nothing written) when any row is bad. */
+export async function finish(q: Queryable, owner: string, rows: FinishRow[]): Promise<FinishVerdict[]> {
+  parseInput(z.string().min(1).max(200), owner, 'finish.owner');
+  const encoded = rows.map((r, i) => encodeFinishRow(r, `finish[${i}]`));
+  return finishEncoded(q, owner, encoded);
+}
