@@ -62,6 +62,8 @@ export const stages = ratchet.table('stages', {
   availableAt: ts('available_at').notNull().default(sql`now()`),
   /** The stage's own key, unique: by default derived from run id, seq and tool. */
   idempotencyKey: text('idempotency_key').notNull(),
+  /** The key the tool derived for its effect (`tool.idempotencyKey(input)`), as sent by the latest attempt; null when it used the stage's own. */
+  effectKey: text('effect_key'),
   input: jsonb('input'),
   /** A workflow's concurrency key (a user, a tenant, an account) and its limit: no more stages of one key run at once. */
   concurrencyKey: text('concurrency_key'),

@@ -1,0 +1,1 @@
+ALTER TABLE "ratchet"."stages" ADD COLUMN "effect_key" text;
