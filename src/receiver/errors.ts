@@ -29,8 +29,22 @@ export class InvalidIdempotencyKeyError extends InvalidInputError {
 
 /** A handler answered something the guard cannot store or send (bad status, body not JSON). */
 export class InvalidHandlerResponseError extends InvalidInputError {
-  constructor(reason: string, options?: { cause?: unknown }) {
-    super(`the effect handler's response is invalid: ${reason}`, 'response');
+  constructor(reason: string, options?: { cause?: unknown; path?: string }) {
+    super(`the effect handler's response is invalid: ${reason}`, options?.path ?? 'response');
+    if (options?.cause !== undefined) Object.defineProperty(this, 'cause', { value: options.cause, enumerable: false });
+  }
+}
+
+/**
+ * The handler ended the guard's transaction itself (COMMIT, ROLLBACK, or BEGIN of another).
+ * The guard's commit check refused the commit, so the handler's writes in that transaction
+ * were not kept and no response was stored; a retry runs the handler again. Write through
+ * `tx` and leave COMMIT and ROLLBACK to the guard.
+ */
+export class HandlerEndedTransactionError extends InvalidInputError {
+  constructor(options?: { cause?: unknown }) {
+    super("the effect handler ended the guard's transaction (COMMIT or ROLLBACK on tx): its writes were not kept, " +
+      'nothing was stored; write through tx and let the guard commit', 'handler');
     if (options?.cause !== undefined) Object.defineProperty(this, 'cause', { value: options.cause, enumerable: false });
   }
 }

@@ -1,8 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type pg from 'pg';
 import { isConnectionError } from '../store/db-errors.js';
-import { assertIdempotencyKey, parseFence } from './fence.js';
-import type { EffectHandler, GuardResponse, GuardResult } from './fence-guard.js';
+import { assertIdempotencyKey, parseFence, requestFingerprint } from './fence.js';
+import type { EffectHandler, GuardResponse, GuardResult, RunOptions } from './fence-guard.js';
 
 /** Largest JSON body the middleware reads by default (1 MiB); larger is 413. */
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
@@ -29,7 +29,7 @@ export interface MiddlewareOptions {
   onError?: (err: unknown, req: IncomingMessage) => void;
 }
 
-type RunFn = (key: string, fence: string | bigint, handler: EffectHandler) => Promise<GuardResult>;
+type RunFn = (key: string, fence: string | bigint, handler: EffectHandler, opts?: RunOptions) => Promise<GuardResult>;
 
 function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   if (status === 204 || status === 304) {
@@ -44,16 +44,22 @@ function send(res: ServerResponse, status: number, body: unknown, headers: Recor
   }).end(text);
 }
 
-function header(req: IncomingMessage, name: string): string | undefined {
-  const v = req.headers[name];
-  return Array.isArray(v) ? v.join(', ') : v;
+/**
+ * One header's value, or `duplicate` when it came on more than one line: Node joins repeated
+ * unknown headers with ", " in `req.headers`, which would turn two keys into a new one.
+ * `headersDistinct` keeps each line apart.
+ */
+function header(req: IncomingMessage, name: string): string | undefined | { duplicate: number } {
+  const lines = req.headersDistinct[name];
+  if (lines && lines.length > 1) return { duplicate: lines.length };
+  return lines?.[0];
 }
 
-type BodyResult = { ok: true; value: unknown } | { ok: false; status: 400 | 413; error: string };
+type BodyResult = { ok: true; value: unknown; raw: Buffer } | { ok: false; status: 400 | 413; error: string };
 
-/** Reads the whole body up to `limit` bytes and parses it as JSON (empty → null). */
+/** Reads the whole body up to `limit` bytes and parses it as JSON (empty → null); keeps the bytes for the fingerprint. */
 function readJsonBody(req: IncomingMessage, limit: number): Promise<BodyResult> {
-  const declared = Number(header(req, 'content-length') ?? '0');
+  const declared = Number(req.headers['content-length'] ?? '0');
   if (declared > limit) return Promise.resolve({ ok: false, status: 413, error: 'body_too_large' });
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -75,10 +81,11 @@ function readJsonBody(req: IncomingMessage, limit: number): Promise<BodyResult> 
     };
     const onEnd = () => {
       cleanup();
-      const text = Buffer.concat(chunks).toString('utf8');
-      if (text.trim() === '') return resolve({ ok: true, value: null });
+      const raw = Buffer.concat(chunks);
+      const text = raw.toString('utf8');
+      if (text.trim() === '') return resolve({ ok: true, value: null, raw });
       try {
-        resolve({ ok: true, value: JSON.parse(text) as unknown });
+        resolve({ ok: true, value: JSON.parse(text) as unknown, raw });
       } catch {
         resolve({ ok: false, status: 400, error: 'invalid_json' });
       }
@@ -100,14 +107,18 @@ function headersFor(result: GuardResult): Record<string, string> {
 
 /**
  * A Node http request listener: Idempotency-Key and X-Execution-Fence headers (400 when
- * missing or malformed), a JSON body (413 past the limit, 400 when not JSON), then the guard.
+ * missing, malformed or sent more than once), a JSON body (413 past the limit, 400 when not
+ * JSON), then the guard, with the request's fingerprint (method, target and body bytes): the
+ * same key with another request is 422 `idempotency_key_reused`.
  */
 export function createMiddleware(run: RunFn, handler: HttpHandler, opts: MiddlewareOptions = {}): RequestListener {
   const limit = opts.bodyLimit ?? DEFAULT_BODY_LIMIT;
   const onError = opts.onError ?? ((err: unknown) => console.error('ratchet/receiver: request failed', err));
+  const twice = (name: string, n: number) => `the ${name} header was sent ${n} times (more than once); send it once`;
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const key = header(req, 'idempotency-key');
+    if (typeof key === 'object') return send(res, 400, { error: 'invalid_idempotency_key', message: twice('Idempotency-Key', key.duplicate) });
     if (key === undefined || key === '') {
       return send(res, 400, { error: 'missing_idempotency_key', message: 'the Idempotency-Key header is required' });
     }
@@ -117,6 +128,7 @@ export function createMiddleware(run: RunFn, handler: HttpHandler, opts: Middlew
       return send(res, 400, { error: 'invalid_idempotency_key', message: (err as Error).message });
     }
     const rawFence = header(req, 'x-execution-fence');
+    if (typeof rawFence === 'object') return send(res, 400, { error: 'invalid_fence', message: twice('X-Execution-Fence', rawFence.duplicate) });
     if (rawFence === undefined || rawFence === '') {
       return send(res, 400, { error: 'missing_fence', message: 'the X-Execution-Fence header is required' });
     }
@@ -136,7 +148,8 @@ export function createMiddleware(run: RunFn, handler: HttpHandler, opts: Middlew
 
     let result: GuardResult;
     try {
-      result = await run(key, fence, (tx) => handler({ key, fence: fence.toString(), body: body.value, tx, req }));
+      const fingerprint = requestFingerprint(req.method ?? 'GET', req.url ?? '/', body.raw);
+      result = await run(key, fence, (tx) => handler({ key, fence: fence.toString(), body: body.value, tx, req }), { fingerprint });
     } catch (err) {
       onError(err, req);
       if (isConnectionError(err)) return send(res, 503, { error: 'database_unavailable' }, { 'retry-after': '1' });

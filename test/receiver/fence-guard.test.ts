@@ -1,6 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createFenceGuard, InvalidFenceError, InvalidHandlerResponseError, InvalidIdempotencyKeyError, type FenceGuard, type GuardResult } from '../../src/receiver/index.js';
+import {
+  createFenceGuard, HandlerEndedTransactionError, InvalidFenceError, InvalidHandlerResponseError, InvalidIdempotencyKeyError, type FenceGuard, type GuardResult,
+} from '../../src/receiver/index.js';
 import { RatchetError } from '../../src/errors.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
@@ -119,14 +121,14 @@ describe('fence guard: concurrency', () => {
 });
 
 describe('fence guard: fencing', () => {
-  it('a lower fence is 409 stale_fence with the highest, and no effect', async () => {
+  it('a lower fence for a key not done is 409 stale_fence with the highest, and no effect', async () => {
     const key = newKey('stale');
-    expect((await guard.run(key, '42', effect(key))).verdict).toBe('applied');
+    expect((await guard.run(key, '42', effect(key, 503))).verdict).toBe('not_stored');
     const calls = { n: 0 };
     const stale = await guard.run(key, '41', effect(key, 201, calls));
     expect(stale).toEqual({ status: 409, body: { error: 'stale_fence', highest: '42' }, verdict: 'stale_fence', replayed: false });
     expect(calls.n).toBe(0);
-    expect(await effectCount(key)).toBe(1);
+    expect(await effectCount(key)).toBe(0);
   });
 
   it('keeps the fence of a request whose handler failed: an older owner is still refused', async () => {
@@ -148,16 +150,65 @@ describe('fence guard: fencing', () => {
     expect((await guardRow(key))?.fence).toBe('9223372036854775807');
   });
 
-  it('a higher fence for a done key replays (the effect happened once) and becomes the highest', async () => {
-    const key = newKey('higher-done');
+  it('a done key answers its stored response to any fence: run(k, 5), run(k, 7), run(k, 6) all give the first answer', async () => {
+    const key = newKey('fence-order');
     const first = await guard.run(key, '5', effect(key));
+    expect(first.verdict).toBe('applied');
     const calls = { n: 0 };
-    const higher = await guard.run(key, '6', effect(key, 201, calls));
-    expect(higher).toMatchObject({ verdict: 'replayed', replayed: true, status: 201, body: first.body });
+    for (const fence of ['7', '6', '5', '1']) {
+      expect(await guard.run(key, fence, effect(key, 201, calls))).toEqual({ status: 201, body: first.body, verdict: 'replayed', replayed: true });
+    }
     expect(calls.n).toBe(0);
-    expect((await guardRow(key))?.fence).toBe('6');
-    expect((await guard.run(key, '5', effect(key, 201, calls))).body).toEqual({ error: 'stale_fence', highest: '6' });
     expect(await effectCount(key)).toBe(1);
+    expect(await guardRow(key)).toMatchObject({ fence: '5', status: 'done', response_status: 201 }); // a replay writes nothing
+  });
+
+  it('a key not done yet is still refused to a lower fence after a higher one was admitted', async () => {
+    const key = newKey('not-done-order');
+    expect((await guard.run(key, '5', effect(key, 503))).verdict).toBe('not_stored');
+    expect((await guard.run(key, '7', effect(key, 503))).verdict).toBe('not_stored');
+    const calls = { n: 0 };
+    expect(await guard.run(key, '6', effect(key, 201, calls))).toEqual({
+      status: 409, body: { error: 'stale_fence', highest: '7' }, verdict: 'stale_fence', replayed: false,
+    });
+    expect(calls.n).toBe(0);
+    expect((await guard.run(key, '7', effect(key))).verdict).toBe('applied');
+    expect((await guard.run(key, '6', effect(key, 201, calls))).verdict).toBe('replayed');
+    expect(await effectCount(key)).toBe(1);
+  });
+});
+
+describe('fence guard: what was sent', () => {
+  it('a repeated key with another request fingerprint is 422 idempotency_key_reused, never another request\'s answer', async () => {
+    const key = newKey('reused');
+    const first = await guard.run(key, '3', effect(key), { fingerprint: 'sha-a' });
+    expect(first.verdict).toBe('applied');
+    const calls = { n: 0 };
+    for (const fence of ['3', '9', '1']) {
+      expect(await guard.run(key, fence, effect(key, 201, calls), { fingerprint: 'sha-b' })).toEqual({
+        status: 422, body: { error: 'idempotency_key_reused' }, verdict: 'idempotency_key_reused', replayed: false,
+      });
+    }
+    expect(await guard.run(key, '3', effect(key, 201, calls), { fingerprint: 'sha-a' })).toMatchObject({ verdict: 'replayed', body: first.body });
+    // A caller that sends no fingerprint is not compared.
+    expect(await guard.run(key, '3', effect(key, 201, calls))).toMatchObject({ verdict: 'replayed', body: first.body });
+    expect(calls.n).toBe(0);
+    expect(await effectCount(key)).toBe(1);
+  });
+
+  it('a key whose effect never happened takes the next request whatever its fingerprint', async () => {
+    const key = newKey('reused-after-5xx');
+    expect((await guard.run(key, '1', effect(key, 503), { fingerprint: 'sha-a' })).verdict).toBe('not_stored');
+    expect((await guard.run(key, '1', effect(key), { fingerprint: 'sha-b' })).verdict).toBe('applied');
+    expect((await guard.run(key, '1', effect(key), { fingerprint: 'sha-a' })).verdict).toBe('idempotency_key_reused');
+    expect(await effectCount(key)).toBe(1);
+  });
+
+  it.each([[''], ['x'.repeat(300)], [42]])('refuses a fingerprint %s with a typed error and writes nothing', async (fingerprint) => {
+    const before = await rowCount();
+    const err = await guard.run(newKey('bad-fp'), '1', effect('x'), { fingerprint: fingerprint as string }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'invalid_input', path: 'fingerprint' });
+    expect(await rowCount()).toBe(before);
   });
 });
 
@@ -233,8 +284,65 @@ describe('fence guard: replay and 5xx', () => {
       return { status: 99, body: {} };
     })).rejects.toBeInstanceOf(InvalidHandlerResponseError);
     await expect(guard.run(key, '1', async () => ({ status: 200, body: { n: 1n } })))
-      .rejects.toMatchObject({ code: 'invalid_input', path: 'response' });
+      .rejects.toMatchObject({ code: 'invalid_input', path: 'response.body.n' });
     expect(await effectCount(key)).toBe(0);
+  });
+
+  it.each([
+    ['\\u0000 in a string', { note: 'a\u0000b' }],
+    ['a lone surrogate', { note: '\ud800' }],
+    ['\\u0000 in a key', { 'a\u0000': 1 }],
+    ['a Date (changed by a round trip)', { at: new Date(0) }],
+  ])('a response body that cannot be stored (%s) is InvalidHandlerResponseError; the write is rolled back, the fence kept', async (_label, body) => {
+    const key = newKey('unstorable');
+    const err = await guard.run(key, '4', async (tx) => {
+      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+      return { status: 201, body };
+    }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidHandlerResponseError);
+    expect(err).toMatchObject({ code: 'invalid_input', path: expect.stringMatching(/^response\.body\./) });
+    expect(await effectCount(key)).toBe(0);
+    expect(await guardRow(key)).toMatchObject({ fence: '4', status: 'in_progress' });
+    expect((await guard.run(key, '4', effect(key))).verdict).toBe('applied');
+  });
+});
+
+describe('fence guard: a handler that ends the transaction', () => {
+  it.each([
+    ['COMMIT and returns', async (tx: pg.ClientBase) => { await tx.query('COMMIT'); }],
+    ['COMMIT, swallows the error and returns', async (tx: pg.ClientBase) => { await tx.query('COMMIT').catch(() => {}); }],
+    ['COMMIT then BEGIN', async (tx: pg.ClientBase) => { await tx.query('COMMIT').catch(() => {}); await tx.query('BEGIN'); }],
+  ])('a handler that runs %s fails before its effect is kept; a retry applies once', async (_label, end) => {
+    for (const earlier of [false, true]) {
+      const key = newKey('commits');
+      // With and without a row left by an earlier attempt (an autocommitted UPDATE must not mark it done).
+      if (earlier) expect((await guard.run(key, '1', effect(key, 503))).verdict).toBe('not_stored');
+      const err = await guard.run(key, '2', async (tx) => {
+        await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+        await end(tx);
+        return { status: 201, body: { ok: true } };
+      }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(HandlerEndedTransactionError);
+      expect(err).toMatchObject({ code: 'invalid_input', path: 'handler' });
+      expect(await effectCount(key)).toBe(0);
+      expect((await guardRow(key))?.status ?? 'absent').not.toBe('done');
+      expect((await guard.run(key, '2', effect(key))).verdict).toBe('applied');
+      expect(await effectCount(key)).toBe(1);
+    }
+  });
+
+  it('the pool is healthy afterwards (the client was not left inside a transaction)', async () => {
+    const key = newKey('after-commit');
+    await guard.run(key, '1', async (tx) => { await tx.query('COMMIT').catch(() => {}); await tx.query('BEGIN'); return { status: 200, body: {} }; }).catch(() => {});
+    const states = await Promise.all(Array.from({ length: 16 }, async () => {
+      const c = await pool.connect();
+      try {
+        return (await c.query<{ s: string }>("SELECT CASE WHEN now() = statement_timestamp() THEN 'idle' ELSE 'in_tx' END AS s")).rows[0]?.s;
+      } finally {
+        c.release();
+      }
+    }));
+    expect(states.every((s) => s === 'idle')).toBe(true);
   });
 });
 
@@ -271,5 +379,27 @@ describe('fence guard: bad input', () => {
     expect((await other.run(key, '1', effect(key))).verdict).toBe('applied');
     expect((await guard.run(key, '1', async () => ({ status: 200, body: 'main' }))).verdict).toBe('applied');
     expect(await db.query('SELECT key FROM receiver_two.effects WHERE key = $1', [key])).toHaveLength(1);
+  });
+});
+
+describe('fence guard: migrate', () => {
+  it('upgrades a table made by an earlier version in place: its done keys still replay, new keys get the commit check', async () => {
+    // The DDL of the first version, with one done row in it.
+    await db.query('CREATE SCHEMA receiver_v1');
+    await db.query(`CREATE TABLE receiver_v1.effects (key text PRIMARY KEY, fence bigint NOT NULL CHECK (fence >= 0),
+      status text NOT NULL CHECK (status IN ('in_progress', 'done')), response_status int CHECK (response_status BETWEEN 200 AND 499),
+      response_body jsonb, updated_at timestamptz NOT NULL DEFAULT now(), CHECK ((status = 'done') = (response_status IS NOT NULL)))`);
+    await db.query(`INSERT INTO receiver_v1.effects (key, fence, status, response_status, response_body) VALUES ('old', 9, 'done', 201, '{"id": 1}')`);
+    const upgraded = createFenceGuard(pool, { schema: 'receiver_v1' });
+    await Promise.all([upgraded.migrate(), upgraded.migrate()]);
+    await upgraded.migrate();
+    expect(await upgraded.run('old', '3', effect('old'), { fingerprint: 'any' })).toMatchObject({ verdict: 'replayed', status: 201, body: { id: 1 } });
+    const key = newKey('upgraded');
+    const err = await upgraded.run(key, '1', async (tx) => { await effect(key)(tx); await tx.query('COMMIT'); return { status: 201, body: {} }; })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(HandlerEndedTransactionError);
+    expect(await effectCount(key)).toBe(0);
+    expect((await upgraded.run(key, '1', effect(key), { fingerprint: 'f' })).verdict).toBe('applied');
+    expect((await db.query('SELECT request_hash FROM receiver_v1.effects WHERE key = $1', [key]))[0]?.request_hash).toBe('f');
   });
 });

@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -27,6 +27,20 @@ async function createCase(ctx: HttpHandlerContext) {
 }
 
 const caseCount = async (key: string) => Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM cases WHERE key = $1', [key]))[0]?.n);
+
+/** A request through node:http, where a header given as an array is sent as several header lines. */
+function rawPost(body: string, headers: Record<string, string | string[]>): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
 
 function post(body: unknown, headers: Record<string, string>) {
   return fetch(url, {
@@ -57,7 +71,7 @@ afterAll(async () => {
 });
 
 describe('fence guard middleware over http', () => {
-  it('runs the effect once, replays a repeated key, refuses a stale fence', async () => {
+  it('runs the effect once, replays a repeated key to any fence', async () => {
     const key = newKey();
     const first = await post({ summary: 'check invoice' }, { 'idempotency-key': key, 'x-execution-fence': '42' });
     expect(first.status).toBe(201);
@@ -71,9 +85,10 @@ describe('fence guard middleware over http', () => {
     expect(again.headers.get('idempotent-replayed')).toBe('true');
     expect(await again.json()).toEqual(created);
 
-    const stale = await post({ summary: 'check invoice' }, { 'idempotency-key': key, 'x-execution-fence': '41' });
-    expect(stale.status).toBe(409);
-    expect(await stale.json()).toEqual({ error: 'stale_fence', highest: '42' });
+    const lower = await post({ summary: 'check invoice' }, { 'idempotency-key': key, 'x-execution-fence': '41' });
+    expect(lower.status).toBe(201);
+    expect(lower.headers.get('idempotent-replayed')).toBe('true');
+    expect(await lower.json()).toEqual(created);
     expect(calls).toBe(before);
     expect(await caseCount(key)).toBe(1);
   });
@@ -179,5 +194,38 @@ describe('fence guard middleware over http', () => {
     const res = await post({ summary }, { 'idempotency-key': key, 'x-execution-fence': '1' });
     expect(res.status).toBe(201);
     expect(await caseCount(key)).toBe(1);
+  });
+
+  it('a repeated key with another body, path or method is 422 idempotency_key_reused, no second effect', async () => {
+    const key = newKey();
+    const headers = { 'idempotency-key': key, 'x-execution-fence': '5' };
+    const first = await post({ summary: 'invoice 1' }, headers);
+    expect(first.status).toBe(201);
+    const before = calls;
+    const other = await post({ summary: 'invoice 2' }, { ...headers, 'x-execution-fence': '6' });
+    expect(other.status).toBe(422);
+    expect(await other.json()).toEqual({ error: 'idempotency_key_reused' });
+    const otherPath = await fetch(`${url}?copy=1`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ summary: 'invoice 1' }) });
+    expect(otherPath.status).toBe(422);
+    const otherMethod = await fetch(url, { method: 'PUT', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ summary: 'invoice 1' }) });
+    expect(otherMethod.status).toBe(422);
+    const same = await post({ summary: 'invoice 1' }, headers);
+    expect(same.status).toBe(201);
+    expect(same.headers.get('idempotent-replayed')).toBe('true');
+    expect(calls).toBe(before);
+    expect(await caseCount(key)).toBe(1);
+    expect((await db.query('SELECT request_hash FROM ratchet_receiver.effects WHERE key = $1', [key]))[0]?.request_hash).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  it.each([
+    ['Idempotency-Key', { 'idempotency-key': ['dup-a', 'dup-b'], 'x-execution-fence': '1' }, 'invalid_idempotency_key'],
+    ['X-Execution-Fence', { 'idempotency-key': 'dup-fence', 'x-execution-fence': ['1', '2'] }, 'invalid_fence'],
+  ])('%s sent twice → 400, never joined into a new value; no effect', async (_name, headers, error) => {
+    const before = calls;
+    const res = await rawPost(JSON.stringify({ summary: 'dup' }), headers);
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.body)).toMatchObject({ error, message: expect.stringMatching(/more than once/) });
+    expect(calls).toBe(before);
+    expect(Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM ratchet_receiver.effects WHERE key LIKE 'dup%'"))[0]?.n)).toBe(0);
   });
 });
