@@ -7,7 +7,9 @@
  *   POST /reports                   publish a report            (fenced)    publish-report
  *   GET  /reports/:idempotencyKey   the report published under a key, or 404
  * The fenced receivers sit behind ratchet/receiver's createFenceGuard: Idempotency-Key and
- * X-Execution-Fence are required, a repeated key replays, a lower fence is 409 stale_fence.
+ * X-Execution-Fence are required, a repeated key replays (to any fence once its effect is done),
+ * another request under a done key is 422 idempotency_key_reused, and a lower fence for a key not
+ * done yet is 409 stale_fence.
  * Storage: PostgreSQL with `databaseUrl` (or SERVICES_DATABASE_URL), else in-memory PGlite.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';

@@ -13,6 +13,8 @@ import { openStore, type CancelResult, type EventRow, type Store } from './store
 import type { ListRunsFilter, RetryResult, RunPage } from './store/index.js';
 import { explainRun } from './observability/explain.js';
 import type { Explanation } from './observability/explanation.js';
+import { isStorableText, toJsonText } from './store/json.js';
+import { isStorableTime, STORABLE_TIME_RANGE } from './store/limits.js';
 import { parseInput } from './store/validate.js';
 import { createInProcessTransport } from './transport/in-process.js';
 import { createBullmqTransport } from './transport/bullmq.js';
@@ -42,9 +44,9 @@ const ratchetOptions = z.object({
 export type RatchetOptions = z.input<typeof ratchetOptions>;
 
 const submitOptions = z.object({
-  idempotencyKey: z.string().min(1).max(500).optional(),
+  idempotencyKey: z.string().min(1).max(500).refine(isStorableText, 'must be Unicode text without \\u0000').optional(),
   /** An absolute Date, or a duration from now ("10m", ms). Overrides the workflow's. */
-  deadline: z.union([z.date(), z.string(), z.number()]).optional(),
+  deadline: z.union([z.date().refine(isStorableTime, STORABLE_TIME_RANGE), z.string(), z.number()]).optional(),
 }).strict();
 export type SubmitOptions = z.input<typeof submitOptions>;
 
@@ -116,6 +118,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     async submit(name, input, submitOpts = {}) {
       const so = parseInput(submitOptions, submitOpts, 'submit.options');
       const workflow = registry.require(name);
+      toJsonText(input, 'input'); // before the workflow's schema walks it: \u0000, lone surrogates, absurd depth or size
       const parsed = workflow.input.safeParse(input);
       if (!parsed.success) {
         const issue = parsed.error.issues[0]!;
@@ -130,6 +133,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
         input: parsed.data,
         idempotencyKey: so.idempotencyKey,
         deadline,
+        requestedDeadline: so.deadline instanceof Date ? so.deadline.toISOString() : so.deadline,
         stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
       });
       const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import { OpenAPIHono, type Hook } from '@hono/zod-openapi';
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
@@ -40,6 +41,26 @@ const noBody: MiddlewareHandler = async (c, next) => {
   const text = c.req.raw.body ? await c.req.text() : '';
   if (text.trim().length > 0) {
     throw new ApiError(400, 'invalid_request', 'this request takes no body (a retry is the same request again; to change the input submit a new run)', { path: '$' });
+  }
+  await next();
+};
+
+/** Headers the API reads as one value, with the name its errors give. */
+const SINGLE_VALUE_HEADERS: readonly [string, string][] = [['idempotency-key', 'Idempotency-Key']];
+
+/**
+ * A header sent on several lines is refused, never joined: the Request that @hono/node-server
+ * builds joins them ("a, b"), a key nobody sent. Node keeps each line apart in the raw request
+ * (`headersDistinct`); without a Node request (another adapter) there is nothing to tell.
+ */
+const singleValueHeaders: MiddlewareHandler = async (c, next) => {
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  for (const [name, label] of SINGLE_VALUE_HEADERS) {
+    const lines = incoming?.headersDistinct?.[name]?.length ?? 0;
+    if (lines > 1) {
+      throw new ApiError(400, 'invalid_request', `the ${label} header was sent ${lines} times (more than once); send it once`,
+        { path: label });
+    }
   }
   await next();
 };
@@ -97,6 +118,7 @@ export function createApp(opts: AppOptions): OpenAPIHono {
     maxSize: opts.bodyLimit,
     onError: () => { throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, { path: '$', details: { limit: opts.bodyLimit } }); },
   }));
+  app.use('/v1/*', singleValueHeaders);
   app.use('/v1/runs/:id/cancel', noBody);
   app.use('/v1/runs/:id/retry', noBody);
 

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { EVENT_TYPES } from '../store/event-types.js';
 import { RUN_STATES, STAGE_STATES, type RunState, type StageState } from '../planner/states.js';
 import { MAX_LIST_LIMIT } from '../store/list-runs.js';
+import { isStorableTime, STORABLE_TIME_RANGE } from '../store/limits.js';
 import { explanationSchema } from '../observability/explanation.js';
 
 /**
@@ -11,6 +12,10 @@ import { explanationSchema } from '../observability/explanation.js';
  */
 const noNul = /^[^\u0000]*$/;
 const ts = z.iso.datetime({ offset: true });
+/** A date-time a client sends: RFC 3339 with an offset, a real calendar date, in the range PostgreSQL stores (src/store/limits.ts). */
+export const requestTimestampSchema = ts.refine((s) => isStorableTime(new Date(s)), `a date-time ${STORABLE_TIME_RANGE}`);
+/** PostgreSQL bigint's upper bound: event ids. */
+const MAX_BIGINT = 2n ** 63n - 1n;
 export const runStateSchema = z.enum(RUN_STATES as [RunState, ...RunState[]]).meta({ id: 'RunState' });
 const stageStateSchema = z.enum(STAGE_STATES as [StageState, ...StageState[]]).meta({ id: 'StageState' });
 
@@ -86,8 +91,8 @@ export type RunSummaryJson = z.infer<typeof runSummarySchema>;
 export const listQuerySchema = z.object({
   state: z.string().regex(new RegExp(`^(${RUN_STATES.join('|')})(,(${RUN_STATES.join('|')}))*$`), `a comma-separated list of ${RUN_STATES.join(', ')}`).optional(),
   workflow: z.string().min(1).max(200).regex(noNul, 'must not contain \\u0000').optional(),
-  createdAfter: ts.optional().describe('created at or after (inclusive)'),
-  createdBefore: ts.optional().describe('created before (exclusive)'),
+  createdAfter: requestTimestampSchema.optional().describe('created at or after (inclusive)'),
+  createdBefore: requestTimestampSchema.optional().describe('created before (exclusive)'),
   cursor: z.string().min(1).max(200).optional().describe('nextCursor of the previous page'),
   limit: z.string().regex(/^\d{1,4}$/, 'a whole number').refine((s) => Number(s) >= 1 && Number(s) <= MAX_LIST_LIMIT, `1..${MAX_LIST_LIMIT}`).optional(),
 }).strict();
@@ -101,7 +106,9 @@ export const runListSchema = z.object({
 export type RunListJson = z.infer<typeof runListSchema>;
 
 export const eventsQuerySchema = z.object({
-  after: z.string().regex(/^\d{1,19}$/, 'an event id').optional().describe('only events after this event id'),
+  after: z.string().regex(/^\d{1,19}$/, 'an event id')
+    .refine((s) => !/^\d+$/.test(s) || BigInt(s) <= MAX_BIGINT, `an event id (at most ${MAX_BIGINT})`).optional()
+    .describe('only events after this event id'),
   limit: z.string().regex(/^\d{1,5}$/, 'a whole number').refine((s) => Number(s) >= 1 && Number(s) <= 1000, '1..1000').optional(),
 }).strict();
 export type EventsQuery = z.infer<typeof eventsQuerySchema>;

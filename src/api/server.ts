@@ -15,18 +15,39 @@ export const DEFAULT_API_PORT = 7700;
 export const DEFAULT_BODY_LIMIT = 1024 * 1024;
 export const DEFAULT_RETRY_AFTER_SECONDS = 5;
 
-const serverOptions = z.object({
-  ratchet: z.custom<Ratchet>((v) => typeof v === 'object' && v !== null && 'submit' in v, 'a Ratchet from createRatchet'),
+/** Where and how the API listens: checked alone by `serve` / `dev` before they open anything. */
+const listenFields = {
   /** Accepted bearer tokens. Required unless the server listens on loopback only. */
   tokens: z.array(z.string().min(8, 'at least 8 characters').max(1000).regex(/^\S+$/, 'no whitespace')).max(100).optional(),
   host: z.string().min(1).max(255).optional(),
   /** 0 picks a free port. */
   port: z.number().int().min(0).max(65535).optional(),
   bodyLimit: z.number().int().min(64).max(100 * 1024 * 1024).optional(),
+};
+const listenOptions = z.object(listenFields).strict();
+export type ListenOptions = z.input<typeof listenOptions>;
+
+const serverOptions = z.object({
+  ratchet: z.custom<Ratchet>((v) => typeof v === 'object' && v !== null && 'submit' in v, 'a Ratchet from createRatchet'),
+  ...listenFields,
   retryAfterSeconds: z.number().int().min(1).max(3600).optional(),
   logger: z.custom<Logger>().optional(),
 }).strict();
 export type ServerOptions = z.input<typeof serverOptions>;
+
+/**
+ * Checks where and how the API would listen (tokens, host, port, body limit) without opening
+ * anything; `where` names the caller in the error path. Refuses a non-loopback address without
+ * a token: the API starts and stops runs, so it is never open to a network by accident.
+ */
+export function checkListenOptions(options: ListenOptions, where = 'createServer'): void {
+  const o = parseInput(listenOptions, options, where);
+  const host = o.host ?? DEFAULT_API_HOST;
+  if ((o.tokens ?? []).length === 0 && !isLoopback(host)) {
+    const message = `refusing to listen on ${host} without a token: give tokens (RATCHET_TOKEN / --token), or listen on 127.0.0.1`;
+    throw new InvalidInputError(message, `${where}.tokens`, { reason: 'token_required' });
+  }
+}
 
 export interface ApiServer {
   /** http://host:port */
@@ -37,17 +58,12 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
-/**
- * Starts the task API on `host:port` (default 127.0.0.1:7700). Refuses a non-loopback address
- * without a token: the API starts and stops runs, so it is never open to a network by accident.
- */
+/** Starts the task API on `host:port` (default 127.0.0.1:7700); see checkListenOptions for what it refuses. */
 export async function createServer(options: ServerOptions): Promise<ApiServer> {
   const o = parseInput(serverOptions, options, 'createServer');
+  checkListenOptions({ host: o.host, port: o.port, bodyLimit: o.bodyLimit, tokens: o.tokens });
   const host = o.host ?? DEFAULT_API_HOST;
   const tokens = o.tokens ?? [];
-  if (tokens.length === 0 && !isLoopback(host)) {
-    throw new InvalidInputError(`refusing to listen on ${host} without a token: give tokens (RATCHET_TOKEN / --token), or listen on 127.0.0.1`, 'createServer.tokens', { reason: 'token_required' });
-  }
   const logger = o.logger ?? o.ratchet.logger;
   const app = createApp({ ratchet: o.ratchet, tokens, bodyLimit: o.bodyLimit ?? DEFAULT_BODY_LIMIT, retryAfterSeconds: o.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS, logger });
   const server = await new Promise<Server>((resolve, reject) => {

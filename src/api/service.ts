@@ -4,8 +4,9 @@ import type { Explanation } from '../observability/explanation.js';
 import type { RunState } from '../planner/states.js';
 import { resolveDuration } from '../definitions/duration.js';
 import { InvalidInputError } from '../errors.js';
-import { toJsonText } from '../store/json.js';
+import { STORABLE_TIME_RANGE } from '../store/limits.js';
 import { cancelToJson, eventToJson, retryToJson, runSummaryToJson, runToJson } from './present.js';
+import { requestTimestampSchema } from './schemas.js';
 import type {
   CancelResponse, EventListJson, EventsQuery, ListQuery, RetryResponse, RunJson, RunListJson, SubmitBody, SubmitResponse,
 } from './schemas.js';
@@ -37,13 +38,16 @@ const RETRY_HINTS: Record<RunState | 'deadline_passed' | 'no_failed_stage', stri
   no_failed_stage: 'no stage failed (the run failed between stages): resubmit it as a new run (POST /v1/runs)',
 };
 
-/** A deadline as the engine takes it: an ISO date-time becomes a Date; a duration is checked here, so a bad one is a 4xx with its path. */
+/**
+ * A deadline as the engine takes it: an ISO date-time becomes a Date (a real calendar date in
+ * the range PostgreSQL stores); a duration is checked here. Either way a bad one is a 4xx with its path.
+ */
 function deadlineOf(d: SubmitBody['deadline']): Date | string | number | undefined {
   if (d === undefined) return undefined;
-  if (typeof d === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(d)) {
-    const at = new Date(d);
-    if (Number.isNaN(at.getTime())) throw new InvalidInputError('not a date-time', 'deadline');
-    return at;
+  if (typeof d === 'string' && /^[+-]?\d{4,}-/.test(d)) {
+    const at = requestTimestampSchema.safeParse(d);
+    if (!at.success) throw new InvalidInputError(`not a date-time ${STORABLE_TIME_RANGE} (RFC 3339, with an offset)`, 'deadline');
+    return new Date(at.data);
   }
   const res = resolveDuration(d);
   if ('problem' in res || res.ms <= 0) throw new InvalidInputError('problem' in res ? res.problem : 'must be more than 0 ms', 'deadline');
@@ -58,7 +62,6 @@ export function createRunService(ratchet: Ratchet): RunService {
   };
   return {
     async submit(body, idempotencyKey) {
-      toJsonText(body.input, 'input'); // \u0000, non-JSON numbers...: refused with its path before anything else
       const deadline = deadlineOf(body.deadline);
       const r = await ratchet.submit(body.workflow, body.input, { ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}) });
       return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };

@@ -64,7 +64,9 @@ export interface FenceGuard {
 const SAVEPOINT = 'ratchet_receiver_effect';
 
 const IN_PROGRESS: GuardResult = { status: 409, body: { error: 'in_progress' }, verdict: 'in_progress', replayed: false };
-const KEY_REUSED: GuardResult = { status: 422, body: { error: 'idempotency_key_reused' }, verdict: 'idempotency_key_reused', replayed: false };
+const KEY_REUSED: GuardResult = {
+  status: 422, body: { error: 'idempotency_key_reused' }, verdict: 'idempotency_key_reused', replayed: false,
+};
 
 function checkResponse(response: unknown): { status: number; body: unknown; json: string } {
   if (typeof response !== 'object' || response === null) throw new InvalidHandlerResponseError('not an object { status, body }');
@@ -175,10 +177,15 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
       let stored = 0;
       try {
         response = checkResponse(await handler(client));
-        if (response.status < 500) stored = (await client.query(sql.storeResponse, [key, response.status, response.json, fingerprint ?? null])).rowCount ?? 0;
+        if (response.status < 500) {
+          const params = [key, response.status, response.json, fingerprint ?? null];
+          stored = (await client.query(sql.storeResponse, params)).rowCount ?? 0;
+        }
       } catch (err) {
         await undo(err);
-        throw isUnstorable(err) ? new InvalidHandlerResponseError(`PostgreSQL refused to store the body (${(err as Error).message})`, { cause: err }) : err;
+        if (!isUnstorable(err)) throw err;
+        const reason = `PostgreSQL refused to store the body (${(err as Error).message})`;
+        throw new InvalidHandlerResponseError(reason, { cause: err, path: 'response.body' });
       }
       if (response.status >= 500) {
         await undo();
@@ -202,7 +209,9 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
         await client.query(sql.close, [key]);
         await end('COMMIT', undefined);
       } catch (cleanupError) {
-        if (isTransactionEnded(cleanupError) || isTransactionEnded(handlerError)) throw new HandlerEndedTransactionError({ cause: handlerError ?? cleanupError });
+        if (isTransactionEnded(cleanupError) || isTransactionEnded(handlerError)) {
+          throw new HandlerEndedTransactionError({ cause: handlerError ?? cleanupError });
+        }
         if (handlerError === undefined) throw cleanupError;
         throw new AggregateError([handlerError, cleanupError], 'ratchet/receiver: the handler failed and the guard could not record its fence');
       }

@@ -38,8 +38,8 @@ export function assertIdempotencyKey(value: unknown): asserts value is string {
 export function assertFingerprint(value: unknown): asserts value is string | undefined {
   if (value === undefined) return;
   if (typeof value !== 'string' || value.length === 0 || value.length > MAX_FINGERPRINT_LENGTH || CONTROL.test(value)) {
-    throw new InvalidInputError(`a request fingerprint must be a string of 1..${MAX_FINGERPRINT_LENGTH} characters without control characters`,
-      'fingerprint', { type: typeof value });
+    const message = `a request fingerprint must be a string of 1..${MAX_FINGERPRINT_LENGTH} characters without control characters`;
+    throw new InvalidInputError(message, 'fingerprint', { type: typeof value });
   }
 }
 

@@ -118,7 +118,9 @@ export function createMiddleware(run: RunFn, handler: HttpHandler, opts: Middlew
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const key = header(req, 'idempotency-key');
-    if (typeof key === 'object') return send(res, 400, { error: 'invalid_idempotency_key', message: twice('Idempotency-Key', key.duplicate) });
+    if (typeof key === 'object') {
+      return send(res, 400, { error: 'invalid_idempotency_key', message: twice('Idempotency-Key', key.duplicate) });
+    }
     if (key === undefined || key === '') {
       return send(res, 400, { error: 'missing_idempotency_key', message: 'the Idempotency-Key header is required' });
     }
@@ -128,7 +130,9 @@ export function createMiddleware(run: RunFn, handler: HttpHandler, opts: Middlew
       return send(res, 400, { error: 'invalid_idempotency_key', message: (err as Error).message });
     }
     const rawFence = header(req, 'x-execution-fence');
-    if (typeof rawFence === 'object') return send(res, 400, { error: 'invalid_fence', message: twice('X-Execution-Fence', rawFence.duplicate) });
+    if (typeof rawFence === 'object') {
+      return send(res, 400, { error: 'invalid_fence', message: twice('X-Execution-Fence', rawFence.duplicate) });
+    }
     if (rawFence === undefined || rawFence === '') {
       return send(res, 400, { error: 'missing_fence', message: 'the X-Execution-Fence header is required' });
     }

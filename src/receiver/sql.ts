@@ -71,7 +71,8 @@ export function receiverSql(schema: string) {
       END $fn$`,
       // CREATE CONSTRAINT TRIGGER has no IF NOT EXISTS (and no OR REPLACE).
       `DO $do$ BEGIN
-        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'effects_handler_closed' AND tgrelid = '${t.replace(/'/g, "''")}'::regclass) THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                       WHERE tgname = 'effects_handler_closed' AND tgrelid = '${t.replace(/'/g, "''")}'::regclass) THEN
           CREATE CONSTRAINT TRIGGER effects_handler_closed AFTER UPDATE ON ${t}
             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.handler_open) EXECUTE FUNCTION ${s}.refuse_open_effect();
         END IF;

@@ -12,7 +12,8 @@ export function toJsonText(value: unknown, path = '$'): string {
   check(value, path, new Set(), 0);
   const text = JSON.stringify(value);
   if (text.length > MAX_JSON_BYTES / 3 && Buffer.byteLength(text) > MAX_JSON_BYTES) {
-    throw new InvalidInputError(`the value is ${Buffer.byteLength(text)} bytes as JSON, more than ${MAX_JSON_BYTES}`, path, { limit: MAX_JSON_BYTES });
+    const bytes = Buffer.byteLength(text);
+    throw new InvalidInputError(`the value is ${bytes} bytes as JSON, more than ${MAX_JSON_BYTES}`, path, { limit: MAX_JSON_BYTES });
   }
   return text;
 }
@@ -25,9 +26,16 @@ export function toJsonTextOrNull(value: unknown, path = '$'): string | null {
 /** A high surrogate not followed by a low one, or a low one not after a high one: not Unicode, refused by jsonb. */
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
+/** Text PostgreSQL stores as it is: no U+0000, no lone surrogate (a text column would turn it into U+FFFD). */
+export function isStorableText(text: string): boolean {
+  return !text.includes('\u0000') && !LONE_SURROGATE.test(text);
+}
+
 function checkText(text: string, path: string, what: string): void {
   if (text.includes('\u0000')) throw new InvalidInputError(`${what} contains \\u0000, which PostgreSQL cannot store`, path);
-  if (LONE_SURROGATE.test(text)) throw new InvalidInputError(`${what} contains a lone UTF-16 surrogate (not Unicode text), which PostgreSQL cannot store`, path);
+  if (LONE_SURROGATE.test(text)) {
+    throw new InvalidInputError(`${what} contains a lone UTF-16 surrogate (not Unicode text), which PostgreSQL cannot store`, path);
+  }
 }
 
 function check(value: unknown, path: string, seen: Set<object>, depth: number): void {
@@ -50,7 +58,9 @@ function check(value: unknown, path: string, seen: Set<object>, depth: number): 
     case 'object': {
       if (value === null) return;
       if (seen.has(value)) throw new InvalidInputError('circular reference is not JSON', path);
-      if (depth >= MAX_JSON_DEPTH) throw new InvalidInputError(`nested more than ${MAX_JSON_DEPTH} levels deep`, path, { limit: MAX_JSON_DEPTH });
+      if (depth >= MAX_JSON_DEPTH) {
+        throw new InvalidInputError(`nested more than ${MAX_JSON_DEPTH} levels deep`, path, { limit: MAX_JSON_DEPTH });
+      }
       seen.add(value);
       if (Array.isArray(value)) {
         value.forEach((item, i) => check(item, `${path}[${i}]`, seen, depth + 1));

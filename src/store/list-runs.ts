@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { InvalidInputError } from '../errors.js';
 import { RUN_STATES, type RunState } from '../planner/states.js';
 import type { Queryable } from './db.js';
+import { isStorableTime, STORABLE_TIME_RANGE } from './limits.js';
 import { LIST_RUNS_SQL } from './runs.sql.js';
 import { parseInput } from './validate.js';
 
@@ -13,8 +14,8 @@ const noNul = /^[^\u0000]*$/;
 export const listRunsFilterSchema = z.object({
   states: z.array(z.enum(RUN_STATES as [RunState, ...RunState[]])).min(1).max(RUN_STATES.length).optional(),
   workflow: z.string().min(1).max(200).regex(noNul, 'must not contain \\u0000').optional(),
-  createdAfter: z.date().optional(),
-  createdBefore: z.date().optional(),
+  createdAfter: z.date().refine(isStorableTime, `a date-time ${STORABLE_TIME_RANGE}`).optional(),
+  createdBefore: z.date().refine(isStorableTime, `a date-time ${STORABLE_TIME_RANGE}`).optional(),
   /** The `nextCursor` of the previous page. */
   cursor: z.string().min(1).max(200).optional(),
   limit: z.number().int().min(1).max(MAX_LIST_LIMIT).optional(),
@@ -35,7 +36,12 @@ export function encodeCursor(createdAt: string, id: string): string {
 export function decodeCursor(cursor: string, path = 'cursor'): { createdAt: string; id: string } {
   const text = Buffer.from(cursor, 'base64url').toString('utf8');
   const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i.exec(text);
-  if (!m) throw new InvalidInputError('not a cursor this server gave out (pass nextCursor back as it is)', path);
+  // The shape is right; the date must be one too (no February 30th, no year 0): PostgreSQL would refuse it.
+  const ms = m ? `${m[1]!.slice(0, 23)}Z` : '';
+  const at = new Date(ms);
+  if (!m || !isStorableTime(at) || at.toISOString() !== ms) {
+    throw new InvalidInputError('not a cursor this server gave out (pass nextCursor back as it is)', path);
+  }
   return { createdAt: m[1]!, id: m[2]! };
 }
 

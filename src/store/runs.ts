@@ -36,6 +36,8 @@ const createRunSchema = z.object({
   input: z.unknown(),
   idempotencyKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
   deadline: z.date().optional(),
+  /** The deadline as the submitter gave it (an ISO date-time, a duration, ms): part of the idempotency hash. */
+  requestedDeadline: z.union([z.string().max(100), z.number()]).optional(),
   stages: z.array(stageSpecSchema).min(1).max(10_000),
 }).strict();
 export type CreateRunInput = z.input<typeof createRunSchema>;
@@ -48,9 +50,16 @@ export class IdempotencyConflictError extends RatchetError {
 
 export interface CreatedRun { id: string; state: RunState; created: boolean; stageIds: string[] }
 
-/** Hash of what was submitted under an idempotency key, so another body under it is told apart. */
-export function requestHash(workflow: string, input: unknown): string {
-  return createHash('sha256').update(workflow).update('\u0000').update(toJsonText(input)).digest('hex');
+/**
+ * Hash of what was submitted under an idempotency key, so another request under it is told
+ * apart: the workflow, the input and, when given, the deadline as the submitter gave it (not
+ * the instant it resolved to, so a repeated "10m" is the same request). Without a deadline
+ * the hash is what it was before deadlines counted, so runs made then still match.
+ */
+export function requestHash(workflow: string, input: unknown, requestedDeadline?: string | number): string {
+  const h = createHash('sha256').update(workflow).update('\u0000').update(toJsonText(input));
+  if (requestedDeadline !== undefined) h.update('\u0000deadline\u0000').update(JSON.stringify(requestedDeadline));
+  return h.digest('hex');
 }
 
 /**
@@ -78,7 +87,7 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
     input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
   }));
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
-  const hash = requestHash(run.workflow, run.input);
+  const hash = requestHash(run.workflow, run.input, run.requestedDeadline);
   const id = run.id ?? uuidv7();
   for (const s of stages) s.idempotencyKey ??= `${id}:${s.seq}:${s.tool}`;
 

@@ -333,7 +333,11 @@ describe('fence guard: a handler that ends the transaction', () => {
 
   it('the pool is healthy afterwards (the client was not left inside a transaction)', async () => {
     const key = newKey('after-commit');
-    await guard.run(key, '1', async (tx) => { await tx.query('COMMIT').catch(() => {}); await tx.query('BEGIN'); return { status: 200, body: {} }; }).catch(() => {});
+    await guard.run(key, '1', async (tx) => {
+      await tx.query('COMMIT').catch(() => {});
+      await tx.query('BEGIN');
+      return { status: 200, body: {} };
+    }).catch(() => {});
     const states = await Promise.all(Array.from({ length: 16 }, async () => {
       const c = await pool.connect();
       try {

@@ -205,9 +205,10 @@ describe('fence guard middleware over http', () => {
     const other = await post({ summary: 'invoice 2' }, { ...headers, 'x-execution-fence': '6' });
     expect(other.status).toBe(422);
     expect(await other.json()).toEqual({ error: 'idempotency_key_reused' });
-    const otherPath = await fetch(`${url}?copy=1`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ summary: 'invoice 1' }) });
+    const same1 = { headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ summary: 'invoice 1' }) };
+    const otherPath = await fetch(`${url}?copy=1`, { method: 'POST', ...same1 });
     expect(otherPath.status).toBe(422);
-    const otherMethod = await fetch(url, { method: 'PUT', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ summary: 'invoice 1' }) });
+    const otherMethod = await fetch(url, { method: 'PUT', ...same1 });
     expect(otherMethod.status).toBe(422);
     const same = await post({ summary: 'invoice 1' }, headers);
     expect(same.status).toBe(201);

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
-import { createServer, DEFAULT_API_HOST, DEFAULT_API_PORT, DEFAULT_BODY_LIMIT, type ApiServer } from '../../api/server.js';
+import {
+  checkListenOptions, createServer, DEFAULT_API_HOST, DEFAULT_API_PORT, DEFAULT_BODY_LIMIT, type ApiServer,
+} from '../../api/server.js';
 import { createRatchet, type Ratchet } from '../../engine.js';
 import type { Worker } from '../../worker/worker.js';
-import { isLoopback } from '../../api/auth.js';
-import { InvalidInputError } from '../../errors.js';
 import { intOption, storeTarget, workflowsDir, type GlobalOptions } from './options.js';
 
 export interface ServeOptions extends GlobalOptions {
@@ -39,10 +39,10 @@ export function listenOptions(o: ServeOptions): { host: string; port: number; bo
  * then stops the worker (in-flight stages get `graceMs`), the server and the store.
  */
 export async function serveUntilSignal(o: ServeOptions, logger: Logger, opts: { worker: boolean; graceMs: number }): Promise<void> {
-  const listen = listenOptions(o); // bad flags refuse before anything opens
-  if (listen.tokens.length === 0 && !isLoopback(listen.host)) {
-    throw new InvalidInputError(`refusing to listen on ${listen.host} without a token: set --token or RATCHET_TOKEN (or RATCHET_TOKENS), or listen on 127.0.0.1`, 'host', { reason: 'token_required' });
-  }
+  // Every listening option is checked (as createServer will) before the store opens: a refused
+  // flag leaves no data directory, lock file or migration behind.
+  const listen = listenOptions(o);
+  checkListenOptions(listen, 'listen');
   let ratchet: Ratchet | undefined;
   let server: ApiServer | undefined;
   let worker: Worker | undefined;
