@@ -193,11 +193,13 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
       }
       // Zero rows: the row is not open in this transaction any more, so the handler ended it.
       if (stored !== 1) throw new HandlerEndedTransactionError();
-      await client.query(`RELEASE SAVEPOINT ${SAVEPOINT}`);
+      await client.query(`RELEASE SAVEPOINT ${SAVEPOINT}`).catch((err: unknown) => {
+        throw isTransactionEnded(err) ? new HandlerEndedTransactionError({ cause: err }) : err;
+      });
       return await end('COMMIT', { status: response.status, body: response.body, verdict: 'applied', replayed: false });
     } catch (err) {
       if (open) await client.query('ROLLBACK').catch((e: Error) => { broken = e; });
-      throw isTransactionEnded(err) ? new HandlerEndedTransactionError({ cause: err }) : err;
+      throw err;
     } finally {
       client.release(broken);
     }

@@ -244,6 +244,9 @@ describe('beyond the list: every parameter tried the wrong way', () => {
     ['cancel with a body', () => api.http(`/v1/runs/${UUID}/cancel`, { method: 'POST', headers: json, body: '{"force":true}' }), 400, 'invalid_request', '$'],
     ['retry of a bad id', () => api.http('/v1/runs/nope/retry', { method: 'POST' }), 404, 'unknown_run', undefined],
     ['cancel of an unknown run', () => api.http(`/v1/runs/${UUID}/cancel`, { method: 'POST' }), 404, 'unknown_run', undefined],
+    ['two Content-Type lines', () => rawRequest('POST', '/v1/runs', { 'content-type': ['application/json', 'text/plain'] }, '{"workflow":"echo","input":{}}'),
+      415, 'unsupported_media_type', '$'],
+    ['two Authorization lines', () => rawRequest('GET', '/v1/runs', { authorization: [`Bearer ${TOKEN}`, 'Bearer other-token'] }), 401, 'unauthorized', undefined],
     // routes and methods
     ['an unknown route', get('/v1/nope'), 404, 'not_found', undefined],
     ['DELETE a run', () => api.http(`/v1/runs/${UUID}`, { method: 'DELETE' }), 404, 'not_found', undefined],

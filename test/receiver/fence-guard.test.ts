@@ -312,6 +312,7 @@ describe('fence guard: a handler that ends the transaction', () => {
     ['COMMIT and returns', async (tx: pg.ClientBase) => { await tx.query('COMMIT'); }],
     ['COMMIT, swallows the error and returns', async (tx: pg.ClientBase) => { await tx.query('COMMIT').catch(() => {}); }],
     ['COMMIT then BEGIN', async (tx: pg.ClientBase) => { await tx.query('COMMIT').catch(() => {}); await tx.query('BEGIN'); }],
+    ['ROLLBACK and returns', async (tx: pg.ClientBase) => { await tx.query('ROLLBACK'); }],
   ])('a handler that runs %s fails before its effect is kept; a retry applies once', async (_label, end) => {
     for (const earlier of [false, true]) {
       const key = newKey('commits');
@@ -329,6 +330,19 @@ describe('fence guard: a handler that ends the transaction', () => {
       expect((await guard.run(key, '2', effect(key))).verdict).toBe('applied');
       expect(await effectCount(key)).toBe(1);
     }
+  });
+
+  it("a handler's own transaction-control mistake inside the transaction is its own error, not HandlerEndedTransactionError", async () => {
+    const key = newKey('own-savepoint');
+    const err = await guard.run(key, '1', async (tx) => {
+      await effect(key)(tx);
+      await tx.query('ROLLBACK TO SAVEPOINT never_made');
+      return { status: 201, body: {} };
+    }).catch((e: unknown) => e);
+    expect(err).not.toBeInstanceOf(HandlerEndedTransactionError);
+    expect(err).toMatchObject({ code: '3B001' });
+    expect(await effectCount(key)).toBe(0);
+    expect((await guard.run(key, '1', effect(key))).verdict).toBe('applied');
   });
 
   it('the pool is healthy afterwards (the client was not left inside a transaction)', async () => {
