@@ -41,7 +41,7 @@ FROM ratchet.runs r WHERE r.id = $1`;
 
 export const GET_STAGES_SQL = `
 SELECT s.id::text AS id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence::text AS fence, s.attempt,
-  s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key,
+  s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key, s.effect_key,
   s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at
 FROM ratchet.stages s WHERE s.run_id = $1 ORDER BY s.seq`;
 
