@@ -52,7 +52,10 @@ export function onModelAnswer(agent: AgentSpec, stage: ClaimedStage, answer: Ass
   const earlier = history.filter((s) => s.tool === MODEL_STAGE_TOOL && s.seq < stage.seq);
   const modelCalls = earlier.length + 1;
   const replans = earlier.filter((s) => (s.result as ModelStageResult | null)?.invalid).length;
-  const info = { ...data, resultHash: payloadHash(answer), resultBytes: Buffer.byteLength(JSON.stringify(answer)), toolCalls: calls.length, modelCall: modelCalls };
+  const info = {
+    ...data, resultHash: payloadHash(answer), resultBytes: Buffer.byteLength(JSON.stringify(answer)),
+    toolCalls: calls.length, modelCall: modelCalls,
+  };
 
   if (calls.length === 0) {
     const result: ModelStageResult = { message: answer };
@@ -65,8 +68,11 @@ export function onModelAnswer(agent: AgentSpec, stage: ClaimedStage, answer: Ass
     if (replans < agent.maxReplans && modelCalls < agent.maxSteps) {
       return { ...base, result, data: { ...refused, decision: 'replan', replan: replans + 1 }, plan: planFrom(agent, stage.seq, []) };
     }
-    const error = { code: 'invalid_actions', message: `the model proposed invalid actions ${replans + 1} time(s): ${checked.errors.map((e) => e.message).join('; ')}`, errors: checked.errors };
-    return failed(stage, error, { ...refused, decision: 'invalid_actions' });
+    // The run's error names reasons and call ids only (it is copied into events, e.g. run_retried);
+    // the refusals in full, which quote the model, stay on the model stage, beside its answer.
+    const reasons = refused.invalidActions.map((e) => `${e.reason}${e.callId ? ` (${e.callId})` : ''}`).join(', ');
+    const error = { code: 'invalid_actions', message: `the model proposed invalid actions ${replans + 1} time(s); the last: ${reasons}` };
+    return failed(stage, error, { ...refused, decision: 'invalid_actions' }, { errors: checked.errors });
   }
   if (modelCalls >= agent.maxSteps) {
     const error = { code: 'max_steps_exceeded', message: `the agent reached maxSteps (${agent.maxSteps} model calls) and the model still proposed ${calls.length} action(s)` };
@@ -76,8 +82,10 @@ export function onModelAnswer(agent: AgentSpec, stage: ClaimedStage, answer: Ass
 }
 
 /** The model stage fails with its run: the stage a retry of the run starts from. */
-function failed(stage: ClaimedStage, error: { code: string; message: string }, data: Record<string, unknown>): FinishRow {
-  const stageError = { ...error, kind: 'permanent' as const, attempt: stage.attempt, fence: stage.fence };
+function failed(
+  stage: ClaimedStage, error: { code: string; message: string }, data: Record<string, unknown>, detail: Record<string, unknown> = {},
+): FinishRow {
+  const stageError = { ...error, kind: 'permanent' as const, attempt: stage.attempt, fence: stage.fence, ...detail };
   return { stageId: stage.id, fence: stage.fence, outcome: 'failed', error: stageError, run: { state: 'failed', error }, data };
 }
 

@@ -42,7 +42,8 @@ export async function stepInput(
     toJsonText(input, `steps[${seq - 1}].input`);
     return { ok: true, input };
   } catch (err) {
-    return { ok: false, error: new PermanentError(`computing the input of step ${seq} failed: ${(err as Error).message}`, { code: 'step_input_failed', cause: err }) };
+    const message = `computing the input of step ${seq} failed: ${(err as Error).message}`;
+    return { ok: false, error: new PermanentError(message, { code: 'step_input_failed', cause: err }) };
   }
 }
 
@@ -96,7 +97,10 @@ export function onUnstorable(stage: ClaimedStage, err: unknown, data: Record<str
     code: 'result_not_storable', kind: 'permanent', name: 'PermanentError', attempt: stage.attempt, fence: stage.fence,
     message: `what stage ${stage.seq} (${stage.tool}) produced cannot be stored: ${err instanceof Error ? err.message : String(err)}`,
   });
-  return { stageId: stage.id, fence: stage.fence, outcome: 'failed', error, run: { state: 'failed', error }, data: { ...data, error, decision: 'result_not_storable' } };
+  return {
+    stageId: stage.id, fence: stage.fence, outcome: 'failed', error, run: { state: 'failed', error },
+    data: { ...data, error, decision: 'result_not_storable' },
+  };
 }
 
 /** A permanent failure that does not involve the tool (changed definition, deadline). */

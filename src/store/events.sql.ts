@@ -9,7 +9,8 @@
  */
 export const APPEND_EVENTS_SQL = `
 WITH ev AS (
-  SELECT * FROM jsonb_to_recordset($1::jsonb) AS e("runId" uuid, "stageId" bigint, type text, fence bigint, attempt int, at timestamptz, data jsonb)
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS e("runId" uuid, "stageId" bigint, type text, fence bigint, attempt int, at timestamptz, data jsonb)
 ),
 effect_key AS (
   UPDATE ratchet.stages s SET effect_key = k.key

@@ -18,6 +18,7 @@ const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.sta
  *     runState?: 'succeeded'|'failed'|'expired'|'cancelled', runResult?, runError?, effectKey?, data? }
  * Each part below is one decision, named for it:
  *   accepted           the fence: each attempt that still holds its stage ends as asked;
+ *   refused            the other rows, the only ones looked up further;
  *   replayed           an earlier try of the same row committed and only its answer was lost;
  *   next_decided       what happens to the next stage: claimed on the fast path, queued, or failed;
  *   next_stage         that decision written;
@@ -53,12 +54,16 @@ accepted AS (
     req."nextError" AS next_error, coalesce(req."claimNext", false) AS claim_next, req.plan, req."runState" AS run_state,
     req."runResult" AS run_result, req."runError" AS run_error, req.data
 ),
+-- The rows the fence refused: only these are looked up further (a replay, or result_rejected).
+refused AS MATERIALIZED (
+  SELECT req.* FROM req WHERE NOT EXISTS (SELECT 1 FROM accepted a WHERE a.id = req.id)
+),
 -- A replay: the event an earlier try of this very row wrote (this stage, this token, this
 -- outcome, this owner) shows that it committed and only its answer was lost, whatever the stage
 -- did since. Answered as accepted; nothing is written twice and nothing is rejected.
 replayed AS (
   SELECT req.id, s.run_id, req.fence, e.attempt
-  FROM req JOIN ratchet.stages s ON s.id = req.id
+  FROM refused req JOIN ratchet.stages s ON s.id = req.id
   CROSS JOIN LATERAL (
     SELECT e.attempt FROM ratchet.events e
     WHERE e.run_id = s.run_id AND e.stage_id = req.id AND e.fence = req.fence
@@ -168,9 +173,9 @@ ev AS (
                      WHEN s.owner_id IS DISTINCT FROM $1 THEN 'owner_mismatch'
                      ELSE 'lease_expired' END,
       'currentFence', s.fence::text, 'currentState', s.state)
-  FROM req CROSS JOIN clk
+  FROM refused req CROSS JOIN clk
   CROSS JOIN LATERAL (SELECT * FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s
-  WHERE NOT EXISTS (SELECT 1 FROM accepted a WHERE a.id = req.id) AND NOT EXISTS (SELECT 1 FROM replayed p WHERE p.id = req.id)
+  WHERE NOT EXISTS (SELECT 1 FROM replayed p WHERE p.id = req.id)
 ),
 handed AS MATERIALIZED (
   SELECT ${CLAIMED_COLUMNS}, c.after_id

@@ -63,7 +63,9 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
   if (row.next?.error !== undefined && row.run?.state !== 'failed') {
     throw new InvalidInputError('a next stage fails only with its run (run.state failed)', `${path}.next.error`);
   }
-  if (row.run && row.next && row.next.error === undefined) throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
+  if (row.run && row.next && row.next.error === undefined) {
+    throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
+  }
   const parse = (v: unknown, at: string) => (toJsonTextOrNull(v, at) === null ? null : v);
   return {
     id: row.stageId,

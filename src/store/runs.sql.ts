@@ -99,7 +99,12 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::i
   coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;
 
 /**
- * Retry failed run $1 from its failed stage, as one conditional statement: the run goes
+ * Retry failed run $1 from its failed stage, as one conditional statement. Every way a run
+ * fails leaves a failed stage to start from: a tool's permanent error or spent budget
+ * (attempts, maxElapsed, maxDuration), a failed model call or a refused action list (the model
+ * stage), a next step whose input() threw (that step, never the one before it), a changed
+ * definition, no worker. Only `failed` runs are retried: an expired or cancelled run is
+ * resubmitted as a new run, and so is a failed run whose deadline has passed. The run goes
  * failed -> running (error cleared, kept in the event), its failed stage failed -> queued with a
  * fresh attempt budget (attempt back to 0, maxElapsed counted again from the next claim; the
  * fencing token still grows, from the one sequence), and the later stages the failure cancelled

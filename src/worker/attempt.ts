@@ -99,7 +99,8 @@ export class Attempt {
     this.effectStarted = true;
     const { id: stageId, runId, fence, attempt } = this.stage;
     this.logger.info({ event: 'tool_request_started', runId, stageId, fence, requestId }, 'tool request started');
-    this.events.push({ runId, stageId, type: 'tool_request_started', fence, attempt, data: { requestId, ...(this.effectKey ? { effectKey: this.effectKey } : {}) } });
+    const data = { requestId, ...(this.effectKey ? { effectKey: this.effectKey } : {}) };
+    this.events.push({ runId, stageId, type: 'tool_request_started', fence, attempt, data });
   }
 
   checkOwnership(): void {

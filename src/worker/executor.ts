@@ -286,8 +286,9 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
       const refused = err instanceof InvalidInputError;
       const kind = refused ? 'unstorable' : classifyDbError(err);
       const message = (err as Error).message;
+      const code = (err as { code?: unknown }).code;
       if (kind === 'conflict' && conflicts++ < MAX_CONFLICT_RETRIES) {
-        log.warn({ event: 'finish_conflict', err: message, code: (err as { code?: unknown }).code, tries }, 'finish rolled back by a conflict: asking again at once');
+        log.warn({ event: 'finish_conflict', err: message, code, tries }, 'finish rolled back by a conflict: asking again at once');
         alone = true;
         continue;
       }
@@ -296,8 +297,9 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
           alone = true; // it went in a batch: find out whether it was this row
           continue;
         }
-        log.error({ event: 'result_not_storable', err: message, code: (err as { code?: unknown }).code }, 'the finish cannot be stored: the stage fails');
-        row = onUnstorable(stage, err, { owner: deps.owner, ...(row.effectKey ? { effectKey: row.effectKey } : {}) });
+        log.error({ event: 'result_not_storable', err: message, code }, 'the finish cannot be stored: the stage fails');
+        const key = row.effectKey ? { effectKey: row.effectKey } : {};
+        row = { ...onUnstorable(stage, err, { owner: deps.owner, ...key }), ...key };
         replaced = true;
         alone = true;
         continue;
@@ -320,7 +322,9 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     log.warn({ event: 'result_rejected', outcome: row.outcome }, 'finish rejected: this attempt no longer holds the stage');
     return 'rejected';
   }
-  if (verdict.replayed) log.info({ event: 'finish_replayed', nextStageId: verdict.nextClaimed?.id }, 'an earlier try of this finish had committed: its answer was lost');
+  if (verdict.replayed) {
+    log.info({ event: 'finish_replayed', nextStageId: verdict.nextClaimed?.id }, 'an earlier try of this finish had committed; its answer was lost');
+  }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
   else if (verdict.nextStageId && verdict.nextToolClass) deps.onQueued(verdict.nextToolClass, { stageId: verdict.nextStageId, attempt: 1 });
   if (row.outcome === 'queued') deps.onQueued(stage.toolClass, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);

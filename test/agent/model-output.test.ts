@@ -97,18 +97,24 @@ describe('model output', () => {
   });
 
   it('a run failed with invalid_actions is retried from its model stage', async () => {
-    const first = start([{ toolCalls: [{ name: 'nope', arguments: {} }] }]);
+    const first = start([{ toolCalls: [{ name: 'forbidden_tool_x9', arguments: {} }] }]);
     const { id } = await r.submit('out_strict', { ref: 'strict' });
     const run = await ended(id);
     expect(run.state).toBe('failed');
     expect(run.error).toMatchObject({ code: 'invalid_actions' });
     expect(run.stages.map((s) => [s.tool, s.state])).toEqual([['$model', 'failed']]);
     expect(model.requests.length - first).toBe(1);
+    // The refusal in full (it quotes the model) is on the stage; the run's error, which events copy, names reasons only.
+    expect(JSON.stringify(run.stages[0]!.lastError)).toContain('forbidden_tool_x9');
+    expect(JSON.stringify(run.error)).not.toContain('forbidden_tool_x9');
 
     start([{ content: 'filed nothing' }]);
     expect(await r.retry(id)).toMatchObject({ retried: true, stage: { seq: 1, tool: '$model' } });
     const done = await ended(id);
     expect(done.state).toBe('succeeded');
     expect(done.result).toEqual({ answer: 'filed nothing' });
+    const events = await r.events(id);
+    expect(events.map((e) => e.type)).toContain('run_retried');
+    expect(JSON.stringify(events)).not.toContain('forbidden_tool_x9');
   });
 });
