@@ -106,17 +106,22 @@ next_stage AS (
 -- nobody reclaimed it, and this worker never learned of it. Its lease is renewed and it is
 -- handed back, so it runs now on the attempt already counted, instead of waiting out its lease
 -- and being claimed again (a second attempt, or none left when maxAttempts is 1).
-next_handed_again AS (
-  UPDATE ratchet.stages s SET lease_until = clk.t + s.lease_ms * interval '1 millisecond', heartbeat_at = clk.t,
-    claimed_at = clk.t, updated_at = clk.t
+-- (Driven from the replays alone, the stage found by its primary key: an empty list costs nothing.)
+replayed_next AS MATERIALIZED (
+  SELECT c.stage_id, c.fence, r.id AS after_id, r.fence AS after_fence
   FROM replayed r
   CROSS JOIN LATERAL (
     SELECT e.stage_id, e.fence FROM ratchet.events e
     WHERE e.run_id = r.run_id AND e.type = 'job_claimed' AND e.data->>'byStage' = r.id::text AND e.data->>'byFence' = r.fence::text
   ) c
-  CROSS JOIN clk
-  WHERE s.id = c.stage_id AND s.fence = c.fence AND s.state = 'running' AND s.owner_id = $1
-  RETURNING ${NEXT_COLUMNS}, r.id AS after_id, r.fence AS after_fence
+),
+next_handed_again AS (
+  UPDATE ratchet.stages s SET lease_until = clk.t + s.lease_ms * interval '1 millisecond', heartbeat_at = clk.t,
+    claimed_at = clk.t, updated_at = clk.t
+  FROM replayed_next c, clk
+  WHERE s.id = ANY(ARRAY(SELECT stage_id FROM replayed_next)) AND s.id = c.stage_id AND s.fence = c.fence
+    AND s.state = 'running' AND s.owner_id = $1
+  RETURNING ${NEXT_COLUMNS}, c.after_id, c.after_fence
 ),
 -- An agent's plan: the stages of a validated action list (and the next model call), inserted
 -- only when the model stage's finish is accepted, in this same statement.
