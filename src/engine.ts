@@ -54,7 +54,12 @@ export interface RunView {
   id: string;
   workflow: string;
   state: RunState;
-  stages: { seq: number; name: string; tool: string; state: StageState; attempt: number; fence: string | null; leaseUntil: Date | null; heartbeatAt: Date | null; lastError: unknown }[];
+  stages: {
+    seq: number; name: string; tool: string; state: StageState; attempt: number; fence: string | null;
+    leaseUntil: Date | null; heartbeatAt: Date | null; lastError: unknown;
+    /** The stage's own idempotency key, and the key its tool derived for its effect (null: it sent the stage's own). */
+    idempotencyKey: string; effectKey: string | null;
+  }[];
   result: unknown;
   error: unknown;
   deadline: Date | null;
@@ -146,7 +151,10 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       if (!r) return null;
       return {
         id: r.id, workflow: r.workflow, state: r.state, result: r.result, error: r.error, deadline: r.deadline, createdAt: r.createdAt, finishedAt: r.finishedAt,
-        stages: r.stages.map((s) => ({ seq: s.seq, name: s.name, tool: s.tool, state: s.state, attempt: s.attempt, fence: s.fence, leaseUntil: s.leaseUntil, heartbeatAt: s.heartbeatAt, lastError: s.error })),
+        stages: r.stages.map((s) => ({
+          seq: s.seq, name: s.name, tool: s.tool, state: s.state, attempt: s.attempt, fence: s.fence,
+          leaseUntil: s.leaseUntil, heartbeatAt: s.heartbeatAt, lastError: s.error, idempotencyKey: s.idempotencyKey, effectKey: s.effectKey,
+        })),
       };
     },
     events: (id) => store.listEvents(id),

@@ -2,6 +2,7 @@ import OpenAI from 'openai';
 import type { ModelSpec, Tool } from '../definitions/types.js';
 import { toolJsonSchema } from '../definitions/json-schema.js';
 import { PermanentError, TransientError } from '../errors.js';
+import { toJsonText } from '../store/json.js';
 import type { ChatMessage } from './messages.js';
 import { assistantMessageSchema, type AssistantMessage } from './model-output.js';
 
@@ -27,8 +28,10 @@ export function toolsForModel(tools: readonly Tool[]): OpenAI.Chat.Completions.C
 
 /**
  * One chat-completions call through the official `openai` client against any
- * OpenAI-compatible endpoint. Its answer is validated with zod. A 4xx that will not change
- * (bad request, auth) is permanent; 408, 409, 429, 5xx and network errors are transient.
+ * OpenAI-compatible endpoint. Its answer is validated with zod, then checked like a tool's
+ * output: an answer the database cannot store (a U+0000 in its text, say) is a permanent
+ * `invalid_model_output`, never asked again until the budget is spent. A 4xx that will not
+ * change (bad request, auth) is permanent; 408, 409, 429, 5xx and network errors are transient.
  */
 export async function callModel(spec: ModelSpec, messages: ChatMessage[], tools: readonly Tool[], signal: AbortSignal, timeoutMs: number): Promise<AssistantMessage> {
   let completion: OpenAI.Chat.Completions.ChatCompletion;
@@ -52,6 +55,11 @@ export async function callModel(spec: ModelSpec, messages: ChatMessage[], tools:
   const parsed = assistantMessageSchema.safeParse(choice?.message);
   if (!parsed.success) {
     throw new TransientError(`the model's answer is not a chat message: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, { code: 'model_answer_malformed' });
+  }
+  try {
+    toJsonText(parsed.data, 'answer');
+  } catch (err) {
+    throw new PermanentError(`the model's answer cannot be stored: ${(err as Error).message}`, { code: 'invalid_model_output' });
   }
   return parsed.data;
 }

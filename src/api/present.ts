@@ -11,6 +11,7 @@ export function runToJson(r: RunRow): RunJson {
     stages: r.stages.map((s) => ({
       id: s.id, seq: s.seq, name: s.name, tool: s.tool, toolClass: s.toolClass, state: s.state, attempt: s.attempt, maxAttempts: s.maxAttempts,
       fence: s.fence, leaseUntil: iso(s.leaseUntil), heartbeatAt: iso(s.heartbeatAt), availableAt: s.availableAt.toISOString(), lastError: s.error,
+      idempotencyKey: s.idempotencyKey, effectKey: s.effectKey,
     })),
   };
 }

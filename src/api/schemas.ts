@@ -59,6 +59,9 @@ export const stageViewSchema = z.object({
   /** When a queued stage may be claimed (a retry's delay ends). */
   availableAt: ts,
   lastError: z.unknown(),
+  /** The stage's own idempotency key, and the key its tool derived for its effect (null: it sent the stage's own). */
+  idempotencyKey: z.string(),
+  effectKey: z.string().nullable(),
 }).strict().meta({ id: 'Stage' });
 
 export const runViewSchema = z.object({

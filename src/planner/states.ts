@@ -8,6 +8,8 @@ import { IllegalTransitionError } from '../errors.js';
  *   delay) -> running (leased) -> succeeded | failed | cancelled.
  *   pending -> running is the fast path: the finish of the stage before it queues and claims
  *   it in one statement, for the same worker.
+ *   pending -> failed is a next stage whose input could not be computed (its step's input()
+ *   threw): it fails with its run, so a retry of the run starts from it.
  *   running -> running is the reclaim of an expired lease (new owner, new fence).
  *   running -> queued is a retry (or a graceful release, or an attempt past maxDuration).
  *   queued -> failed is a claim that finds the attempt budget spent.
@@ -17,7 +19,7 @@ import { IllegalTransitionError } from '../errors.js';
  *   failed -> running is the explicit retry.
  */
 export const STAGE_TRANSITIONS = {
-  pending: ['queued', 'running', 'cancelled'],
+  pending: ['queued', 'running', 'failed', 'cancelled'],
   queued: ['running', 'failed', 'cancelled'],
   running: ['running', 'queued', 'succeeded', 'failed', 'cancelled'],
   succeeded: [],

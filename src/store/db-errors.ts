@@ -18,3 +18,30 @@ export function isConnectionError(err: unknown): boolean {
   if (code && CONNECTION_CODES.has(code)) return true;
   return /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable|Query read timeout/i.test(err.message);
 }
+
+/**
+ * What a failed statement means for the caller, by SQLSTATE (both drivers report it as `code`):
+ * - `unavailable`: no answer, or the server could not take the statement now (connection lost,
+ *   57014 cancelled by a statement time limit, 55P03 a lock time limit, class 53 out of
+ *   resources). The outcome is unknown: ask again after a pause; a fenced statement is safe to repeat.
+ * - `conflict`: a deadlock (40P01) or a serialisation failure (40001). The statement was rolled
+ *   back and nothing was written: ask again at once.
+ * - `unstorable`: the data itself was refused (class 22, a data exception such as a string
+ *   jsonb cannot hold; class 54, a value past a limit). Asking again with the same data fails
+ *   again: the row must change.
+ * - `other`: anything else (a bug, a missing table): not retried blindly.
+ */
+export type DbErrorKind = 'unavailable' | 'conflict' | 'unstorable' | 'other';
+
+const CONFLICT_CODES = new Set(['40001', '40P01']);
+const BUSY_CODES = new Set(['57014', '55P03']);
+
+export function classifyDbError(err: unknown): DbErrorKind {
+  if (err instanceof DatabaseUnavailableError || isConnectionError(err)) return 'unavailable';
+  const code = err instanceof Error ? (err as { code?: unknown }).code : undefined;
+  if (typeof code !== 'string' || !/^[0-9A-Z]{5}$/.test(code)) return 'other';
+  if (CONFLICT_CODES.has(code)) return 'conflict';
+  if (BUSY_CODES.has(code) || code.startsWith('53')) return 'unavailable';
+  if (code.startsWith('22') || code.startsWith('54')) return 'unstorable';
+  return 'other';
+}

@@ -22,6 +22,7 @@ export const EVENT_TYPES = [
   'stage_cancelled',
   'retry_scheduled',
   'result_rejected',
+  'finish_replayed',
   'ownership_unknown',
   'tool_request_started',
   'outcome_unknown',

@@ -15,8 +15,12 @@ const finishRow = z.object({
   result: json.optional(),
   error: json.optional(),
   retryDelayMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
-  next: z.object({ seq: z.number().int().min(1), input: json }).strict().optional(),
-  /** The fast path: claim the next stage for this owner in the same statement (unkeyed stages only). */
+  /**
+   * The next stage, queued with its input; or, with `error`, failed because its input could not
+   * be computed (only with the run failed: a retry of the run starts from it).
+   */
+  next: z.object({ seq: z.number().int().min(1), input: json, error: json.optional() }).strict().optional(),
+  /** The fast path: claim the next stage for this owner in the same statement (a keyed one is queued instead). */
   claimNext: z.boolean().optional(),
   /** Queue the next stage with the input it already holds (an agent's planned tool call). */
   nextKeepInput: z.boolean().optional(),
@@ -28,6 +32,8 @@ const finishRow = z.object({
     concurrencyKey: z.string().optional(), concurrencyLimit: z.number().int().min(1).optional(),
   }).strict()).min(1).max(1000).optional(),
   run: z.object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() }).strict().optional(),
+  /** The key the tool derived for its effect (`tool.idempotencyKey(input)`), kept on the stage. */
+  effectKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
   /** Extra event data (ids, hashes, durations; never payloads). */
   data: z.record(z.string(), json).optional(),
 }).strict();
@@ -36,12 +42,14 @@ export type FinishRow = z.input<typeof finishRow>;
 export interface FinishVerdict {
   stageId: string;
   accepted: boolean;
+  /** Accepted by an earlier try of this same row whose answer was lost (nothing was written again). */
+  replayed: boolean;
   /** The stage queued next by this finish, if any (to wake a worker of its class). */
   nextStageId: string | null;
   nextToolClass: string | null;
   currentState: string | null;
   currentFence: string | null;
-  /** On the fast path: the next stage, already claimed by this owner. */
+  /** On the fast path (or a replay of it): the next stage, claimed by this owner, to run now. */
   nextClaimed: ClaimedStage | null;
 }
 
@@ -52,7 +60,12 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
   const row = parseInput(finishRow, input, path);
   if (!canTransition('stage', 'running', row.outcome)) throw new InvalidInputError(`outcome ${row.outcome} is not a legal end of a running stage`, `${path}.outcome`);
   if (row.outcome === 'queued' && row.retryDelayMs === undefined) throw new InvalidInputError('a retry needs retryDelayMs', `${path}.retryDelayMs`);
-  if (row.run && row.next) throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
+  if (row.next?.error !== undefined && row.run?.state !== 'failed') {
+    throw new InvalidInputError('a next stage fails only with its run (run.state failed)', `${path}.next.error`);
+  }
+  if (row.run && row.next && row.next.error === undefined) {
+    throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
+  }
   const parse = (v: unknown, at: string) => (toJsonTextOrNull(v, at) === null ? null : v);
   return {
     id: row.stageId,
@@ -63,12 +76,14 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
     retryDelayMs: row.retryDelayMs ?? null,
     nextSeq: row.next?.seq ?? null,
     nextInput: row.next ? parse(row.next.input, `${path}.next.input`) : null,
-    claimNext: row.next ? row.claimNext ?? false : false,
+    nextError: row.next ? parse(row.next.error, `${path}.next.error`) : null,
+    claimNext: row.next && row.next.error === undefined ? row.claimNext ?? false : false,
     nextKeepInput: row.next ? row.nextKeepInput ?? false : false,
     plan: row.plan ? row.plan.map((p, i) => ({ ...p, input: parse(p.input, `${path}.plan[${i}].input`) })) : null,
     runState: row.run?.state ?? null,
     runResult: row.run ? parse(row.run.result, `${path}.run.result`) : null,
     runError: row.run ? parse(row.run.error, `${path}.run.error`) : null,
+    effectKey: row.effectKey ?? null,
     data: parse(row.data, `${path}.data`),
   };
 }
@@ -86,6 +101,7 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
   return out.map((r) => ({
     stageId: r.id as string,
     accepted: r.accepted as boolean,
+    replayed: r.replayed as boolean,
     nextStageId: (r.next_stage_id as string | null) ?? null,
     nextToolClass: (r.next_tool_class as string | null) ?? null,
     currentState: (r.current_state as string | null) ?? null,

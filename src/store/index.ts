@@ -18,7 +18,7 @@ import { parseInput } from './validate.js';
 import { retryRun } from './retry-run.js';
 import { listRuns, type ListRunsFilter } from './list-runs.js';
 
-export { DatabaseUnavailableError } from './db-errors.js';
+export { DatabaseUnavailableError, classifyDbError, type DbErrorKind } from './db-errors.js';
 export type { Db, Queryable } from './db.js';
 export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow } from './lease.js';
 export { encodeFinishRow, finishEncoded } from './finish.js';

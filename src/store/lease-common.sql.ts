@@ -10,7 +10,8 @@ import { assertTransition, sourcesOf, sqlStates } from '../planner/states.js';
 // Every transition written below must be in the state table; checked when this module loads.
 for (const [from, to] of [
   ['queued', 'running'], ['running', 'running'], ['queued', 'failed'], ['running', 'failed'],
-  ['running', 'queued'], ['running', 'succeeded'], ['pending', 'queued'], ['pending', 'running'], ['pending', 'cancelled'], ['queued', 'cancelled'],
+  ['running', 'queued'], ['running', 'succeeded'], ['pending', 'queued'], ['pending', 'running'], ['pending', 'failed'],
+  ['pending', 'cancelled'], ['queued', 'cancelled'],
 ] as const) assertTransition('stage', from, to);
 for (const [from, to] of [['queued', 'running'], ['queued', 'failed'], ['running', 'failed'], ['running', 'succeeded'], ['running', 'expired'], ['running', 'cancelled']] as const) {
   assertTransition('run', from, to);

@@ -48,6 +48,8 @@ export interface ClaimedStage {
   runDeadline: Date | null;
   /** Monotonic time (performance.now()) until which this worker may trust the lease. */
   confirmedUntil: number;
+  /** Monotonic time the claim was sent: dbNow + (monotonicNow() - sentAt) bounds the database's now from above. */
+  sentAt: number;
 }
 
 /** A claim row as the worker sees it, with its local confirmation deadline. */
@@ -82,6 +84,7 @@ export function toClaimed(r: Row, sentAt: number): ClaimedStage {
     runInput: r.run_input,
     runDeadline: (r.run_deadline as Date | null) ?? null,
     confirmedUntil: r.state === 'running' ? confirmedUntil(sentAt, leaseUntil, dbNow) : sentAt,
+    sentAt,
   };
 }
 

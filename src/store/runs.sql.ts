@@ -41,7 +41,7 @@ FROM ratchet.runs r WHERE r.id = $1`;
 
 export const GET_STAGES_SQL = `
 SELECT s.id::text AS id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence::text AS fence, s.attempt,
-  s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key,
+  s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key, s.effect_key,
   s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at
 FROM ratchet.stages s WHERE s.run_id = $1 ORDER BY s.seq`;
 
@@ -99,7 +99,12 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::i
   coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;
 
 /**
- * Retry failed run $1 from its failed stage, as one conditional statement: the run goes
+ * Retry failed run $1 from its failed stage, as one conditional statement. Every way a run
+ * fails leaves a failed stage to start from: a tool's permanent error or spent budget
+ * (attempts, maxElapsed, maxDuration), a failed model call or a refused action list (the model
+ * stage), a next step whose input() threw (that step, never the one before it), a changed
+ * definition, no worker. Only `failed` runs are retried: an expired or cancelled run is
+ * resubmitted as a new run, and so is a failed run whose deadline has passed. The run goes
  * failed -> running (error cleared, kept in the event), its failed stage failed -> queued with a
  * fresh attempt budget (attempt back to 0, maxElapsed counted again from the next claim; the
  * fencing token still grows, from the one sequence), and the later stages the failure cancelled

@@ -107,7 +107,9 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
 export interface StageRow {
   id: string; seq: number; name: string; tool: string; toolClass: string; state: StageState; ownerId: string | null;
   fence: string | null; attempt: number; maxAttempts: number; leaseUntil: Date | null; heartbeatAt: Date | null;
-  claimedAt: Date | null; availableAt: Date; idempotencyKey: string; input: unknown;
+  claimedAt: Date | null; availableAt: Date; idempotencyKey: string;
+  /** The key the tool derived for its effect (what a receiver saw), or null when it sent the stage's own. */
+  effectKey: string | null; input: unknown;
   result: unknown; error: unknown; createdAt: Date; updatedAt: Date; finishedAt: Date | null;
 }
 export interface RunRow {
@@ -134,7 +136,7 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
       state: s.state as StageState, ownerId: (s.owner_id as string | null) ?? null, fence: (s.fence as string | null) ?? null,
       attempt: s.attempt as number, maxAttempts: s.max_attempts as number, leaseUntil: (s.lease_until as Date | null) ?? null,
       heartbeatAt: (s.heartbeat_at as Date | null) ?? null, claimedAt: (s.claimed_at as Date | null) ?? null,
-      availableAt: s.available_at as Date, idempotencyKey: s.idempotency_key as string,
+      availableAt: s.available_at as Date, idempotencyKey: s.idempotency_key as string, effectKey: (s.effect_key as string | null) ?? null,
       input: s.input ?? null, result: s.result ?? null, error: s.error ?? null, createdAt: s.created_at as Date,
       updatedAt: s.updated_at as Date, finishedAt: (s.finished_at as Date | null) ?? null,
     })),

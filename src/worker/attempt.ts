@@ -24,6 +24,8 @@ export class Attempt {
   lastLeaseUntil: Date;
   lastRequestId: string | null = null;
   effectStarted = false;
+  /** The key the tool derived for its effect (tool.idempotencyKey(input)), once derived; recorded with its requests. */
+  effectKey: string | null = null;
   /** Its finish is on the way: the keeper leaves it alone (the finish itself is fenced). */
   finishing = false;
   ended = false;
@@ -97,7 +99,8 @@ export class Attempt {
     this.effectStarted = true;
     const { id: stageId, runId, fence, attempt } = this.stage;
     this.logger.info({ event: 'tool_request_started', runId, stageId, fence, requestId }, 'tool request started');
-    this.events.push({ runId, stageId, type: 'tool_request_started', fence, attempt, data: { requestId } });
+    const data = { requestId, ...(this.effectKey ? { effectKey: this.effectKey } : {}) };
+    this.events.push({ runId, stageId, type: 'tool_request_started', fence, attempt, data });
   }
 
   checkOwnership(): void {

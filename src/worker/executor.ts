@@ -1,14 +1,14 @@
 import type { Logger } from 'pino';
-import { PermanentError } from '../errors.js';
+import { InvalidInputError, PermanentError } from '../errors.js';
 import type { Registry } from '../definitions/registry.js';
 import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../definitions/types.js';
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { buildMessages } from '../agent/messages.js';
 import { callModel } from '../agent/model-client.js';
 import { onAgentToolSuccess, onModelAnswer } from '../dispatcher/agent.js';
-import { onFailure, onSuccess, terminal } from '../dispatcher/dispatcher.js';
+import { onFailure, onSuccess, onUnstorable, stepInput, terminal, type DispatchDeps } from '../dispatcher/dispatcher.js';
 import { toJsonText } from '../store/json.js';
-import { DatabaseUnavailableError, monotonicNow, type ClaimedStage, type FinishRow, type FinishVerdict, type Store } from '../store/index.js';
+import { classifyDbError, monotonicNow, type ClaimedStage, type FinishRow, type FinishVerdict, type Store } from '../store/index.js';
 import { Attempt } from './attempt.js';
 import type { EventWriter } from './event-writer.js';
 import type { LeaseKeeper } from './lease-keeper.js';
@@ -85,35 +85,43 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
   deps.keeper.add(attempt);
   const started = monotonicNow();
   const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
+  const reads = storeReads(deps, attempt, log);
+  const withKey = (row: FinishRow): FinishRow => (attempt.effectKey === null ? row
+    : { ...row, effectKey: attempt.effectKey, data: { ...row.data, effectKey: attempt.effectKey } });
   try {
     let row: FinishRow;
     if (step.kind === 'model') {
-      const history = await deps.store.runStages(stage.runId);
+      const history = await askStore(attempt, log, 'the run history', () => deps.store.runStages(stage.runId));
       const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
       const answer = await runGuarded(attempt, () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs), 'model call');
       if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
       row = onModelAnswer(step.agent, stage, answer, history, data());
     } else {
-      const output = await produce(deps, log, workflow, step.tool, stage, attempt);
+      const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
+      const output = await produce(deps, log, workflow, step.tool, ready, attempt);
       if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
       if (step.kind === 'agent_tool') {
         row = onAgentToolSuccess(stage, output, data());
       } else {
-        row = await onSuccess(deps.store, workflow, stage, output, data());
+        row = await onSuccess(reads, workflow, stage, output, data());
         const nextClass = workflow.steps[stage.seq]?.tool.class.name;
-        if (row.next && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
+        if (row.next && !row.next.error && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
       }
     }
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return await settle(deps, log, stage, row, attempt.confirmedUntil);
+    return await settle(deps, log, stage, withKey(row), attempt.confirmedUntil);
   } catch (err) {
     if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
+    if (err instanceof StoreUnanswered) {
+      log.error({ event: 'finish_unknown', err: err.message }, 'the store did not answer before the finish: outcome unknown');
+      return 'unknown';
+    }
     log.warn({ event: 'stage_attempt_failed', err: (err as Error).message, code: (err as { code?: unknown }).code }, 'attempt failed');
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, policy, stage, err, data()), attempt.confirmedUntil);
+    return settle(deps, log, stage, withKey(onFailure(reads, policy, stage, err, data())), attempt.confirmedUntil);
   } finally {
     if (attempt.abortReason === 'ownership_unknown') deps.metrics.ownershipUnknown.inc({ tool_class: stage.toolClass });
     deps.metrics.stageDuration.observe({ tool_class: stage.toolClass, outcome: attempt.abortReason ?? 'finished' }, (monotonicNow() - started) / 1000);
@@ -158,6 +166,7 @@ async function produce(deps: ExecutorDeps, log: Logger, workflow: Workflow, tool
     } catch (err) {
       throw new PermanentError(`idempotencyKey() of ${tool.name} threw: ${(err as Error).message}`, { code: 'idempotency_key_failed' });
     }
+    attempt.effectKey = idempotencyKey;
   }
   const ctx: ToolContext = {
     signal: attempt.signal,
@@ -204,30 +213,107 @@ function abandoned(log: Logger, reason: string): AttemptEnd {
   return 'abandoned';
 }
 
-/** How long a finish whose answer was lost is retried to learn its verdict. */
+/** How long a finish (or a read it needs) that gets no answer is asked again to learn its verdict. */
 export const FINISH_RETRY_WINDOW_MS = 60_000;
+/** Deadlocks and serialisation failures are asked again at once, at most this many times (then with pauses). */
+const MAX_CONFLICT_RETRIES = 10;
+/** The longest pause between two asks of a read between the tool and its finish. */
+const STORE_READ_MAX_WAIT_MS = 500;
 
-async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row: FinishRow, confirmedUntil = stage.confirmedUntil): Promise<AttemptEnd> {
-  let verdict;
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The store gave no answer to a read the finish needs, for FINISH_RETRY_WINDOW_MS: the attempt ends without a finish. */
+class StoreUnanswered extends Error {}
+
+/**
+ * A read the dispatcher needs between the tool and its finish (earlier results, the run's
+ * history). A store that does not answer (or a deadlock) is an unknown outcome, never the
+ * step's failure: it is asked again, briefly, while the keeper goes on extending the lease.
+ * Errors of another kind are thrown as they are.
+ */
+async function askStore<T>(attempt: Attempt, log: Logger, what: string, read: () => Promise<T>): Promise<T> {
   const until = monotonicNow() + FINISH_RETRY_WINDOW_MS;
-  for (let wait = 200, tries = 1; ; tries++) {
+  for (let wait = 50; ; wait = Math.min(wait * 2, STORE_READ_MAX_WAIT_MS)) {
     try {
-      verdict = await deps.finish(row, tries === 1 ? confirmedUntil : 0);
-      if (tries > 1 && !verdict.accepted && verdict.currentFence === stage.fence && verdict.currentState === row.outcome && row.outcome !== 'queued') {
-        // An earlier try committed and only its answer was lost: the row already holds our finish.
-        verdict = { ...verdict, accepted: true };
-      }
-      break;
+      return await read();
     } catch (err) {
+      const kind = classifyDbError(err);
+      if (kind !== 'unavailable' && kind !== 'conflict') throw err;
+      if (isFinal(attempt) || monotonicNow() + wait > until) throw new StoreUnanswered(`reading ${what}: ${(err as Error).message}`);
+      log.warn({ event: 'store_retry', what, err: (err as Error).message }, 'the store did not answer: asking again');
+      await pause(wait);
+    }
+  }
+}
+
+function storeReads(deps: ExecutorDeps, attempt: Attempt, log: Logger): DispatchDeps {
+  return { stageResults: (runId) => askStore(attempt, log, 'earlier results', () => deps.store.stageResults(runId)), random: deps.random };
+}
+
+/**
+ * A static stage after the first whose input was never computed (its step's input() failed
+ * when the stage before it finished, and the run was retried): computed now from persisted
+ * results, so the retry runs the step with the input it would have had. Still failing is this
+ * stage's own permanent failure.
+ */
+async function inputNow(reads: DispatchDeps, workflow: Workflow, stage: ClaimedStage): Promise<ClaimedStage> {
+  if (stage.seq === 1 || stage.input !== null || !workflow.steps[stage.seq - 1]?.input) return stage;
+  const computed = await stepInput(reads, workflow, stage, stage.seq);
+  if (!computed.ok) throw computed.error;
+  return { ...stage, input: computed.input };
+}
+
+/**
+ * Sends the finish and learns its verdict. What an error means decides what follows:
+ * - no answer (`unavailable`): the outcome is unknown, never lost; asked again with pauses for
+ *   FINISH_RETRY_WINDOW_MS. A try that committed but lost its answer is recognised by the next
+ *   (the statement answers `replayed`, with the next stage it claimed, if any, handed back).
+ * - a deadlock or serialisation failure (`conflict`): nothing was written; asked again at once.
+ * - data the database refuses (`unstorable`, or a row the encoder refuses): asked once more
+ *   alone (in a batch it may have been another row's), then the stage fails for good with
+ *   `result_not_storable` instead of being asked again until its budget is spent.
+ */
+async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row: FinishRow, confirmedUntil = stage.confirmedUntil): Promise<AttemptEnd> {
+  let verdict: FinishVerdict | undefined;
+  const until = monotonicNow() + FINISH_RETRY_WINDOW_MS;
+  let alone = false;
+  let conflicts = 0;
+  let replaced = false;
+  for (let wait = 200, tries = 1; verdict === undefined; tries++) {
+    try {
+      verdict = await deps.finish(row, alone ? 0 : confirmedUntil);
+    } catch (err) {
+      const refused = err instanceof InvalidInputError;
+      const kind = refused ? 'unstorable' : classifyDbError(err);
+      const message = (err as Error).message;
+      const code = (err as { code?: unknown }).code;
+      if (kind === 'conflict' && conflicts++ < MAX_CONFLICT_RETRIES) {
+        log.warn({ event: 'finish_conflict', err: message, code, tries }, 'finish rolled back by a conflict: asking again at once');
+        alone = true;
+        continue;
+      }
+      if (kind === 'unstorable' && !replaced) {
+        if (!alone && !refused) {
+          alone = true; // it went in a batch: find out whether it was this row
+          continue;
+        }
+        log.error({ event: 'result_not_storable', err: message, code }, 'the finish cannot be stored: the stage fails');
+        const key = row.effectKey ? { effectKey: row.effectKey } : {};
+        row = { ...onUnstorable(stage, err, { owner: deps.owner, ...key }), ...key };
+        replaced = true;
+        alone = true;
+        continue;
+      }
       // The statement errored or did not answer: the outcome is unknown, never lost. Asking
-      // again is safe (the finish is fenced) and tells which it was; meanwhile the lease may
-      // expire and another attempt reconciles or relies on the idempotency key.
-      if (!(err instanceof DatabaseUnavailableError) || monotonicNow() + wait > until) {
-        log.error({ event: 'finish_unknown', err: (err as Error).message }, 'finish did not answer: outcome unknown');
+      // again is safe (the finish is fenced, and a committed try is answered as a replay);
+      // meanwhile the lease may expire and another attempt reconciles or relies on the key.
+      if ((kind !== 'unavailable' && kind !== 'conflict') || monotonicNow() + wait > until) {
+        log.error({ event: 'finish_unknown', err: message, kind }, 'finish did not answer: outcome unknown');
         return 'unknown';
       }
-      log.warn({ event: 'finish_retry', err: (err as Error).message, tries }, 'finish did not answer: asking again');
-      await new Promise((r) => setTimeout(r, wait));
+      log.warn({ event: 'finish_retry', err: message, tries }, 'finish did not answer: asking again');
+      alone = true;
+      await pause(wait);
       wait = Math.min(wait * 2, 5000);
     }
   }
@@ -235,6 +321,9 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     deps.metrics.resultsRejected.inc({ tool_class: stage.toolClass });
     log.warn({ event: 'result_rejected', outcome: row.outcome }, 'finish rejected: this attempt no longer holds the stage');
     return 'rejected';
+  }
+  if (verdict.replayed) {
+    log.info({ event: 'finish_replayed', nextStageId: verdict.nextClaimed?.id }, 'an earlier try of this finish had committed; its answer was lost');
   }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
   else if (verdict.nextStageId && verdict.nextToolClass) deps.onQueued(verdict.nextToolClass, { stageId: verdict.nextStageId, attempt: 1 });

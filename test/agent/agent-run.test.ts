@@ -113,11 +113,12 @@ describe('agents', () => {
       const feedback = model.requests[first + 1]!.messages.slice(3);
       expect(JSON.stringify(feedback)).toContain('invalid_action');
       const planned = (await r.events(v.id)).find((e) => e.type === 'stage_succeeded' && (e.data as { decision?: string }).decision === 'replan');
-      expect(planned?.data).toMatchObject({ modelOutput: expect.anything() });
+      expect(planned?.data).toMatchObject({ resultHash: expect.any(String), resultBytes: expect.any(Number), invalidActions: expect.any(Array) });
+      expect(planned?.data).not.toHaveProperty('modelOutput');
     });
   }
 
-  it('fails the run with invalid_actions once re-plans run out, the model output kept in the events', async () => {
+  it('fails the model stage and the run with invalid_actions once re-plans run out, a hash of the output (not its text) in the events', async () => {
     const badAnswer: ScriptedAnswer = { toolCalls: [{ name: 'nope', arguments: {} }] };
     const { run: v, requests } = await run('strict', [badAnswer, badAnswer, { content: 'never asked' }], 'strict');
     expect(v.state).toBe('failed');
@@ -126,7 +127,9 @@ describe('agents', () => {
     expect(tools(v)).toEqual([]);
     const ev = (await r.events(v.id)).filter((e) => (e.data as { decision?: string } | null)?.decision === 'invalid_actions');
     expect(ev).toHaveLength(1);
-    expect(JSON.stringify(ev[0]!.data)).toContain('"nope"');
+    expect(ev[0]!.type).toBe('stage_failed');
+    expect(ev[0]!.data).toMatchObject({ invalidActions: [{ reason: 'unknown_tool' }], resultHash: expect.any(String) });
+    expect(JSON.stringify(ev[0]!.data)).not.toContain('"nope"');
   });
 
   it('ends with a clear error when the model still proposes actions at maxSteps', async () => {

@@ -3,7 +3,7 @@ import type { RunView } from '../../src/engine.js';
 import { watchRun, type StageView } from '../../src/cli/run/watch.js';
 
 const stage = (seq: number, state: StageView['state'], attempt: number): StageView =>
-  ({ seq, name: `s${seq}`, tool: `t${seq}`, state, attempt, fence: attempt ? String(seq * 10 + attempt) : null, leaseUntil: null, heartbeatAt: null, lastError: null });
+  ({ seq, name: `s${seq}`, tool: `t${seq}`, state, attempt, fence: attempt ? String(seq * 10 + attempt) : null, leaseUntil: null, heartbeatAt: null, lastError: null, idempotencyKey: `k${seq}`, effectKey: null });
 const view = (state: RunView['state'], stages: StageView[]): RunView =>
   ({ id: 'r', workflow: 'w', state, stages, result: null, error: null, deadline: null, createdAt: new Date(0), finishedAt: null });
 

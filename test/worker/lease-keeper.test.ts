@@ -11,7 +11,7 @@ const stage = (id: string): ClaimedStage => ({
   attempt: 1, maxAttempts: 3, input: {}, idempotencyKey: 'k', leaseUntil: new Date(Date.now() + 60_000), leaseMs: 60_000,
   timeoutMs: 60_000, maxDurationMs: 60_000, claimedAt: new Date(), firstClaimedAt: new Date(), error: null, previousState: 'queued',
   previousFence: null, dbNow: new Date(), workflow: 'w', definitionHash: 'h', runInput: {}, runDeadline: null,
-  confirmedUntil: performance.now() + 59_000,
+  confirmedUntil: performance.now() + 59_000, sentAt: performance.now(),
 });
 
 /** The lease keeper against a fake extender (its one dependency). */

@@ -143,7 +143,7 @@ describe('retries, timeouts and permanent errors', () => {
 });
 
 describe('a next step whose input is not JSON', () => {
-  it('fails the run with step_input_failed after the stage succeeded, instead of retrying the tool', async () => {
+  it('fails the next step (and the run) with step_input_failed after the stage succeeded, instead of retrying the tool', async () => {
     let runs = 0;
     const counted = defineTool({ name: 'counted', description: 'counts its runs', class: long, input: z.object({}).passthrough(), output: z.object({}).passthrough(), run: async () => { runs++; return {}; } });
     const r2 = await createRatchet({ dataDir: ':memory:', logger: silentLogger(), workflows: [defineWorkflow({ name: 'bad_next', input: z.object({}).passthrough(), steps: [{ tool: counted }, { tool: after, input: () => ({ when: new Date() }) }] })] });
@@ -154,7 +154,8 @@ describe('a next step whose input is not JSON', () => {
       for (let i = 0; i < 200 && run.state !== 'failed'; i++) { await new Promise((res) => setTimeout(res, 25)); run = (await r2.getRun(id))!; }
       expect(run.state).toBe('failed');
       expect(run.error).toMatchObject({ code: 'step_input_failed' });
-      expect(run.stages.map((s) => s.state)).toEqual(['succeeded', 'cancelled']);
+      expect(run.stages.map((s) => s.state)).toEqual(['succeeded', 'failed']);
+      expect(run.stages[1]!.lastError).toMatchObject({ code: 'step_input_failed' });
       expect(runs).toBe(1);
     } finally {
       await r2.close();

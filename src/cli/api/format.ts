@@ -12,6 +12,7 @@ export function formatRun(r: RunJson): string {
   const lines = [`run ${r.id} ${r.workflow} ${r.state}  created ${r.createdAt}${r.finishedAt ? `  finished ${r.finishedAt}` : ''}${r.deadline ? `  deadline ${r.deadline}` : ''}`];
   for (const s of r.stages) {
     let line = `  stage ${s.seq} ${s.name.padEnd(18)} ${s.state.padEnd(9)} attempt ${s.attempt}/${s.maxAttempts}  fence ${s.fence ?? '-'}`;
+    if (s.effectKey) line += `  key ${s.effectKey}`;
     if (s.state === 'running') line += `  lease until ${s.leaseUntil ?? '-'}  heartbeat ${s.heartbeatAt ?? '-'}`;
     if (s.state === 'queued' && Date.parse(s.availableAt) > Date.now()) line += `  retry at ${s.availableAt}`;
     if (s.lastError && s.state !== 'succeeded') line += `  (${errorText(s.lastError)})`;

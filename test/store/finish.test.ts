@@ -1,0 +1,141 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore, type Store } from '../../src/store/index.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import { spec } from './lease-suite.js';
+
+/**
+ * The finish statement's answers to what real operations do to it, on both back ends: a
+ * retried finish whose first answer was lost (a replay), a keyed next stage on the fast path,
+ * and a next stage whose input could not be computed.
+ */
+describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
+  let db: TestDatabase | undefined;
+  let store: Store;
+  let n = 0;
+  const cls = () => `f${++n}`;
+  beforeAll(async () => {
+    if (kind === 'postgres') db = await createTestDatabase('finish');
+    store = await openStore(db ? { databaseUrl: db.url } : { dataDir: ':memory:' });
+  });
+  afterAll(async () => {
+    await store?.close();
+    await db?.drop();
+  });
+  const types = async (runId: string) => (await store.listEvents(runId)).map((e) => e.type);
+
+  it('a replayed finish (its first answer lost) is accepted again, hands back the next stage it claimed, and writes no result_rejected', async () => {
+    const c = cls();
+    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two', maxAttempts: 1 })] });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    const row = { stageId: a!.id, fence: a!.fence, outcome: 'succeeded' as const, result: { ok: 1 }, next: { seq: 2, input: { x: 1 } }, claimNext: true };
+    const [first] = await store.finish('A', [row]);
+    expect(first).toMatchObject({ accepted: true, replayed: false });
+    const next = first!.nextClaimed!;
+    expect(next).toMatchObject({ seq: 2, attempt: 1, state: 'running', input: { x: 1 } });
+
+    // The same row again, as a worker asks when the first answer never reached it.
+    const [again] = await store.finish('A', [row]);
+    expect(again).toMatchObject({ accepted: true, replayed: true, currentState: 'succeeded' });
+    expect(again!.nextClaimed).toMatchObject({ id: next.id, fence: next.fence, attempt: 1, state: 'running' });
+
+    // Even past the lease, while nobody reclaimed it, the replay renews it: no attempt is spent.
+    await store.clock.advance(10_000);
+    try {
+      const [late] = await store.finish('A', [row]);
+      expect(late!.nextClaimed).toMatchObject({ id: next.id, fence: next.fence, attempt: 1 });
+      expect(late!.nextClaimed!.leaseUntil.getTime()).toBeGreaterThan(late!.nextClaimed!.dbNow.getTime());
+      const [b] = await store.finish('A', [{ stageId: next.id, fence: next.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded' } }]);
+      expect(b!.accepted).toBe(true);
+    } finally {
+      await store.clock.setOffset(0);
+    }
+    expect((await store.getRun(run.id))!.state).toBe('succeeded');
+    const ev = await types(run.id);
+    expect(ev).not.toContain('result_rejected');
+    expect(ev.filter((t) => t === 'finish_replayed')).toHaveLength(2);
+    expect(ev.filter((t) => t === 'stage_succeeded')).toHaveLength(2);
+  });
+
+  it('a replay never hands back a next stage someone else reclaimed, and another owner or token is still rejected', async () => {
+    const c = cls();
+    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })] });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    const row = { stageId: a!.id, fence: a!.fence, outcome: 'succeeded' as const, result: {}, next: { seq: 2, input: {} }, claimNext: true };
+    const [first] = await store.finish('A', [row]);
+    await store.clock.advance(10_000);
+    try {
+      const [taken] = await store.claim({ owner: 'B', toolClass: c, limit: 1 });
+      expect(taken).toMatchObject({ id: first!.nextClaimed!.id, previousState: 'running' });
+      const [again] = await store.finish('A', [row]);
+      expect(again).toMatchObject({ accepted: true, replayed: true, nextClaimed: null });
+    } finally {
+      await store.clock.setOffset(0);
+    }
+    const [other] = await store.finish('B', [row]);
+    expect(other!.accepted).toBe(false);
+    expect((await types(run.id)).filter((t) => t === 'result_rejected')).toHaveLength(1);
+  });
+
+  it('a replayed retry (outcome queued) is accepted, not rejected; a reclaim-exhausted stage is never taken for a replayed failure', async () => {
+    const c = cls();
+    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, maxAttempts: 1 })] });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    const retry = { stageId: a!.id, fence: a!.fence, outcome: 'queued' as const, retryDelayMs: 0, error: { code: 'x', message: 'x' } };
+    expect((await store.finish('A', [retry]))[0]).toMatchObject({ accepted: true, replayed: false });
+    expect((await store.finish('A', [retry]))[0]).toMatchObject({ accepted: true, replayed: true });
+    expect(await types(run.id)).not.toContain('result_rejected');
+
+    // Now the budget: a claim finds it spent and fails the stage with this same token; a failure
+    // finish of that token was never written, so it is rejected, not replayed.
+    const [b] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    expect(b!.state).toBe('failed');
+    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'failed', error: { code: 'y', message: 'y' }, run: { state: 'failed' } }]);
+    expect(v).toMatchObject({ accepted: false, replayed: false });
+  });
+
+  it('the fast path never leaves a keyed next stage pending: it is queued for the limited claim instead', async () => {
+    const c = cls();
+    const keyed = { concurrencyKey: `k-${c}`, concurrencyLimit: 1 };
+    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, ...keyed }), spec({ toolClass: c, name: 'two', ...keyed })] });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1, limits: { keyed: true } });
+    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, next: { seq: 2, input: { k: 2 } }, claimNext: true }]);
+    expect(v).toMatchObject({ accepted: true, nextClaimed: null, nextToolClass: c });
+    const stages = (await store.getRun(run.id))!.stages;
+    expect(stages.map((s) => s.state)).toEqual(['succeeded', 'queued']);
+    expect(v!.nextStageId).toBe(stages[1]!.id);
+    const [b] = await store.claim({ owner: 'A', toolClass: c, limit: 1, limits: { keyed: true } });
+    expect(b).toMatchObject({ seq: 2, input: { k: 2 } });
+  });
+
+  it('a next stage whose input could not be computed fails with the run, and a retry of the run starts there', async () => {
+    const c = cls();
+    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' }), spec({ toolClass: c, name: 'three' })] });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    const error = { code: 'step_input_failed', message: 'computing the input of step 2 failed: boom' };
+    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: { one: 1 }, next: { seq: 2, input: null, error }, run: { state: 'failed', error } }]);
+    expect(v).toMatchObject({ accepted: true, nextClaimed: null, nextStageId: null });
+    let r = (await store.getRun(run.id))!;
+    expect(r.state).toBe('failed');
+    expect(r.stages.map((s) => s.state)).toEqual(['succeeded', 'failed', 'cancelled']);
+    expect(r.stages[1]!.error).toMatchObject({ code: 'step_input_failed' });
+    expect(await types(run.id)).toEqual(['run_submitted', 'job_claimed', 'stage_succeeded', 'stage_failed', 'run_failed']);
+
+    expect(await store.retryRun(run.id)).toMatchObject({ retried: true, stage: { seq: 2 } });
+    r = (await store.getRun(run.id))!;
+    expect(r.stages.map((s) => s.state)).toEqual(['succeeded', 'queued', 'pending']);
+    expect(r.stages[1]!.input).toBeNull(); // computed by the attempt that runs it
+  });
+
+  it('the effect key is stored by the finish and by the tool_request_started event of the attempt', async () => {
+    const c = cls();
+    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    await store.appendEvents([{ runId: run.id, stageId: a!.id, type: 'tool_request_started', fence: a!.fence, attempt: 1, data: { requestId: 'r1', effectKey: 'order:7' } }]);
+    expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:7');
+    // A stale token's event never writes the stage's key.
+    await store.appendEvents([{ runId: run.id, stageId: a!.id, type: 'tool_request_started', fence: '0', attempt: 1, data: { requestId: 'r0', effectKey: 'stale' } }]);
+    expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:7');
+    await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, effectKey: 'order:8', run: { state: 'succeeded' } }]);
+    expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:8');
+  });
+});
