@@ -60,7 +60,9 @@ export function createRunService(ratchet: Ratchet): RunService {
     async submit(body, idempotencyKey) {
       toJsonText(body.input, 'input'); // \u0000, non-JSON numbers...: refused with its path before anything else
       const deadline = deadlineOf(body.deadline);
-      const r = await ratchet.submit(body.workflow, body.input, { ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}) });
+      const r = await ratchet.submit(body.workflow, body.input, {
+        ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}), ...(body.version !== undefined ? { version: body.version } : {}),
+      });
       return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };
     },
     async get(id) {

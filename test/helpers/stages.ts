@@ -11,7 +11,7 @@ export async function insertQueuedStages(db: Queryable, count: number, toolClass
       SELECT gen_random_uuid(), 'bulk', 'h', '{}'::jsonb, 'queued' FROM generate_series(1, $1::int)
       RETURNING id
     )
-    INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts, idempotency_key, input, available_at)
-    SELECT r.id, 1, 'noop', 'noop', $2, 'queued', $3, $3, 600000, $4, r.id::text || ':1:noop', '{}'::jsonb, ratchet.db_now() - interval '1 second'
+    INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts, idempotency_key, input, available_at)
+    SELECT r.id, 'h', 1, 'noop', 'noop', $2, 'queued', $3, $3, 600000, $4, r.id::text || ':1:noop', '{}'::jsonb, ratchet.db_now() - interval '1 second'
     FROM r`, [count, toolClass, opts.leaseMs ?? 30_000, opts.maxAttempts ?? 3]);
 }
