@@ -27,13 +27,15 @@ const CLAIMS = argv.quick ? 300 : 1000;
 const CLS = 'bench';
 const out = (line: Line) => emit('claim', line);
 const owner = `bench@${hostname()}:${process.pid}`;
-const done = (c: ClaimedStage): FinishRow => ({ stageId: c.id, fence: c.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} } });
+const done = (c: ClaimedStage): FinishRow =>
+  ({ stageId: c.id, fence: c.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} } });
 
 /**
  * `count` single-stage runs of definition `hash`, due `agoMs` ago plus their index in ms (so
  * they stay in insertion order), under concurrency key `key(i)` with `limit` when given.
  */
-async function insert(store: Store, count: number, hash: string, agoMs: number, key: string | null = null, keys = 1, limit: number | null = null): Promise<void> {
+async function insert(store: Store, count: number, hash: string, agoMs: number, key: string | null = null, keys = 1,
+  limit: number | null = null): Promise<void> {
   await store.db.query(`
     WITH r AS (
       INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state)
@@ -98,7 +100,9 @@ async function latency(label: string, store: Store, claim: () => Promise<Claimed
     rows += got.length;
     if (got.length > 0) await store.finish(owner, got.map(done));
   }
-  for (const p of [50, 99]) out({ metric: `claim_latency_p${p}`, variant: label, value: round(percentile(ms, p)!, 3), unit: 'ms', info: { claims: ms.length, rows } });
+  for (const p of [50, 99]) {
+    out({ metric: `claim_latency_p${p}`, variant: label, value: round(percentile(ms, p)!, 3), unit: 'ms', info: { claims: ms.length, rows } });
+  }
   log(`${label}: claim p50 ${round(percentile(ms, 50)!, 3)} ms, p99 ${round(percentile(ms, 99)!, 3)} ms, ${rows} rows claimed in ${20 + CLAIMS} claims`);
 }
 
@@ -109,7 +113,8 @@ await withStore('bench_claim_versions', async (store) => {
   await explain(url, `versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`, claimSql(1, 1), 'text, text, text[]', `'o', '${CLS}', ARRAY['v2']`);
   await explain(url, `versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, claimSql(1, 2), 'text, text, text[]', `'o', '${CLS}', ARRAY['v2', 'v1']`);
   await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`, store, () => store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2'] }));
-  await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, store, () => store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2', 'v1'] }));
+  await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, store,
+    () => store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2', 'v1'] }));
 });
 
 await withStore('bench_claim_keys', async (store) => {
@@ -118,7 +123,8 @@ await withStore('bench_claim_keys', async (store) => {
     lease_until = ratchet.db_now() + interval '1 day' WHERE id IN (SELECT id FROM ratchet.stages ORDER BY id LIMIT 2)`);
   await insert(store, 10_000, 'h', 1_000, 'tenant-', 1000, 2);
 }, async (store, url) => {
-  await explain(url, `keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_pick_10`, pickCandidatesSql(10, 1, true), 'text, text, text[], text', `'o', '${CLS}', ARRAY['h'], ''`);
+  await explain(url, `keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_pick_10`, pickCandidatesSql(10, 1, true), 'text, text, text[], text',
+    `'o', '${CLS}', ARRAY['h'], ''`);
   await latency(`keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_claim_10`, store,
     () => store.claim({ owner, toolClass: CLS, limit: 10, definitions: ['h'], limits: { keyed: true } }));
 });

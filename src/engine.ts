@@ -138,7 +138,8 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       });
       const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;
       if (created.created) transport.notify(laneOf(firstClass, workflow.hash), { stageId: created.stageIds[0]!, attempt: 1 });
-      logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, version: workflow.version, created: created.created }, 'run submitted');
+      logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, version: workflow.version, created: created.created },
+        'run submitted');
       return { id: created.id, state: created.state, created: created.created };
     },
     async getRun(id) {

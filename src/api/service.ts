@@ -61,7 +61,8 @@ export function createRunService(ratchet: Ratchet): RunService {
       toJsonText(body.input, 'input'); // \u0000, non-JSON numbers...: refused with its path before anything else
       const deadline = deadlineOf(body.deadline);
       const r = await ratchet.submit(body.workflow, body.input, {
-        ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}), ...(body.version !== undefined ? { version: body.version } : {}),
+        ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}),
+        ...(body.version !== undefined ? { version: body.version } : {}),
       });
       return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };
     },

@@ -41,7 +41,8 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
     const ofName = versions.get(w.name) ?? new Map<number, Workflow>();
     const twin = ofName.get(w.version);
     if (twin) {
-      const what = w.version === 1 ? `workflow name "${w.name}" is used twice` : `version ${w.version} of workflow "${w.name}" is declared twice`;
+      const what = w.version === 1 ? `workflow name "${w.name}" is used twice`
+        : `version ${w.version} of workflow "${w.name}" is declared twice`;
       throw new InvalidDefinitionError(`${what}: ${origin(twin)} and ${origin(w)}`, `workflows[${i}]`,
         { workflow: w.name, version: w.version, files: [twin.sourceFile, w.sourceFile] });
     }

@@ -8,7 +8,7 @@ export interface StageEvidence {
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
   workersRecent: number;
-  /** The run's definition hash (copied on the stage), its declared version if this process knows it, and the recent workers that loaded it. */
+  /** The run's definition hash (copied on the stage), its version if this process knows it, and the recent workers that loaded it. */
   definitionHash: string;
   version: number | null;
   workersWithDefinition: number;
@@ -102,8 +102,9 @@ export function classifyActive(run: RunRow, stage: StageRow, ev: StageEvidence, 
   }
   if (ev.workersRecent > 0 && ev.workersWithDefinition === 0) {
     const version = ev.version === null ? '' : ` (version ${ev.version})`;
-    return make('queued_no_worker_for_version', `${name} waits: ${servedText}, but none has loaded the definition this run started with, ` +
-      `${run.workflow}${version} ${ev.definitionHash}; a worker leaves a stage of a definition it lacks (no attempt spent): start one that loads it`, {
+    return make('queued_no_worker_for_version', `${name} waits: ${servedText}, but none has loaded the definition this run started ` +
+      `with, ${run.workflow}${version} ${ev.definitionHash}; a worker leaves a stage of a definition it lacks (no attempt spent): ` +
+      'start one that loads it', {
       toolClass: stage.toolClass, workflow: run.workflow, definitionHash: ev.definitionHash, version: ev.version, workersWithDefinition: 0,
       seenWithinMs: WORKER_SEEN_WITHIN_MS, queuedForMs, ...served,
     });

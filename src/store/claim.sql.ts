@@ -35,7 +35,7 @@ function perDefinition(hashes: number, where: string, order: 'available_at' | 'l
   ORDER BY at, id`;
 }
 
-/** Locks the rows of candidate CTE `ids` in their order, skipping those another claimer holds, while `recheck` still holds, up to `limit`. */
+/** Locks the rows of candidate CTE `ids` in their order, skipping those another claimer holds, while `recheck` holds, up to `limit`. */
 function lockInOrder(ids: string, recheck: string, limit: string): string {
   return `SELECT l.* FROM ${ids} c CROSS JOIN LATERAL (
     SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit, c.at
@@ -201,9 +201,10 @@ picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL S
 export const pickCandidatesSql = (limit: number, hashes: number, keyed: boolean): string => {
   check(limit, hashes);
   const kinds = ['queued', 'expired', ...(keyed ? ['keyed'] : [])];
+  const walk = keyed ? keyedCandidates(limit) : `
+walk(k, visited) AS (SELECT $4::text, 0)`; // no keys walked: the cursor stays
   return `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own')},${keyed ? keyedCandidates(limit) : `
-walk(k, visited) AS (SELECT $4::text, 0)`},
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own')},${walk},
 picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, at FROM ${k}`).join(' UNION ALL ')})
 SELECT p.id::text AS id, p.concurrency_key, p.concurrency_limit, $1::text AS owner,
   (SELECT w.k FROM walk w WHERE w.visited > 0 ORDER BY w.visited DESC LIMIT 1) AS next_cursor

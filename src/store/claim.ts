@@ -80,8 +80,8 @@ async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<
   const keyed = limits.keyed === true;
   const cursors = keyCursors.get(db) ?? new Map<string, string>();
   keyCursors.set(db, cursors);
-  const picked = await tx.query(pickCandidatesSql(budget, c.hashes.length, keyed), [c.owner, c.toolClass, c.hashes, cursors.get(c.toolClass) ?? ''],
-    `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}`);
+  const picked = await tx.query(pickCandidatesSql(budget, c.hashes.length, keyed),
+    [c.owner, c.toolClass, c.hashes, cursors.get(c.toolClass) ?? ''], `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}`);
   if (keyed) cursors.set(c.toolClass, (picked[0]?.next_cursor as string | null) ?? '');
   const cands = picked.filter((p) => p.id !== null);
   let chosen = cands;

@@ -81,7 +81,8 @@ export const stages = ratchet.table('stages', {
   uniqueIndex('stages_run_seq_uq').on(t.runId, t.seq),
   // The claim's index-ordered branches (see claim.sql.ts), one range per loaded definition:
   // due stages without a concurrency key, expired leases, and keyed stages walked key by key.
-  index('stages_queued_claim_idx').on(t.toolClass, t.definitionHash, t.availableAt, t.id).where(sql`state = 'queued' and concurrency_key is null`),
+  index('stages_queued_claim_idx').on(t.toolClass, t.definitionHash, t.availableAt, t.id)
+    .where(sql`state = 'queued' and concurrency_key is null`),
   index('stages_running_lease_idx').on(t.toolClass, t.definitionHash, t.leaseUntil, t.id).where(sql`state = 'running'`),
   index('stages_queued_key_idx').on(t.toolClass, t.concurrencyKey, t.definitionHash, t.availableAt, t.id)
     .where(sql`state = 'queued' and concurrency_key is not null`),

@@ -22,11 +22,13 @@ SELECT x.id::text AS id, l.c AS tool_class, l.h AS definition_hash, x.next_attem
 FROM unnest($1::text[], $2::text[]) AS l(c, h)
 CROSS JOIN LATERAL (
   (SELECT s.id, s.attempt + 1 AS next_attempt FROM ratchet.stages s
-   WHERE s.state = 'queued' AND s.concurrency_key IS NULL AND s.tool_class = l.c AND s.definition_hash = l.h AND s.available_at <= (SELECT t FROM clk)
+   WHERE s.state = 'queued' AND s.concurrency_key IS NULL AND s.tool_class = l.c AND s.definition_hash = l.h
+     AND s.available_at <= (SELECT t FROM clk)
    ORDER BY s.available_at, s.id LIMIT $3)
   UNION ALL
   (SELECT s.id, s.attempt + 1 AS next_attempt FROM ratchet.stages s
-   WHERE s.state = 'queued' AND s.concurrency_key IS NOT NULL AND s.tool_class = l.c AND s.definition_hash = l.h AND s.available_at <= (SELECT t FROM clk)
+   WHERE s.state = 'queued' AND s.concurrency_key IS NOT NULL AND s.tool_class = l.c AND s.definition_hash = l.h
+     AND s.available_at <= (SELECT t FROM clk)
    LIMIT $3)
   UNION ALL
   (SELECT s.id, s.attempt + 1 AS next_attempt FROM ratchet.stages s

@@ -18,7 +18,9 @@ export async function sweep(q: Queryable, lanes: Lane[], limit: number): Promise
   if (lanes.length === 0) return [];
   const perLane = Math.max(10, Math.ceil(limit / lanes.length));
   const rows = await q.query(SWEEP_SQL, [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash), perLane], 'ratchet_sweep');
-  return rows.map((r) => ({ stageId: r.id as string, toolClass: r.tool_class as string, definitionHash: r.definition_hash as string, attempt: r.next_attempt as number }));
+  return rows.map((r) => ({
+    stageId: r.id as string, toolClass: r.tool_class as string, definitionHash: r.definition_hash as string, attempt: r.next_attempt as number,
+  }));
 }
 
 export async function dueIn(q: Queryable, stageId: string): Promise<number> {

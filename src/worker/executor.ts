@@ -74,7 +74,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
   if (!workflow) return handBack(deps, log, stage);
   const step = resolveStep(workflow, stage);
   if (!step) {
-    const message = `run ${stage.runId} has stage ${stage.seq} (${stage.tool}), which definition ${stage.definitionHash} of workflow "${stage.workflow}" does not have`;
+    const message = `run ${stage.runId} has stage ${stage.seq} (${stage.tool}), which definition ${stage.definitionHash} ` +
+      `of workflow "${stage.workflow}" does not have`;
     return settle(deps, log, stage, terminal(stage, 'failed', 'failed', { code: 'definition_changed', message }));
   }
   if (stage.runDeadline && stage.runDeadline.getTime() <= stage.dbNow.getTime()) {
@@ -237,15 +238,20 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     return 'rejected';
   }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
-  else if (verdict.nextStageId && verdict.nextToolClass) deps.onQueued(verdict.nextToolClass, stage.definitionHash, { stageId: verdict.nextStageId, attempt: 1 });
-  if (row.outcome === 'queued') deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
+  else if (verdict.nextStageId && verdict.nextToolClass) {
+    deps.onQueued(verdict.nextToolClass, stage.definitionHash, { stageId: verdict.nextStageId, attempt: 1 });
+  }
+  if (row.outcome === 'queued') {
+    deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
+  }
   log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state }, 'stage finished');
   return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
 }
 
 /** A stage of a definition this worker has not loaded: its lease goes back at once, the attempt unspent. */
 async function handBack(deps: ExecutorDeps, log: Logger, stage: ClaimedStage): Promise<AttemptEnd> {
-  log.warn({ event: 'definition_not_loaded', definitionHash: stage.definitionHash, workflow: stage.workflow }, 'stage of a definition this worker lacks: handed back');
+  log.warn({ event: 'definition_not_loaded', definitionHash: stage.definitionHash, workflow: stage.workflow },
+    'stage of a definition this worker lacks: handed back');
   const released = await deps.store.release({ owner: deps.owner, leases: [{ stageId: stage.id, fence: stage.fence }] }).catch(() => []);
   if (released.length > 0) deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt });
   return 'abandoned';

@@ -56,7 +56,7 @@ export class Sweeper {
   private tick(): Promise<void> {
     this.running = (async () => {
       try {
-        const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((definitionHash) => ({ toolClass, definitionHash })));
+        const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
         await this.store.upsertWorker(this.owner, [...this.definitions.keys()], [...new Set(lanes.map((l) => l.definitionHash))]);
         const unserved = new Set(await this.store.unservedClasses(this.known, UNSERVED_AFTER_MS));
         for (const c of this.known) this.metrics.unservedClass.set({ tool_class: c }, unserved.has(c) ? 1 : 0);

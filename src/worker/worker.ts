@@ -86,7 +86,8 @@ export class Worker {
     this.definitions = new Map(this.classes.map((c) => [c, deps.registry.hashesOf(c)]));
     for (const [c, hashes] of this.definitions) {
       if (hashes.length > MAX_CLAIM_DEFINITIONS) {
-        throw new InvalidInputError(`${hashes.length} loaded definitions use tool class "${c}"; a worker serves at most ${MAX_CLAIM_DEFINITIONS} per class`, 'worker.classes');
+        throw new InvalidInputError(`${hashes.length} loaded definitions use tool class "${c}"; a worker serves at most ${MAX_CLAIM_DEFINITIONS} ` +
+          'per class', 'worker.classes');
       }
     }
     this.opts = {
@@ -113,7 +114,8 @@ export class Worker {
     const metrics = deps.metrics ?? processMetrics();
     this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
-    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.definitions, known, this.opts.sweepIntervalMs, logger, metrics, o.failUnservedAfterMs ?? null);
+    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.definitions, known, this.opts.sweepIntervalMs, logger, metrics,
+      o.failUnservedAfterMs ?? null);
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,
@@ -143,7 +145,9 @@ export class Worker {
     this.sweeper.start();
     for (const cls of this.classes) {
       // One wake-up lane per definition: a wake-up only reaches workers that can claim its stage.
-      for (const hash of this.definitions.get(cls)!) this.unsubscribe.push(this.deps.transport.subscribe(laneOf(cls, hash), (ready) => this.onWake(cls, ready)));
+      for (const hash of this.definitions.get(cls)!) {
+        this.unsubscribe.push(this.deps.transport.subscribe(laneOf(cls, hash), (ready) => this.onWake(cls, ready)));
+      }
       this.loops.push(this.claimLoop(cls));
     }
     this.logger.info({ event: 'worker_started', owner: this.owner, classes: this.classes, concurrency: this.opts.concurrency, transport: this.deps.transport.kind }, 'worker started');
@@ -229,7 +233,9 @@ export class Worker {
       }
       let claimed: ClaimedStage[];
       try {
-        claimed = await this.deps.store.claim({ owner: this.owner, toolClass: cls, limit: free, definitions: [...this.definitions.get(cls)!], limits: this.limits.get(cls) });
+        claimed = await this.deps.store.claim({
+          owner: this.owner, toolClass: cls, limit: free, definitions: [...this.definitions.get(cls)!], limits: this.limits.get(cls),
+        });
         backoff = 100;
       } catch (err) {
         this.logger.warn({ event: 'claim_failed', toolClass: cls, err: (err as Error).message }, 'claim failed');

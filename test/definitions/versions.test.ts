@@ -21,7 +21,8 @@ describe('workflow versions', () => {
     expect(w.hash).toBe('bc888e90033ce370d8fad45e61c0ae05f4d1f92e69dcca2e24665e4a00dd43e3'); // as computed before versions existed
     expect(defineWorkflow({ name: 'stable', version: 1, input, steps: [{ tool: makeTool('fetch_doc', io) }] }).hash).toBe(w.hash);
     const model = defineToolClass({ name: 'model', lease: '90s', heartbeat: '30s', timeout: '60s', maxDuration: '10m' });
-    const agent = (version?: number) => defineAgent({ name: 'stable_agent', version, input, model: { name: 'm', class: model }, instructions: 'x', tools: [fetchDoc] });
+    const agent = (version?: number) =>
+      defineAgent({ name: 'stable_agent', version, input, model: { name: 'm', class: model }, instructions: 'x', tools: [fetchDoc] });
     expect(agent().hash).toBe('cec304e5d3b60ab82258aabab4cf2d6a4d009abc0313424f13ca734a207b5d9b');
     expect(agent(3).version).toBe(3);
     expect(agent(3).hash).not.toBe(agent().hash);
@@ -34,7 +35,8 @@ describe('workflow versions', () => {
     for (const version of [0, 1.5, -1, '2']) {
       expect(() => defineWorkflow({ name: 'doc', version: version as number, input, steps: [{ tool: fetchDoc }] })).toThrow(InvalidDefinitionError);
     }
-    expect(() => defineWorkflow({ name: 'doc', version: 0, input, steps: [{ tool: fetchDoc }] })).toThrow(expect.objectContaining({ path: 'workflow[doc].version' }));
+    expect(() => defineWorkflow({ name: 'doc', version: 0, input, steps: [{ tool: fetchDoc }] }))
+      .toThrow(expect.objectContaining({ path: 'workflow[doc].version' }));
   });
 
   it('the registry holds several versions of one name: the newest by default, any by number or by hash', () => {

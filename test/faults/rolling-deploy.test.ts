@@ -66,7 +66,9 @@ describe('rolling deploy: version 1 and version 2 workers on one database', () =
       expect(run.stages.map((s) => [s.name, s.state, s.attempt])).toEqual(steps[version].map((name) => [name, 'succeeded', 1]));
       const claims = (await r.events(id)).filter((e) => e.type === 'job_claimed' || e.type === 'lease_reclaimed');
       expect(claims).toHaveLength(steps[version].length);
-      for (const c of claims) expect(owners[version].has((c.data as { owner: string }).owner), `stage ${c.stageId} claimed by ${JSON.stringify(c.data)}`).toBe(true);
+      for (const c of claims) {
+        expect(owners[version].has((c.data as { owner: string }).owner), `stage ${c.stageId} claimed by ${JSON.stringify(c.data)}`).toBe(true);
+      }
       const ran = h.witness.observations.filter((o) => o.kind === 'ran' && o.runId === id);
       expect(ran.map((o) => o.tool)).toEqual(steps[version]);
       for (const o of ran) {
@@ -74,7 +76,8 @@ describe('rolling deploy: version 1 and version 2 workers on one database', () =
         expect(pids[version].has(o.pid as number)).toBe(true);
       }
     }
-    const [bad] = await h.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.events WHERE type IN ('stage_failed', 'run_failed', 'attempts_exhausted')`);
+    const [bad] = await h.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ratchet.events WHERE type IN ('stage_failed', 'run_failed', 'attempts_exhausted')`);
     expect(bad!.n).toBe(0);
     // Both versions really overlapped: v1 stages ran after the first v2 stage had started.
     const firstV2 = h.witness.observations.findIndex((o) => o.version === 2);

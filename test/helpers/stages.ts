@@ -23,6 +23,8 @@ export async function insertQueuedStages(db: Queryable, count: number, toolClass
     )
     INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts,
       idempotency_key, input, available_at, concurrency_key, concurrency_limit)
-    SELECT r.id, $5, 1, 'noop', 'noop', $2, 'queued', $3, $3, 600000, $4, r.id::text || ':1:noop', '{}'::jsonb, ratchet.db_now() - interval '1 second', $6, $7
-    FROM r`, [count, toolClass, opts.leaseMs ?? 30_000, opts.maxAttempts ?? 3, opts.definitionHash ?? 'h', opts.concurrencyKey ?? null, opts.concurrencyLimit ?? null]);
+    SELECT r.id, $5, 1, 'noop', 'noop', $2, 'queued', $3, $3, 600000, $4, r.id::text || ':1:noop', '{}'::jsonb,
+      ratchet.db_now() - interval '1 second', $6, $7
+    FROM r`, [count, toolClass, opts.leaseMs ?? 30_000, opts.maxAttempts ?? 3, opts.definitionHash ?? 'h',
+    opts.concurrencyKey ?? null, opts.concurrencyLimit ?? null]);
 }

@@ -44,7 +44,9 @@ export function claimConformance(backend: string, open: () => Promise<{ store: S
     it('naming several definitions, takes their due stages in order across them; naming none takes any', async () => {
       const c = cls();
       const runs = [];
-      for (const h of ['a', 'b', 'a', 'b']) runs.push(await store.createRun({ workflow: 'w', definitionHash: h, input: {}, stages: [spec({ toolClass: c })] }));
+      for (const h of ['a', 'b', 'a', 'b']) {
+        runs.push(await store.createRun({ workflow: 'w', definitionHash: h, input: {}, stages: [spec({ toolClass: c })] }));
+      }
       const first = await store.claim({ owner: 'A', toolClass: c, limit: 3, definitions: ['b', 'a'] });
       expect(first.map((s) => s.runId)).toEqual(runs.slice(0, 3).map((r) => r.id));
       expect((await store.claim({ owner: 'A', toolClass: c, limit: 3 })).map((s) => s.runId)).toEqual([runs[3]!.id]);
@@ -69,8 +71,8 @@ export function claimConformance(backend: string, open: () => Promise<{ store: S
       const next = await store.claim({ owner: 'B', toolClass: c, limit: 10, definitions: ['h'], limits: keyed });
       expect(next).toHaveLength(1);
       expect(await keys(next.map((s) => s.id))).toEqual(['tenant-b']);
-      const [live] = await store.db.query(`SELECT count(*) FILTER (WHERE concurrency_key = 'tenant-a')::int AS a, count(*) FILTER (WHERE concurrency_key = 'tenant-b')::int AS b
-        FROM ratchet.stages WHERE tool_class = $1 AND state = 'running'`, [c]);
+      const [live] = await store.db.query(`SELECT count(*) FILTER (WHERE concurrency_key = 'tenant-a')::int AS a,
+        count(*) FILTER (WHERE concurrency_key = 'tenant-b')::int AS b FROM ratchet.stages WHERE tool_class = $1 AND state = 'running'`, [c]);
       expect(live).toEqual({ a: 2, b: 2 });
     });
 
@@ -80,7 +82,8 @@ export function claimConformance(backend: string, open: () => Promise<{ store: S
       const order: string[] = [];
       for (let i = 0; i < 4; i++) {
         const got = await store.claim({ owner: 'A', toolClass: c, limit: 2, definitions: ['h'], limits: { keyed: true } });
-        const [row] = await store.db.query(`SELECT string_agg(DISTINCT concurrency_key, ',') AS k FROM ratchet.stages WHERE id = ANY($1::bigint[])`, [got.map((s) => s.id)]);
+        const [row] = await store.db.query(`SELECT string_agg(DISTINCT concurrency_key, ',') AS k FROM ratchet.stages WHERE id = ANY($1::bigint[])`,
+          [got.map((s) => s.id)]);
         order.push(row!.k as string);
       }
       expect(order).toEqual(['x', 'y', 'z', 'x'].map((k) => `${c}-${k}`));

@@ -30,8 +30,10 @@ describe('migration 0003 on a database with runs in flight', () => {
     try {
       await migrate(drizzle({ client }), { migrationsFolder: dir, migrationsSchema: 'drizzle', migrationsTable: 'ratchet_migrations' });
       await client.query(`INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state) VALUES
-        ('00000000-0000-7000-8000-000000000001', 'w', 'hash-one', '{}', 'queued'), ('00000000-0000-7000-8000-000000000002', 'w', 'hash-two', '{}', 'queued')`);
-      await client.query(`INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts, idempotency_key)
+        ('00000000-0000-7000-8000-000000000001', 'w', 'hash-one', '{}', 'queued'),
+        ('00000000-0000-7000-8000-000000000002', 'w', 'hash-two', '{}', 'queued')`);
+      await client.query(`INSERT INTO ratchet.stages
+        (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts, idempotency_key)
         SELECT r.id, s, 'x', 'x', 'io', CASE WHEN s = 1 THEN 'queued' ELSE 'pending' END, 3000, 3000, 60000, 3, r.id::text || ':' || s
         FROM ratchet.runs r, generate_series(1, 2) s`);
     } finally {
@@ -39,7 +41,8 @@ describe('migration 0003 on a database with runs in flight', () => {
     }
     const store = await openStore({ databaseUrl: db.url, poolSize: 1 });
     try {
-      const rows = await store.db.query(`SELECT r.definition_hash AS run, s.definition_hash AS stage FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id`);
+      const rows = await store.db.query(
+        `SELECT r.definition_hash AS run, s.definition_hash AS stage FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id`);
       expect(rows).toHaveLength(4);
       for (const row of rows) expect(row.stage).toBe(row.run);
       const got = await store.claim({ owner: 'A', toolClass: 'io', limit: 10, definitions: ['hash-two'] });

@@ -163,7 +163,7 @@ describe('a next step whose input is not JSON', () => {
 });
 
 describe('a changed definition', () => {
-  it('a worker without the run\'s version leaves it (no attempt spent, explain names the hash); one that loads it finishes it on that version', async () => {
+  it('a worker without the run\'s version leaves it (no attempt spent, explain names the hash); one with it finishes it', async () => {
     const dir = `${process.env.TMPDIR ?? '/tmp'}/ratchet-defchange-${process.pid}`;
     const input = z.object({}).passthrough();
     const v1 = defineWorkflow({ name: 'doc', input, steps: [{ tool: after }] });
