@@ -70,9 +70,9 @@ export async function insertQueuedStages(db: Queryable, count: number, toolClass
       FROM generate_series(1, $1::int) AS i
       RETURNING id
     )
-    INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
       max_attempts, idempotency_key, input, available_at)
-    SELECT r.id, 1, 'noop', 'noop', $2, 'queued', 30000, 30000, 600000, 3, r.id::text || ':1:noop', '{}'::jsonb,
+    SELECT r.id, 'h', 1, 'noop', 'noop', $2, 'queued', 30000, 30000, 600000, 3, r.id::text || ':1:noop', '{}'::jsonb,
       ratchet.db_now() - interval '1 second'
     FROM r`, [count, toolClass]);
 }

@@ -44,6 +44,8 @@ const cfg = {
 if (!(cfg.seconds > 0)) throw new Error('--seconds must be a positive number');
 
 const TOOL_CLASS = 'bench';
+/** The definition hash insertQueuedStages gives every run. */
+const DEFINITION = 'h';
 const out = (line: Line) => emit('store', line);
 const ownerId = (i: number) => `bench@${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}:${i}`;
 const finishRow = (c: ClaimedStage): FinishRow => ({
@@ -83,7 +85,7 @@ async function throughput(mode: 'single' | 'batched', claimers: number): Promise
     await Promise.all(Array.from({ length: claimers }, async (_, i) => {
       const owner = ownerId(i);
       while (performance.now() < end) {
-        const claimed = await store.claim({ owner, toolClass: TOOL_CLASS, limit });
+        const claimed = await store.claim({ owner, toolClass: TOOL_CLASS, limit, definitions: [DEFINITION] });
         if (claimed.length === 0) {
           drained = true;
           return;
@@ -109,8 +111,8 @@ async function explainClaim(url: string, waiting: number, when: string): Promise
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    await c.query(`PREPARE bench_claim(text, text) AS ${claimSql(1)}`);
-    const exec = `EXECUTE bench_claim('bench-explain', '${TOOL_CLASS}')`;
+    await c.query(`PREPARE bench_claim(text, text, text[]) AS ${claimSql(1, 1)}`);
+    const exec = `EXECUTE bench_claim('bench-explain', '${TOOL_CLASS}', ARRAY['${DEFINITION}'])`;
     for (const mode of ['custom', 'generic'] as const) {
       await c.query(`SET plan_cache_mode = force_${mode}_plan`);
       await c.query('BEGIN');
@@ -142,7 +144,7 @@ async function latency(waiting: number, explain: boolean): Promise<void> {
     const warmup = 20;
     for (let i = 0; i < warmup + cfg.latencyClaims; i++) {
       const t0 = performance.now();
-      const claimed = await store.claim({ owner, toolClass: TOOL_CLASS, limit: 1 });
+      const claimed = await store.claim({ owner, toolClass: TOOL_CLASS, limit: 1, definitions: [DEFINITION] });
       const t1 = performance.now();
       if (claimed.length !== 1) throw new Error(`claim ${i} returned ${claimed.length} rows`);
       const [v] = await store.finish(owner, claimed.map(finishRow));

@@ -4,6 +4,7 @@ import { parseDuration } from './definitions/duration.js';
 import { loadWorkflows } from './definitions/loader.js';
 import { createRegistry, type Registry } from './definitions/registry.js';
 import type { Workflow } from './definitions/types.js';
+import { workflowVersionSchema } from './definitions/workflow.js';
 import { InvalidInputError } from './errors.js';
 import { defaultLogger } from './logger.js';
 import { planStaticRun } from './planner/plan.js';
@@ -19,6 +20,7 @@ import { parseInput } from './store/validate.js';
 import { createInProcessTransport } from './transport/in-process.js';
 import { createBullmqTransport } from './transport/bullmq.js';
 import type { Transport } from './transport/transport.js';
+import { laneOf } from './transport/lane.js';
 import { Worker, type WorkerOptions } from './worker/worker.js';
 import type { ToolRunner } from './worker/executor.js';
 import { assertThreadSources, createThreadRunner } from './worker/thread-runner.js';
@@ -45,6 +47,8 @@ export type RatchetOptions = z.input<typeof ratchetOptions>;
 
 const submitOptions = z.object({
   idempotencyKey: z.string().min(1).max(500).refine(isStorableText, 'must be Unicode text without \\u0000').optional(),
+  /** Start this loaded version of the workflow (default: the newest loaded). */
+  version: workflowVersionSchema.optional(),
   /** An absolute Date, or a duration from now ("10m", ms). Overrides the workflow's. */
   deadline: z.union([z.date().refine(isStorableTime, STORABLE_TIME_RANGE), z.string(), z.number()]).optional(),
 }).strict();
@@ -122,7 +126,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     logger,
     async submit(name, input, submitOpts = {}) {
       const so = parseInput(submitOptions, submitOpts, 'submit.options');
-      const workflow = registry.require(name);
+      const workflow = registry.require(name, so.version);
       toJsonText(input, 'input'); // before the workflow's schema walks it: \u0000, lone surrogates, absurd depth or size
       const parsed = workflow.input.safeParse(input);
       if (!parsed.success) {
@@ -139,11 +143,13 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
         idempotencyKey: so.idempotencyKey,
         deadline,
         requestedDeadline: so.deadline instanceof Date ? so.deadline.toISOString() : so.deadline,
+        requestedVersion: so.version,
         stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
       });
       const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;
-      if (created.created) transport.notify(firstClass, { stageId: created.stageIds[0]!, attempt: 1 });
-      logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, created: created.created }, 'run submitted');
+      if (created.created) transport.notify(laneOf(firstClass, workflow.hash), { stageId: created.stageIds[0]!, attempt: 1 });
+      logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, version: workflow.version, created: created.created },
+        'run submitted');
       return { id: created.id, state: created.state, created: created.created };
     },
     async getRun(id) {
@@ -173,7 +179,8 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     },
     async retry(id) {
       const res = await store.retryRun(id);
-      if (res?.retried && res.stage) transport.notify(res.stage.toolClass, { stageId: res.stage.id, attempt: 1 });
+      const hash = res?.retried && res.stage ? (await store.getRun(id))?.definitionHash : undefined;
+      if (hash && res?.stage) transport.notify(laneOf(res.stage.toolClass, hash), { stageId: res.stage.id, attempt: 1 });
       if (res?.retried) logger.info({ event: 'run_retried', runId: id, stageId: res.stage?.id }, 'run retried');
       return res;
     },

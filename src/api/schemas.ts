@@ -25,6 +25,8 @@ const jsonValue = z.unknown().refine((v) => v !== undefined, { message: 'require
 export const submitBodySchema = z.object({
   workflow: z.string().min(1).max(200).regex(noNul, 'must not contain \\u0000').describe('the workflow name'),
   input: jsonValue.describe("the run's input, checked against the workflow's schema"),
+  version: z.number().int().min(1).max(1_000_000).optional()
+    .describe('start this loaded version of the workflow (default: the newest loaded)'),
   deadline: z.union([ts, z.string().min(1).max(40), z.number().int().positive()]).optional()
     .describe('when the run expires: an ISO 8601 date-time, a duration from now ("10m"), or milliseconds from now; overrides the workflow\'s'),
 }).strict().meta({ id: 'SubmitRun' });

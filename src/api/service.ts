@@ -63,7 +63,10 @@ export function createRunService(ratchet: Ratchet): RunService {
   return {
     async submit(body, idempotencyKey) {
       const deadline = deadlineOf(body.deadline);
-      const r = await ratchet.submit(body.workflow, body.input, { ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}) });
+      const r = await ratchet.submit(body.workflow, body.input, {
+        ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}),
+        ...(body.version !== undefined ? { version: body.version } : {}),
+      });
       return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };
     },
     async get(id) {

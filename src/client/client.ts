@@ -30,6 +30,8 @@ export interface SubmitArgs {
   idempotencyKey?: string;
   /** An ISO date-time, a duration from now ("10m"), or ms from now. */
   deadline?: string | number | Date;
+  /** Start this loaded version of the workflow (default: the newest the server has loaded). */
+  version?: number;
 }
 
 export interface ListArgs {
@@ -77,7 +79,8 @@ export function createClient(options: ClientOptions): RatchetClient {
       const deadline = args.deadline instanceof Date ? args.deadline.toISOString() : args.deadline;
       const { status, data } = await request(http, {
         method: 'POST', path: '/v1/runs', schema: submitResponseSchema, timeoutMs,
-        headers: { 'idempotency-key': idempotencyKey }, body: { workflow, input, ...(deadline !== undefined ? { deadline } : {}) },
+        headers: { 'idempotency-key': idempotencyKey },
+        body: { workflow, input, ...(deadline !== undefined ? { deadline } : {}), ...(args.version !== undefined ? { version: args.version } : {}) },
       });
       return { ...data, idempotencyKey, status: status === 202 ? 202 : 200 };
     },

@@ -2,9 +2,9 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { InvalidDefinitionError } from '../errors.js';
 import { positiveDurationSchema } from './duration.js';
-import { canonicalJson, toolClassFingerprint, toolFingerprint } from './fingerprint.js';
+import { canonicalJson, toolClassFingerprint, toolFingerprint, versionField } from './fingerprint.js';
 import { isTool, isToolClass, zodSchemaField } from './guards.js';
-import { WORKFLOW_NAME } from './workflow.js';
+import { WORKFLOW_NAME, workflowVersionSchema } from './workflow.js';
 import type { AgentSpec, Duration, Tool, ToolClass, Workflow } from './types.js';
 import { definitionPath, parseDefinition } from './validate.js';
 
@@ -13,6 +13,7 @@ export const MODEL_STAGE_TOOL = '$model';
 
 export const agentOptionsSchema = z.strictObject({
   name: z.string().regex(WORKFLOW_NAME, 'must be a letter then up to 63 letters, digits, "_" or "-"'),
+  version: workflowVersionSchema.optional(),
   input: zodSchemaField,
   model: z.strictObject({
     name: z.string().min(1).max(200),
@@ -31,6 +32,8 @@ export const agentOptionsSchema = z.strictObject({
 
 export interface AgentOptions<I> {
   name: string;
+  /** Default 1; see WorkflowOptions.version. */
+  version?: number;
   input: z.ZodType<I>;
   model: { name: string; class: ToolClass; baseURL?: string; apiKey?: string; temperature?: number };
   instructions: string;
@@ -45,10 +48,11 @@ export interface AgentOptions<I> {
   deadline?: Duration;
 }
 
-function agentHash(name: string, agent: AgentSpec): string {
+function agentHash(name: string, version: number, agent: AgentSpec): string {
   const structure = {
     version: 1,
     agent: name,
+    ...versionField(version),
     model: { name: agent.model.name, class: toolClassFingerprint(agent.model.class) },
     instructions: createHash('sha256').update(agent.instructions).digest('hex'),
     tools: agent.tools.map(toolFingerprint),
@@ -88,10 +92,11 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
   return Object.freeze({
     kind: 'workflow',
     name: o.name,
+    version: o.version ?? 1,
     input: options.input,
     steps: Object.freeze([]),
     deadlineMs: o.deadline ?? null,
-    hash: agentHash(o.name, agent),
+    hash: agentHash(o.name, o.version ?? 1, agent),
     concurrencyKey: null,
     agent,
   });

@@ -40,11 +40,21 @@ export function toolFingerprint(t: Tool): Record<string, unknown> {
   };
 }
 
-/** sha256 (hex) of a workflow's structure: what a run records to refuse a resume onto changed steps. */
-export function workflowHash(name: string, steps: readonly Step[]): string {
+/**
+ * A declared workflow version in a hash's structure: absent for version 1 (the default), so the
+ * hashes of unversioned definitions, and the runs that recorded them, stay what they were.
+ */
+export const versionField = (version: number): { workflowVersion?: number } => (version === 1 ? {} : { workflowVersion: version });
+
+/**
+ * sha256 (hex) of a workflow's structure and declared version: what a run records, so it is only
+ * ever resumed by a worker that loaded this very definition.
+ */
+export function workflowHash(name: string, steps: readonly Step[], version = 1): string {
   const structure = {
     version: 1,
     workflow: name,
+    ...versionField(version),
     steps: steps.map((s) => ({ name: s.name, hasInput: typeof s.input === 'function', tool: toolFingerprint(s.tool) })),
   };
   return createHash('sha256').update(canonicalJson(structure)).digest('hex');

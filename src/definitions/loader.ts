@@ -50,6 +50,9 @@ function enableTypeScript(): void {
 /**
  * Imports every workflow file under `dir` (TypeScript through tsx's hooks on Node 20) and
  * returns its workflows (default and named exports), each a frozen copy with `sourceFile` set.
+ * Several versions of one workflow may sit side by side (`version: 2` in `summarise.ts`,
+ * `version: 1` kept in `summarise.v1.ts`, or both exported from one file); one name and
+ * version declared twice is refused.
  *
  * The files join the host's module graph (global `register()` + `import()`), not a tsx
  * namespace: `tsImport` gives every call its own namespace, so a tools module imported by two
@@ -64,7 +67,7 @@ export async function loadWorkflows(dir: string): Promise<Workflow[]> {
   if (files.length === 0) return [];
   enableTypeScript();
   const seen = new Set<Workflow>();
-  const byName = new Map<string, Workflow>();
+  const byVersion = new Map<string, Workflow>();
   for (const file of files) {
     let exports: Record<string, unknown>;
     try {
@@ -75,14 +78,16 @@ export async function loadWorkflows(dir: string): Promise<Workflow[]> {
     for (const value of Object.values(exports)) {
       if (!isWorkflow(value) || seen.has(value)) continue;
       seen.add(value);
-      const earlier = byName.get(value.name);
+      const version = value.version ?? 1; // a workflow made by an older copy of Ratchet has none
+      const id = `${value.name}@${version}`;
+      const earlier = byVersion.get(id);
       if (earlier) {
-        throw new InvalidDefinitionError(
-          `workflow name "${value.name}" is declared twice: in ${earlier.sourceFile} and in ${file}`, file,
-          { workflow: value.name, files: [earlier.sourceFile, file] });
+        const what = version === 1 ? `workflow name "${value.name}"` : `version ${version} of workflow "${value.name}"`;
+        throw new InvalidDefinitionError(`${what} is declared twice: in ${earlier.sourceFile} and in ${file}`, file,
+          { workflow: value.name, version, files: [earlier.sourceFile, file] });
       }
-      byName.set(value.name, Object.freeze({ ...value, sourceFile: file }));
+      byVersion.set(id, Object.freeze({ ...value, version, sourceFile: file }));
     }
   }
-  return [...byName.values()];
+  return [...byVersion.values()];
 }

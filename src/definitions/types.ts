@@ -99,6 +99,12 @@ export interface Step {
 export interface Workflow<I = unknown> {
   readonly kind: 'workflow';
   readonly name: string;
+  /**
+   * The definition's version (default 1). Several versions of one name may be loaded side by
+   * side: submit starts the newest unless told otherwise, and a run finishes on the version it
+   * started with (a worker claims only stages of definitions it has loaded).
+   */
+  readonly version: number;
   readonly input: z.ZodType<I>;
   readonly steps: readonly Step[];
   /** A run deadline relative to submit, if any. */

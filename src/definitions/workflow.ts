@@ -17,8 +17,12 @@ const stepSchema = z.strictObject({
   input: functionField.optional(),
 });
 
+/** A declared workflow version: a positive integer; the highest loaded one is the newest. */
+export const workflowVersionSchema = z.int().min(1).max(1_000_000);
+
 export const workflowOptionsSchema = z.strictObject({
   name: z.string().regex(WORKFLOW_NAME, NAME_RULE),
+  version: workflowVersionSchema.optional(),
   input: zodSchemaField,
   steps: z.array(stepSchema).min(1, 'a workflow needs at least one step'),
   deadline: positiveDurationSchema.optional(),
@@ -36,6 +40,8 @@ export interface StepOptions {
 
 export interface WorkflowOptions<I> {
   name: string;
+  /** Default 1. Keep the old version loaded beside a new one until its runs have finished. */
+  version?: number;
   input: z.ZodType<I>;
   steps: StepOptions[];
   /** A run deadline relative to submit. */
@@ -84,10 +90,11 @@ export function defineWorkflow<I>(options: WorkflowOptions<I>): Workflow<I> {
   return Object.freeze({
     kind: 'workflow',
     name: o.name,
+    version: o.version ?? 1,
     input: options.input,
     steps: Object.freeze(steps),
     deadlineMs: o.deadline ?? null,
-    hash: workflowHash(o.name, steps),
+    hash: workflowHash(o.name, steps, o.version ?? 1),
     concurrencyKey: options.concurrencyKey ? { key: options.concurrencyKey.key, limit: o.concurrencyKey!.limit } : null,
     agent: null,
   });

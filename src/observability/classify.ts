@@ -8,6 +8,10 @@ export interface StageEvidence {
   concurrencyKey: string | null;
   concurrencyLimit: number | null;
   workersRecent: number;
+  /** The run's definition hash (copied on the stage), its version if this process knows it, and the recent workers that loaded it. */
+  definitionHash: string;
+  version: number | null;
+  workersWithDefinition: number;
   workerLastSeen: Date | null;
   classLastHeartbeat: Date | null;
   liveLeases: number;
@@ -29,8 +33,9 @@ const errorText = (e: unknown): string => {
  * The verdict about a run that is not finished, from its current stage (the running one, else
  * the queued one) and the evidence about that stage's class. Pure: the same facts give the
  * same answer. Order for a queued stage: not due yet (a retry delay); a limit that holds it
- * (class concurrency, its concurrency key, the class rate); nobody serving the class; stages
- * ahead of it; else first in line.
+ * (class concurrency, its concurrency key, the class rate); nobody serving the class; nobody
+ * serving it who has loaded the run's definition (a worker without it leaves the stage alone);
+ * stages ahead of it; else first in line.
  */
 export function classifyActive(run: RunRow, stage: StageRow, ev: StageEvidence, cls: ToolClass | undefined): Explanation {
   const now = ev.now.getTime();
@@ -93,6 +98,15 @@ export function classifyActive(run: RunRow, stage: StageRow, ev: StageEvidence, 
     return make('queued_no_worker', `${name} waits: no worker has served class ${stage.toolClass} in the last ${secs(WORKER_SEEN_WITHIN_MS)} ` +
       `(last seen ${ev.workerLastSeen?.toISOString() ?? 'never'}); start one that serves it`, {
       toolClass: stage.toolClass, seenWithinMs: WORKER_SEEN_WITHIN_MS, queuedForMs, ...served,
+    });
+  }
+  if (ev.workersRecent > 0 && ev.workersWithDefinition === 0) {
+    const version = ev.version === null ? '' : ` (version ${ev.version})`;
+    return make('queued_no_worker_for_version', `${name} waits: ${servedText}, but none has loaded the definition this run started ` +
+      `with, ${run.workflow}${version} ${ev.definitionHash}; a worker leaves a stage of a definition it lacks (no attempt spent): ` +
+      'start one that loads it', {
+      toolClass: stage.toolClass, workflow: run.workflow, definitionHash: ev.definitionHash, version: ev.version, workersWithDefinition: 0,
+      seenWithinMs: WORKER_SEEN_WITHIN_MS, queuedForMs, ...served,
     });
   }
   if (ev.backlogAhead > 0) {

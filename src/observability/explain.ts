@@ -7,15 +7,15 @@ import { WORKER_SEEN_WITHIN_MS, type Explanation } from './explanation.js';
 
 export interface ExplainDeps {
   store: Store;
-  /** The classes' limits (concurrency, rate) and heartbeats come from the definitions this process loaded. */
-  registry?: { toolClasses(): ReturnType<Registry['toolClasses']> };
+  /** The classes' limits (concurrency, rate) and heartbeats, and the versions of hashes, come from the definitions this process loaded. */
+  registry?: Pick<Registry, 'toolClasses' | 'byHash'>;
 }
 
 /**
  * Why a run is where it is (DESIGN.md "Observability"): running and healthy; queued and why
- * (retry delayed until T, a concurrency or rate limit, no worker serving the class, a backlog
- * ahead); stuck (lease expired, not reclaimed); terminal with its error; unknown id. Reads
- * only, by the database clock; each verdict names its evidence.
+ * (retry delayed until T, a concurrency or rate limit, no worker serving the class, no worker
+ * with the run's version, a backlog ahead); stuck (lease expired, not reclaimed); terminal with
+ * its error; unknown id. Reads only, by the database clock; each verdict names its evidence.
  */
 export async function explainRun(deps: ExplainDeps, id: string): Promise<Explanation> {
   const run = await deps.store.getRun(id);
@@ -32,6 +32,9 @@ export async function explainRun(deps: ExplainDeps, id: string): Promise<Explana
     concurrencyKey: (r.concurrency_key as string | null) ?? null,
     concurrencyLimit: (r.concurrency_limit as number | null) ?? null,
     workersRecent: r.workers_recent as number,
+    definitionHash: r.definition_hash as string,
+    version: deps.registry?.byHash(r.definition_hash as string)?.version ?? null,
+    workersWithDefinition: r.workers_with_definition as number,
     workerLastSeen: (r.worker_last_seen as Date | null) ?? null,
     classLastHeartbeat: (r.class_last_heartbeat as Date | null) ?? null,
     liveLeases: r.live_leases as number,

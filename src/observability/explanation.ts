@@ -14,7 +14,8 @@ export const WORKER_SEEN_WITHIN_MS = 30_000;
 
 export const VERDICTS = [
   'running_healthy', 'stuck',
-  'queued_retry_delayed', 'queued_concurrency_limit', 'queued_key_limit', 'queued_rate_limited', 'queued_no_worker', 'queued_backlog', 'queued_ready',
+  'queued_retry_delayed', 'queued_concurrency_limit', 'queued_key_limit', 'queued_rate_limited', 'queued_no_worker',
+  'queued_no_worker_for_version', 'queued_backlog', 'queued_ready',
   'terminal', 'no_active_stage', 'unknown_run',
 ] as const;
 export type Verdict = (typeof VERDICTS)[number];
@@ -50,6 +51,15 @@ const evidence = {
   queued_key_limit: z.object({ concurrencyKey: z.string(), liveLeases: z.number().int(), limit: z.number().int() }).strict(),
   queued_rate_limited: z.object({ toolClass: z.string(), claimsInWindow: z.number().int(), max: z.number().int(), windowMs: ms, nextSlotAt: ts.nullable() }).strict(),
   queued_no_worker: z.object({ toolClass: z.string(), seenWithinMs: ms, queuedForMs: ms, ...served }).strict(),
+  queued_no_worker_for_version: z.object({
+    toolClass: z.string(), workflow: z.string(),
+    definitionHash: z.string()
+      .describe("the hash of the definition the run started with: only a worker that loaded it claims the run's stages"),
+    version: z.number().int().nullable().describe('its declared version, when this process has loaded that definition'),
+    workersWithDefinition: z.number().int()
+      .describe(`workers of the class that reported having loaded the definition within ${WORKER_SEEN_WITHIN_MS} ms`),
+    seenWithinMs: ms, queuedForMs: ms, ...served,
+  }).strict(),
   queued_backlog: z.object({ toolClass: z.string(), ahead: z.number().int(), liveLeases: z.number().int(), queuedForMs: ms, ...served }).strict(),
   queued_ready: z.object({ toolClass: z.string(), liveLeases: z.number().int(), queuedForMs: ms, ...served }).strict(),
   terminal: z.object({ state: z.enum(RUN_STATES as [RunState, ...RunState[]]), finishedAt: ts.nullable(), error: z.unknown(), result: z.boolean().describe('the run has a result') }).strict(),
@@ -75,7 +85,8 @@ function variant<V extends Verdict>(v: V) {
 
 export const explanationSchema = z.discriminatedUnion('verdict', [
   variant('running_healthy'), variant('stuck'), variant('queued_retry_delayed'), variant('queued_concurrency_limit'),
-  variant('queued_key_limit'), variant('queued_rate_limited'), variant('queued_no_worker'), variant('queued_backlog'),
+  variant('queued_key_limit'), variant('queued_rate_limited'), variant('queued_no_worker'), variant('queued_no_worker_for_version'),
+  variant('queued_backlog'),
   variant('queued_ready'), variant('terminal'), variant('no_active_stage'), variant('unknown_run'),
 ]).meta({ id: 'Explanation', description: 'why a run is where it is: one verdict and the evidence it rests on' });
 

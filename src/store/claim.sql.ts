@@ -2,27 +2,116 @@ import { CLAIMED_COLUMNS, failRunsFrom } from './lease-common.sql.js';
 
 /**
  * The claim (lease protocol step 1): one statement per purpose, each a single round trip and a
- * single commit; the limited claim's steps run in one short transaction (lease.ts).
+ * single commit; the limited claim's steps run in one short transaction (claim.ts).
+ *
+ * Every claim names the definition hashes its worker has loaded ($3, a text[]): a stage is a
+ * candidate only when its run started with one of them, so a worker never maps a run onto
+ * steps it does not have, and leaves it (no attempt spent) to a worker that has them. Each kind
+ * of candidate is read as one index range per hash, merged in index order (a Merge Append, so a
+ * backlog of another version is never read), and locked lazily in that order, row by row, with
+ * FOR UPDATE SKIP LOCKED: only the rows the LIMIT takes are locked. (FOR UPDATE inside each
+ * UNION ALL arm would lock every row of every arm before the merge: the planner does not push
+ * the LIMIT through a locking subquery.)
  */
-/** The two index-ordered candidate branches of a claim (see claimSql), each with its own LIMIT. */
-function candidates(limit: number, keyed: 'unkeyed' | 'any'): string {
-  const key = keyed === 'unkeyed' ? ' AND s.concurrency_key IS NULL' : '';
+
+/** At most this many definition hashes in one claim (each is one index range per branch). */
+export const MAX_CLAIM_DEFINITIONS = 100;
+/** At most this many concurrency keys are looked at by one keyed claim; the next claim goes on from the last one. */
+export const MAX_KEYS_VISITED = 200;
+
+const CLK = '(SELECT t FROM clk)';
+const DUE = `s.state = 'queued' AND s.available_at <= ${CLK}`;
+const EXPIRED = `s.state = 'running' AND s.lease_until < ${CLK}`;
+
+/**
+ * Candidate ids (and their order column `at`) of class $2 matching `where`, one index-ordered
+ * range per hash of $3, merged by (at, id). Nothing is locked here.
+ */
+function perDefinition(hashes: number, where: string, order: 'available_at' | 'lease_until'): string {
+  const arm = (i: number) => `(SELECT s.id, s.${order} AS at FROM ratchet.stages s
+    WHERE ${where} AND s.tool_class = $2 AND s.definition_hash = ($3::text[])[${i}] ORDER BY s.${order}, s.id)`;
+  if (hashes === 1) return arm(1).slice(1, -1); // one range: already in order
+  return `${Array.from({ length: hashes }, (_, i) => arm(i + 1)).join('\n  UNION ALL ')}
+  ORDER BY at, id`;
+}
+
+/** Locks the rows of candidate CTE `ids` in their order, skipping those another claimer holds, while `recheck` holds, up to `limit`. */
+function lockInOrder(ids: string, recheck: string, limit: string): string {
+  return `SELECT l.* FROM ${ids} c CROSS JOIN LATERAL (
+    SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit, c.at
+    FROM ratchet.stages s WHERE s.id = c.id AND ${recheck} FOR UPDATE SKIP LOCKED
+  ) l
+  LIMIT ${limit}`;
+}
+
+/**
+ * Due stages without a concurrency key (`queued`), then expired leases (`expired`, filling what
+ * is left of `limit`, or `limit` of their own when `expiredLimit` says so); `keyed` expired
+ * leases are included when the caller counts keys (the limited claim).
+ */
+function candidates(hashes: number, limit: number, keyed: boolean, expiredLimit: 'fill' | 'own'): string {
+  const expiredKey = keyed ? '' : ' AND s.concurrency_key IS NULL';
   return `
+queued_ids AS (
+  ${perDefinition(hashes, `${DUE} AND s.concurrency_key IS NULL`, 'available_at')}
+),
 queued AS (
-  SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit
-  FROM ratchet.stages s
-  WHERE s.state = 'queued' AND s.tool_class = $2 AND s.available_at <= (SELECT t FROM clk)${key}
-  ORDER BY s.available_at, s.id
-  LIMIT ${limit}
-  FOR UPDATE SKIP LOCKED
+  ${lockInOrder('queued_ids', DUE, String(limit))}
+),
+expired_ids AS (
+  ${perDefinition(hashes, `${EXPIRED}${expiredKey}`, 'lease_until')}
 ),
 expired AS (
-  SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit
-  FROM ratchet.stages s
-  WHERE s.state = 'running' AND s.tool_class = $2 AND s.lease_until < (SELECT t FROM clk)${key}
-  ORDER BY s.lease_until, s.id
-  LIMIT greatest(${limit} - (SELECT count(*) FROM queued), 0)
-  FOR UPDATE SKIP LOCKED
+  ${lockInOrder('expired_ids', EXPIRED, expiredLimit === 'fill' ? `greatest(${limit} - (SELECT count(*) FROM queued), 0)` : String(limit))}
+)`;
+}
+
+/**
+ * Due stages under concurrency keys with room, whatever the backlog of saturated keys: a walk
+ * over the class's distinct keys (one index descent each on stages_queued_key_idx, a loose index
+ * scan) from the key after cursor $4, round the end and back to the cursor, that stops after
+ * MAX_KEYS_VISITED keys or once `limit` stages are found. Per key it counts the live leases (as
+ * COUNT_RUNNING_KEYS does) and the due stages of the loaded definitions, so a saturated key
+ * costs a few index probes and none of its backlog is read. Then each key with room gives its
+ * oldest due stages (up to its room), merged by (available_at, id) and locked lazily. The room
+ * is an estimate read before the keys are locked; the limited claim counts again under the
+ * key locks (claim.ts). `walk` also returns the cursor for the next claim: the last key visited.
+ */
+function keyedCandidates(limit: number): string {
+  const key = `s.state = 'queued' AND s.tool_class = $2 AND s.concurrency_key IS NOT NULL`;
+  const dueOfKey = (k: string, n: string) => `SELECT s.id, s.available_at AS at, s.concurrency_limit AS lim FROM ratchet.stages s
+        WHERE ${key} AND s.concurrency_key = ${k} AND s.definition_hash = u.hash AND s.available_at <= ${CLK}
+        ORDER BY s.available_at, s.id LIMIT ${n}`;
+  return `
+walk(k, visited, found, wrapped, take) AS (
+  SELECT $4::text, 0, 0, false, 0
+  UNION ALL
+  SELECT nx.k, w.visited + 1, w.found + tk.take, nx.wrapped, tk.take
+  FROM walk w
+  CROSS JOIN LATERAL (SELECT (SELECT s.concurrency_key FROM ratchet.stages s WHERE ${key} AND s.concurrency_key > w.k
+    ORDER BY s.concurrency_key LIMIT 1) AS k OFFSET 0) a
+  CROSS JOIN LATERAL (SELECT coalesce(a.k, CASE WHEN NOT w.wrapped THEN (SELECT s.concurrency_key FROM ratchet.stages s WHERE ${key}
+    ORDER BY s.concurrency_key LIMIT 1) END) AS k, w.wrapped OR a.k IS NULL AS wrapped OFFSET 0) nx
+  CROSS JOIN LATERAL (
+    SELECT least(greatest(d.lim - (SELECT count(*)::int FROM ratchet.stages r
+      WHERE r.state = 'running' AND r.concurrency_key = nx.k AND r.lease_until >= ${CLK}), 0), d.due) AS take
+    FROM (SELECT count(*)::int AS due, min(h.lim) AS lim FROM unnest($3::text[]) AS u(hash)
+      CROSS JOIN LATERAL (${dueOfKey('nx.k', String(limit))}) h) d
+    OFFSET 0
+  ) tk
+  WHERE w.visited < ${MAX_KEYS_VISITED} AND w.found < ${limit} AND nx.k IS NOT NULL AND NOT (nx.wrapped AND nx.k > $4::text)
+),
+keyed_ids AS (
+  SELECT x.id, x.at FROM (
+    SELECT h.id, h.at, w.take, row_number() OVER (PARTITION BY w.k ORDER BY h.at, h.id) AS rn
+    FROM walk w CROSS JOIN unnest($3::text[]) AS u(hash) CROSS JOIN LATERAL (${dueOfKey('w.k', 'w.take')}) h
+    WHERE w.take > 0
+  ) x
+  WHERE x.rn <= x.take
+  ORDER BY x.at, x.id
+),
+keyed AS (
+  ${lockInOrder('keyed_ids', DUE, String(limit))}
 )`;
 }
 
@@ -79,37 +168,48 @@ FROM claimed c CROSS JOIN clk JOIN ratchet.runs r ON r.id = c.run_id
 ORDER BY c.id`;
 }
 
-const checkLimit = (limit: number) => {
+function check(limit: number, hashes: number): void {
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new RangeError(`claim limit ${limit}`);
-};
+  if (!Number.isInteger(hashes) || hashes < 1 || hashes > MAX_CLAIM_DEFINITIONS) throw new RangeError(`claim definitions ${hashes}`);
+}
 
 /**
- * The fast claim: up to `limit` due stages of tool class $2 for owner $1, in ONE statement.
- * Candidates: `queued` with available_at <= now, or `running` whose lease has expired. Two
- * index-ordered branches (an OR would defeat index order), each FOR UPDATE SKIP LOCKED with
- * its own LIMIT, in CTEs joined to the UPDATE (never `WHERE id IN (... LIMIT n)`, which can
- * touch more than n rows). Stages under a concurrency key are left to the limited claim.
- * The limit is part of the text (one prepared statement per limit, a validated integer
- * 1..1000): with LIMIT as a parameter the generic plan assumes a tenth of the table and
- * PostgreSQL re-plans every call.
+ * The fast claim: up to `limit` due stages of tool class $2 started with one of the `hashes`
+ * definition hashes in $3, for owner $1, in ONE statement. Candidates: `queued` with
+ * available_at <= now, or `running` whose lease has expired. Two index-ordered branches (an OR
+ * would defeat index order), each locked lazily FOR UPDATE SKIP LOCKED with its own LIMIT, in
+ * CTEs joined to the UPDATE (never `WHERE id IN (... LIMIT n)`, which can touch more than n
+ * rows). Stages under a concurrency key are left to the limited claim. The limit and the
+ * number of hashes are part of the text (one prepared statement per pair, validated integers):
+ * with LIMIT as a parameter the generic plan assumes a tenth of the table and PostgreSQL
+ * re-plans every call.
  */
-export const claimSql = (limit: number): string => {
-  checkLimit(limit);
+export const claimSql = (limit: number, hashes: number): string => {
+  check(limit, hashes);
   return `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(limit, 'unkeyed')},
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, false, 'fill')},
 picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL SELECT id, prev_state, prev_owner, prev_fence FROM expired),${claimPicked()}`;
 };
 
 /**
- * The limited claim, step 1 (inside a transaction): lock up to `limit` candidates of class
- * $2 ($1 unused, kept for one parameter shape) and return them with their concurrency key.
+ * The limited claim, step 1 (inside a transaction): lock up to `limit` candidates of each kind
+ * for class $2 and definitions $3 ($1 unused, kept for one parameter shape), ordered by when
+ * they became claimable, with their concurrency key and limit. `keyed` adds the stages of keys
+ * with room (walked from cursor $4) and expired keyed leases; every row carries the cursor for
+ * the next claim (and one row with a null id carries it when nothing was found).
  */
-export const pickCandidatesSql = (limit: number): string => {
-  checkLimit(limit);
+export const pickCandidatesSql = (limit: number, hashes: number, keyed: boolean): string => {
+  check(limit, hashes);
+  const kinds = ['queued', 'expired', ...(keyed ? ['keyed'] : [])];
+  const walk = keyed ? keyedCandidates(limit) : `
+walk(k, visited) AS (SELECT $4::text, 0)`; // no keys walked: the cursor stays
   return `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(limit, 'any')}
-SELECT id::text AS id, concurrency_key, concurrency_limit, $1::text AS owner FROM queued
-UNION ALL SELECT id::text AS id, concurrency_key, concurrency_limit, $1::text AS owner FROM expired`;
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own')},${walk},
+picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, at FROM ${k}`).join(' UNION ALL ')})
+SELECT p.id::text AS id, p.concurrency_key, p.concurrency_limit, $1::text AS owner,
+  (SELECT w.k FROM walk w WHERE w.visited > 0 ORDER BY w.visited DESC LIMIT 1) AS next_cursor
+FROM (SELECT 1) one LEFT JOIN picked p ON true
+ORDER BY p.at, p.id`;
 };
 
 /** The limited claim, last step: claim the stages $2 (ids this transaction already locked) for owner $1. */
@@ -121,6 +221,13 @@ picked AS (
   WHERE s.id = ANY($2::bigint[])
     AND ((s.state = 'queued' AND s.available_at <= clk.t) OR (s.state = 'running' AND s.lease_until < clk.t))
 ),${claimPicked()}`;
+
+/**
+ * A claim that names no definitions (tools and tests, never a worker) takes any: the hashes of
+ * the class's waiting stages ($1). Not a hot statement.
+ */
+export const WAITING_DEFINITIONS_SQL = `
+SELECT DISTINCT definition_hash FROM ratchet.stages WHERE tool_class = $1 AND state IN ('queued', 'running') LIMIT ${MAX_CLAIM_DEFINITIONS}`;
 
 /** Serialises the limited claims of one class ($1): transaction-scoped advisory lock. */
 export const LOCK_CLASS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:class:' || $1, 0))`;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
 import {
   CLAIM_IDS_SQL, claimSql, COUNT_RATE_SQL, COUNT_RUNNING_CLASS_SQL, COUNT_RUNNING_KEYS_SQL, LOCK_CLASS_SQL, LOCK_KEYS_SQL,
-  pickCandidatesSql, RECORD_RATE_SQL,
+  MAX_CLAIM_DEFINITIONS, pickCandidatesSql, RECORD_RATE_SQL, WAITING_DEFINITIONS_SQL,
 } from './claim.sql.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
 import { parseInput } from './validate.js';
@@ -21,63 +21,87 @@ const claimArgs = z.object({
   owner: z.string().min(1).max(200),
   toolClass: z.string().min(1).max(200),
   limit: z.number().int().min(1).max(1000),
+  /**
+   * Hashes of the workflow definitions this claimer has loaded: only stages of runs started
+   * with one of them are claimed; the rest wait, no attempt spent, for a claimer that has them.
+   * A worker always names them; omitted (tools, tests) means any definition.
+   */
+  definitions: z.array(z.string().min(1).max(200)).max(MAX_CLAIM_DEFINITIONS).optional(),
   limits: claimLimitsSchema.optional(),
 }).strict();
 
 /**
- * Claims up to `limit` due stages of one tool class. Without limits: one atomic statement
- * (stages under a concurrency key are left alone). With limits: one short transaction that
- * serialises the class's claims (advisory lock), counts live leases and the rate window by
- * the database clock, locks the candidates' concurrency keys in sorted order and counts their
- * live leases, then claims only what fits — so the limits hold whatever the number of workers
- * and whichever path woke them. Rows with state 'failed' are stages whose attempt budget was
- * spent (not claimed).
+ * Where each keyed claim's walk over concurrency keys goes on from, per store and class: the
+ * last key the previous claim looked at, so keys with room take turns (a scheduling hint,
+ * kept in this process; losing it costs nothing but order).
+ */
+const keyCursors = new WeakMap<Db, Map<string, string>>();
+
+/**
+ * Claims up to `limit` due stages of one tool class and of the definitions the claimer has
+ * loaded. Without limits: one atomic statement (stages under a concurrency key are left
+ * alone). With limits: one short transaction that serialises the class's claims (advisory
+ * lock), counts live leases and the rate window by the database clock, picks candidates
+ * (stages of keys with room found by a walk over keys, whatever the backlog of saturated
+ * keys), locks their concurrency keys in sorted order and counts their live leases, then claims
+ * only what fits — so the limits hold whatever the number of workers and whichever path woke
+ * them. Rows with state 'failed' are stages whose attempt budget was spent (not claimed).
  */
 export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<ClaimedStage[]> {
-  const { owner, toolClass, limit, limits } = parseInput(claimArgs, args, 'claim');
+  const { owner, toolClass, limit, definitions, limits } = parseInput(claimArgs, args, 'claim');
   const sentAt = monotonicNow(); // read before asking the pool for a connection
+  const hashes = definitions
+    ? [...new Set(definitions)]
+    : (await db.query(WAITING_DEFINITIONS_SQL, [toolClass])).map((r) => r.definition_hash as string);
+  if (hashes.length === 0) return [];
   const limited = limits && (limits.classConcurrency !== undefined || limits.rate !== undefined || limits.keyed);
   const rows = limited
-    ? await db.transaction((tx) => claimLimited(tx, owner, toolClass, limit, limits))
-    : await db.query(claimSql(limit), [owner, toolClass], `ratchet_claim_${limit}`);
+    ? await db.transaction((tx) => claimLimited(tx, db, { owner, toolClass, limit, hashes }, limits))
+    : await db.query(claimSql(limit, hashes.length), [owner, toolClass, hashes], `ratchet_claim_${limit}_${hashes.length}`);
   return rows.map((r) => toClaimed(r, sentAt));
 }
 
-async function claimLimited(tx: Queryable, owner: string, toolClass: string, limit: number, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
-  let budget = limit;
+interface ClaimOf { owner: string; toolClass: string; limit: number; hashes: string[] }
+
+async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
+  let budget = c.limit;
   if (limits.classConcurrency !== undefined || limits.rate) {
-    await tx.query(LOCK_CLASS_SQL, [toolClass], 'ratchet_lock_class');
+    await tx.query(LOCK_CLASS_SQL, [c.toolClass], 'ratchet_lock_class');
     if (limits.classConcurrency !== undefined) {
-      const [r] = await tx.query(COUNT_RUNNING_CLASS_SQL, [toolClass], 'ratchet_count_running_class');
+      const [r] = await tx.query(COUNT_RUNNING_CLASS_SQL, [c.toolClass], 'ratchet_count_running_class');
       budget = Math.min(budget, limits.classConcurrency - (r!.n as number));
     }
     if (limits.rate) {
-      const [r] = await tx.query(COUNT_RATE_SQL, [toolClass, limits.rate.windowMs], 'ratchet_count_rate');
+      const [r] = await tx.query(COUNT_RATE_SQL, [c.toolClass, limits.rate.windowMs], 'ratchet_count_rate');
       budget = Math.min(budget, limits.rate.max - (r!.n as number));
     }
   }
   if (budget <= 0) return [];
-  // Keyed stages may be skipped for their key's limit: look a little further than the budget.
-  const window = Math.min(1000, limits.keyed ? budget * 4 : budget);
-  const cands = await tx.query(pickCandidatesSql(window), [owner, toolClass], `ratchet_pick_${window}`);
+  const keyed = limits.keyed === true;
+  const cursors = keyCursors.get(db) ?? new Map<string, string>();
+  keyCursors.set(db, cursors);
+  const picked = await tx.query(pickCandidatesSql(budget, c.hashes.length, keyed),
+    [c.owner, c.toolClass, c.hashes, cursors.get(c.toolClass) ?? ''], `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}`);
+  if (keyed) cursors.set(c.toolClass, (picked[0]?.next_cursor as string | null) ?? '');
+  const cands = picked.filter((p) => p.id !== null);
   let chosen = cands;
-  const keys = [...new Set(cands.map((c) => c.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
+  const keys = [...new Set(cands.map((p) => p.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
   if (keys.length > 0) {
     await tx.query(LOCK_KEYS_SQL, [keys], 'ratchet_lock_keys');
     const live = new Map((await tx.query(COUNT_RUNNING_KEYS_SQL, [keys], 'ratchet_count_running_keys')).map((r) => [r.key as string, r.n as number]));
-    chosen = cands.filter((c) => {
-      const key = c.concurrency_key as string | null;
+    chosen = cands.filter((p) => {
+      const key = p.concurrency_key as string | null;
       if (key === null) return true;
       const n = live.get(key) ?? 0;
-      if (n >= (c.concurrency_limit as number)) return false;
+      if (n >= (p.concurrency_limit as number)) return false;
       live.set(key, n + 1);
       return true;
     });
   }
   chosen = chosen.slice(0, budget);
   if (chosen.length === 0) return [];
-  const rows = await tx.query(CLAIM_IDS_SQL, [owner, chosen.map((c) => c.id as string)], 'ratchet_claim_ids');
+  const rows = await tx.query(CLAIM_IDS_SQL, [c.owner, chosen.map((p) => p.id as string)], 'ratchet_claim_ids');
   const started = rows.filter((r) => r.state === 'running').length;
-  if (limits.rate && started > 0) await tx.query(RECORD_RATE_SQL, [toolClass, started], 'ratchet_record_rate');
+  if (limits.rate && started > 0) await tx.query(RECORD_RATE_SQL, [c.toolClass, started], 'ratchet_record_rate');
   return rows;
 }

@@ -49,7 +49,7 @@ accepted AS (
     updated_at = clk.t
   FROM req, clk
   WHERE s.id = ANY($3::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
-  RETURNING s.id, s.run_id, s.fence, s.attempt, s.tool_class, s.available_at, req.outcome, req."retryDelayMs" AS retry_delay_ms,
+  RETURNING s.id, s.run_id, s.definition_hash, s.fence, s.attempt, s.tool_class, s.available_at, req.outcome, req."retryDelayMs" AS retry_delay_ms,
     req."nextSeq" AS next_seq, req."nextInput" AS next_input, coalesce(req."nextKeepInput", false) AS next_keep_input,
     req."nextError" AS next_error, coalesce(req."claimNext", false) AS claim_next, req.plan, req."runState" AS run_state,
     req."runResult" AS run_result, req."runError" AS run_error, req.data
@@ -126,9 +126,9 @@ next_handed_again AS (
 -- An agent's plan: the stages of a validated action list (and the next model call), inserted
 -- only when the model stage's finish is accepted, in this same statement.
 planned AS (
-  INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
     max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at)
-  SELECT f.run_id, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
+  SELECT f.run_id, f.definition_hash, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
     p."maxAttempts", f.run_id::text || ':' || p.seq || ':' || p.tool, p."concurrencyKey", p."concurrencyLimit", p.input, clk.t, clk.t, clk.t
   FROM accepted f CROSS JOIN LATERAL jsonb_to_recordset(f.plan) AS p(seq int, name text, tool text, "toolClass" text, state text,
     "leaseMs" int, "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "concurrencyKey" text, "concurrencyLimit" int, input jsonb)

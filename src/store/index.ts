@@ -10,7 +10,7 @@ import { extend, release } from './extend.js';
 import { EXPIRE_ALL_LEASES_SQL } from './extend.sql.js';
 import { finish, type FinishRow } from './finish.js';
 import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
-import { deleteWorker, dueIn, failUnserved, sweep, unservedClasses, upsertWorker, type SweptStage } from './workers.js';
+import { deleteWorker, dueIn, failUnserved, sweep, unservedClasses, upsertWorker, type Lane, type SweptStage } from './workers.js';
 import { acquireDataDirLock } from './lockfile.js';
 import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
@@ -27,8 +27,9 @@ export type { ExtendResult, ExtendVerdict } from './extend.js';
 export type { FinishRow, FinishVerdict } from './finish.js';
 export { IdempotencyConflictError, requestHash } from './runs.js';
 export type { NewEvent, RunStageRow } from './events.js';
-export type { SweptStage } from './workers.js';
+export type { Lane, SweptStage } from './workers.js';
 export type { ClaimLimits } from './claim.js';
+export { MAX_CLAIM_DEFINITIONS } from './claim.sql.js';
 export type { CancelResult, CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
 export type { RetryResult } from './retry-run.js';
 export { MAX_LIST_LIMIT } from './list-runs.js';
@@ -69,9 +70,9 @@ export interface Store {
   effectStarted(runId: string, stageId: string, beforeFence: string): Promise<boolean>;
   stageResults(runId: string): Promise<Record<string, unknown>>;
   runStages(runId: string): ReturnType<typeof runStages>;
-  upsertWorker(owner: string, classes: string[]): Promise<void>;
+  upsertWorker(owner: string, classes: string[], definitions: string[]): Promise<void>;
   deleteWorker(owner: string): Promise<void>;
-  sweep(classes: string[], limit: number): Promise<SweptStage[]>;
+  sweep(lanes: Lane[], limit: number): Promise<SweptStage[]>;
   dueIn(stageId: string): Promise<number>;
   unservedClasses(classes: string[], withinMs: number): Promise<string[]>;
   failUnserved(classes: string[], afterMs: number): Promise<number>;
@@ -154,9 +155,9 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     effectStarted: (runId, stageId, beforeFence) => effectStarted(db, runId, stageId, beforeFence),
     stageResults: (runId) => stageResults(db, runId),
     runStages: (runId) => runStages(db, runId),
-    upsertWorker: (owner, classes) => upsertWorker(db, owner, classes),
+    upsertWorker: (owner, classes, definitions) => upsertWorker(db, owner, classes, definitions),
     deleteWorker: (owner) => deleteWorker(db, owner),
-    sweep: (classes, limit) => sweep(db, classes, limit),
+    sweep: (lanes, limit) => sweep(db, lanes, limit),
     dueIn: (stageId) => dueIn(db, stageId),
     unservedClasses: (classes, withinMs) => unservedClasses(db, classes, withinMs),
     failUnserved: (classes, afterMs) => failUnserved(db, classes, afterMs),

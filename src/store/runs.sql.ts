@@ -11,16 +11,18 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, state`;
 
 /**
- * Insert a run's planned stages from $2 (a JSON array) for run $1. The first stage is
+ * Insert a run's planned stages from $2 (a JSON array) for run $1 (inserted just before, in the
+ * same transaction; each stage copies its definition hash for the claim). The first stage is
  * `queued` with its input; the rest are `pending` until the stage before them finishes.
  */
 export const INSERT_STAGES_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 ins AS (
-  INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
     max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at)
-  SELECT $1::uuid, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
-    p."maxAttempts", p."idempotencyKey", p."concurrencyKey", p."concurrencyLimit", p.input, clk.t, clk.t, clk.t
+  SELECT $1::uuid, (SELECT r.definition_hash FROM ratchet.runs r WHERE r.id = $1::uuid), p.seq, p.name, p.tool, p."toolClass", p.state,
+    p."leaseMs", p."timeoutMs", p."maxDurationMs", p."maxAttempts", p."idempotencyKey", p."concurrencyKey", p."concurrencyLimit", p.input,
+    clk.t, clk.t, clk.t
   FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, tool text, "toolClass" text, state text, "leaseMs" int,
     "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "concurrencyKey" text,
     "concurrencyLimit" int, input jsonb), clk

@@ -38,6 +38,8 @@ const createRunSchema = z.object({
   deadline: z.date().optional(),
   /** The deadline as the submitter gave it (an ISO date-time, a duration, ms): part of the idempotency hash. */
   requestedDeadline: z.union([z.string().max(100), z.number()]).optional(),
+  /** The workflow version the submitter asked for, if any: part of the idempotency hash. */
+  requestedVersion: z.number().int().min(1).optional(),
   stages: z.array(stageSpecSchema).min(1).max(10_000),
 }).strict();
 export type CreateRunInput = z.input<typeof createRunSchema>;
@@ -53,12 +55,14 @@ export interface CreatedRun { id: string; state: RunState; created: boolean; sta
 /**
  * Hash of what was submitted under an idempotency key, so another request under it is told
  * apart: the workflow, the input and, when given, the deadline as the submitter gave it (not
- * the instant it resolved to, so a repeated "10m" is the same request). Without a deadline
- * the hash is what it was before deadlines counted, so runs made then still match.
+ * the instant it resolved to, so a repeated "10m" is the same request), and the version when one
+ * was asked for. Without a deadline or version the hash is what it was before they counted, so
+ * runs made then still match.
  */
-export function requestHash(workflow: string, input: unknown, requestedDeadline?: string | number): string {
+export function requestHash(workflow: string, input: unknown, requestedDeadline?: string | number, requestedVersion?: number): string {
   const h = createHash('sha256').update(workflow).update('\u0000').update(toJsonText(input));
   if (requestedDeadline !== undefined) h.update('\u0000deadline\u0000').update(JSON.stringify(requestedDeadline));
+  if (requestedVersion !== undefined) h.update('\u0000version\u0000').update(String(requestedVersion));
   return h.digest('hex');
 }
 
@@ -87,7 +91,7 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
     input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
   }));
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
-  const hash = requestHash(run.workflow, run.input, run.requestedDeadline);
+  const hash = requestHash(run.workflow, run.input, run.requestedDeadline, run.requestedVersion);
   const id = run.id ?? uuidv7();
   for (const s of stages) s.idempotencyKey ??= `${id}:${s.seq}:${s.tool}`;
 

@@ -40,6 +40,8 @@ export const runs = ratchet.table('runs', {
 export const stages = ratchet.table('stages', {
   id: bigint('id', { mode: 'bigint' }).primaryKey().generatedAlwaysAsIdentity(),
   runId: uuid('run_id').notNull().references(() => runs.id, { onDelete: 'cascade' }),
+  /** The run's definition hash, copied so the claim can keep to the definitions a worker has loaded in index order. */
+  definitionHash: text('definition_hash').notNull(),
   seq: integer('seq').notNull(),
   /** Step name (defaults to the tool's name); results are addressed by it. */
   name: text('name').notNull(),
@@ -77,9 +79,13 @@ export const stages = ratchet.table('stages', {
 }, (t) => [
   uniqueIndex('stages_idempotency_key_uq').on(t.idempotencyKey),
   uniqueIndex('stages_run_seq_uq').on(t.runId, t.seq),
-  // The two claim branches, each index-ordered (see claim.sql.ts).
-  index('stages_queued_claim_idx').on(t.toolClass, t.availableAt, t.id).where(sql`state = 'queued'`),
-  index('stages_running_lease_idx').on(t.toolClass, t.leaseUntil, t.id).where(sql`state = 'running'`),
+  // The claim's index-ordered branches (see claim.sql.ts), one range per loaded definition:
+  // due stages without a concurrency key, expired leases, and keyed stages walked key by key.
+  index('stages_queued_claim_idx').on(t.toolClass, t.definitionHash, t.availableAt, t.id)
+    .where(sql`state = 'queued' and concurrency_key is null`),
+  index('stages_running_lease_idx').on(t.toolClass, t.definitionHash, t.leaseUntil, t.id).where(sql`state = 'running'`),
+  index('stages_queued_key_idx').on(t.toolClass, t.concurrencyKey, t.definitionHash, t.availableAt, t.id)
+    .where(sql`state = 'queued' and concurrency_key is not null`),
   // Live leases per concurrency key (the limited claim counts them).
   index('stages_running_key_idx').on(t.concurrencyKey).where(sql`state = 'running' and concurrency_key is not null`),
   check('stages_state_ck', sql`${t.state} in ('pending','queued','running','succeeded','failed','cancelled')`),
@@ -113,10 +119,12 @@ export const rateClaims = ratchet.table('rate_claims', {
   at: ts('at').notNull(),
 }, (t) => [index('rate_claims_class_at_idx').on(t.toolClass, t.at)]);
 
-/** Workers seen recently and the classes they serve (explain: "no worker serves this class"). */
+/** Workers seen recently, the classes they serve and the definitions they have loaded (explain: "no worker serves this class / version"). */
 export const workers = ratchet.table('workers', {
   ownerId: text('owner_id').primaryKey(),
   classes: text('classes').array().notNull(),
+  /** Hashes of the workflow definitions (every version) the worker has loaded. */
+  definitions: text('definitions').array().notNull().default(sql`'{}'::text[]`),
   startedAt: ts('started_at').notNull(),
   lastSeenAt: ts('last_seen_at').notNull(),
 }, (t) => [index('workers_last_seen_idx').on(t.lastSeenAt)]);

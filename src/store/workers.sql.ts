@@ -2,27 +2,39 @@ import { failRunsFrom } from './lease-common.sql.js';
 
 /** Statements about workers and the stages waiting for them (sweeper, registry). */
 
-/** A worker's presence: $1 owner, $2 classes it serves. */
+/** A worker's presence: $1 owner, $2 classes it serves, $3 hashes of the definitions it has loaded. */
 export const UPSERT_WORKER_SQL = `
-INSERT INTO ratchet.workers (owner_id, classes, started_at, last_seen_at)
-VALUES ($1, $2::text[], ratchet.db_now(), ratchet.db_now())
-ON CONFLICT (owner_id) DO UPDATE SET classes = excluded.classes, last_seen_at = excluded.last_seen_at`;
+INSERT INTO ratchet.workers (owner_id, classes, definitions, started_at, last_seen_at)
+VALUES ($1, $2::text[], $3::text[], ratchet.db_now(), ratchet.db_now())
+ON CONFLICT (owner_id) DO UPDATE SET classes = excluded.classes, definitions = excluded.definitions, last_seen_at = excluded.last_seen_at`;
 
 export const DELETE_WORKER_SQL = `DELETE FROM ratchet.workers WHERE owner_id = $1`;
 
 /**
- * What the sweeper re-sends, from PostgreSQL alone, in a bounded batch: due `queued` stages
- * and `running` stages whose lease has expired, of classes $1, at most $2 per branch.
+ * What the sweeper re-sends, from PostgreSQL alone, in bounded batches: per lane (tool class
+ * $1[i] and definition hash $2[i], the lanes this worker listens on), at most $3 due `queued`
+ * stages without a concurrency key (oldest first), $3 with one (in key order: any of them wakes
+ * a claim, which then finds the keys with room), and $3 `running` stages whose lease expired.
  */
 export const SWEEP_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t)
-(SELECT s.id::text AS id, s.tool_class, s.attempt + 1 AS next_attempt FROM ratchet.stages s
- WHERE s.state = 'queued' AND s.tool_class = ANY($1::text[]) AND s.available_at <= (SELECT t FROM clk)
- ORDER BY s.tool_class, s.available_at, s.id LIMIT $2)
-UNION ALL
-(SELECT s.id::text AS id, s.tool_class, s.attempt + 1 AS next_attempt FROM ratchet.stages s
- WHERE s.state = 'running' AND s.tool_class = ANY($1::text[]) AND s.lease_until < (SELECT t FROM clk)
- ORDER BY s.tool_class, s.lease_until, s.id LIMIT $2)`;
+SELECT x.id::text AS id, l.c AS tool_class, l.h AS definition_hash, x.next_attempt
+FROM unnest($1::text[], $2::text[]) AS l(c, h)
+CROSS JOIN LATERAL (
+  (SELECT s.id, s.attempt + 1 AS next_attempt FROM ratchet.stages s
+   WHERE s.state = 'queued' AND s.concurrency_key IS NULL AND s.tool_class = l.c AND s.definition_hash = l.h
+     AND s.available_at <= (SELECT t FROM clk)
+   ORDER BY s.available_at, s.id LIMIT $3)
+  UNION ALL
+  (SELECT s.id, s.attempt + 1 AS next_attempt FROM ratchet.stages s
+   WHERE s.state = 'queued' AND s.concurrency_key IS NOT NULL AND s.tool_class = l.c AND s.definition_hash = l.h
+     AND s.available_at <= (SELECT t FROM clk)
+   LIMIT $3)
+  UNION ALL
+  (SELECT s.id, s.attempt + 1 AS next_attempt FROM ratchet.stages s
+   WHERE s.state = 'running' AND s.tool_class = l.c AND s.definition_hash = l.h AND s.lease_until < (SELECT t FROM clk)
+   ORDER BY s.lease_until, s.id LIMIT $3)
+) x`;
 
 /** Milliseconds until stage $1 is due by the database clock (0 when due or no longer queued). */
 export const DUE_IN_SQL = `

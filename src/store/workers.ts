@@ -1,20 +1,26 @@
 import type { Queryable } from './db.js';
 import { DELETE_WORKER_SQL, DUE_IN_SQL, FAIL_UNSERVED_SQL, SWEEP_SQL, UNSERVED_CLASSES_SQL, UPSERT_WORKER_SQL } from './workers.sql.js';
 
-export interface SweptStage { stageId: string; toolClass: string; attempt: number }
+export interface SweptStage { stageId: string; toolClass: string; definitionHash: string; attempt: number }
+export interface Lane { toolClass: string; definitionHash: string }
 
-export async function upsertWorker(q: Queryable, owner: string, classes: string[]): Promise<void> {
-  await q.query(UPSERT_WORKER_SQL, [owner, classes], 'ratchet_upsert_worker');
+/** A worker's presence: the classes it serves and the definitions (hashes) it has loaded. */
+export async function upsertWorker(q: Queryable, owner: string, classes: string[], definitions: string[]): Promise<void> {
+  await q.query(UPSERT_WORKER_SQL, [owner, classes, definitions], 'ratchet_upsert_worker');
 }
 
 export async function deleteWorker(q: Queryable, owner: string): Promise<void> {
   await q.query(DELETE_WORKER_SQL, [owner]);
 }
 
-/** Due queued stages and expired leases of these classes, at most `limit` of each kind. */
-export async function sweep(q: Queryable, classes: string[], limit: number): Promise<SweptStage[]> {
-  const rows = await q.query(SWEEP_SQL, [classes, limit], 'ratchet_sweep');
-  return rows.map((r) => ({ stageId: r.id as string, toolClass: r.tool_class as string, attempt: r.next_attempt as number }));
+/** Due queued stages and expired leases of these lanes, about `limit` of each kind in all (at least 10 per lane). */
+export async function sweep(q: Queryable, lanes: Lane[], limit: number): Promise<SweptStage[]> {
+  if (lanes.length === 0) return [];
+  const perLane = Math.max(10, Math.ceil(limit / lanes.length));
+  const rows = await q.query(SWEEP_SQL, [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash), perLane], 'ratchet_sweep');
+  return rows.map((r) => ({
+    stageId: r.id as string, toolClass: r.tool_class as string, definitionHash: r.definition_hash as string, attempt: r.next_attempt as number,
+  }));
 }
 
 export async function dueIn(q: Queryable, stageId: string): Promise<number> {

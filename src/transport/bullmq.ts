@@ -30,7 +30,7 @@ function connectionFrom(url: string, extra: Record<string, unknown>): Connection
 }
 
 /**
- * Wake-ups on BullMQ: one queue per tool class; job data holds ids only; the job id is
+ * Wake-ups on BullMQ: one queue per tool class (per lane: class and definition, ./lane.ts); job data holds ids only; the job id is
  * `<stage>-<attempt the claim will create>` (BullMQ refuses `:`), so repeated notices of one
  * attempt collapse into one job; finished jobs are removed. A job is acknowledged once the
  * worker has tried a claim, never held for the stage's life, so BullMQ's stall clock never

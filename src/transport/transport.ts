@@ -11,7 +11,10 @@ export interface StageReady {
 
 export interface Transport {
   readonly kind: 'in-process' | 'bullmq';
-  /** A stage of `toolClass` is ready now, or after `delayMs` (a retry's backoff). Never throws. */
+  /**
+   * A stage of `toolClass` is ready now, or after `delayMs` (a retry's backoff). Never throws.
+   * Workers name a lane here (laneOf(toolClass, definitionHash), ./lane.ts), not the bare class.
+   */
   notify(toolClass: string, ready: StageReady, delayMs?: number): void;
   /**
    * Calls `onWake` when a stage of `toolClass` may be ready; `onWake` resolves once a claim

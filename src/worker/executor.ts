@@ -40,8 +40,8 @@ export interface ExecutorDeps {
   runners: { inline: ToolRunner; thread?: ToolRunner };
   /** Finishes one row (through the batcher); `confirmedUntil` says whether it may wait to join others. */
   finish(row: FinishRow, confirmedUntil: number): Promise<FinishVerdict>;
-  /** A stage became ready (now, or after delayMs): wake whoever serves its class. */
-  onQueued(toolClass: string, ready: StageReady, delayMs?: number): void;
+  /** A stage of a run of `definitionHash` became ready (now, or after delayMs): wake whoever serves its class and definition. */
+  onQueued(toolClass: string, definitionHash: string, ready: StageReady, delayMs?: number): void;
   /** The fast path: may this worker claim the next stage (of `nextClass`) in the finish itself? */
   canClaimNext(nextClass: string, currentClass: string): boolean;
   /** The fast path claimed the next stage: run it. */
@@ -68,13 +68,14 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
   deps.metrics.stagesClaimed.inc({ tool_class: stage.toolClass });
   if (stage.previousState === 'running') deps.metrics.reclaims.inc({ tool_class: stage.toolClass });
 
-  const workflow = deps.registry.get(stage.workflow);
-  const step = workflow && workflow.hash === stage.definitionHash ? resolveStep(workflow, stage) : null;
-  if (!workflow || !step) {
-    const message = !workflow
-      ? `this worker does not know workflow "${stage.workflow}"`
-      : `run ${stage.runId} started with definition ${stage.definitionHash} of workflow "${stage.workflow}"; this worker has ${workflow.hash}. ` +
-        'A changed definition is never mapped onto old stages: resubmit the run, or keep the old definition under another name.';
+  // The claim keeps to the definitions this worker loaded; a stage of another one (a claim that
+  // named none) is handed back at once, no attempt spent, for a worker that has its version.
+  const workflow = deps.registry.byHash(stage.definitionHash);
+  if (!workflow) return handBack(deps, log, stage);
+  const step = resolveStep(workflow, stage);
+  if (!step) {
+    const message = `run ${stage.runId} has stage ${stage.seq} (${stage.tool}), which definition ${stage.definitionHash} ` +
+      `of workflow "${stage.workflow}" does not have`;
     return settle(deps, log, stage, terminal(stage, 'failed', 'failed', { code: 'definition_changed', message }));
   }
   if (stage.runDeadline && stage.runDeadline.getTime() <= stage.dbNow.getTime()) {
@@ -326,10 +327,23 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     log.info({ event: 'finish_replayed', nextStageId: verdict.nextClaimed?.id }, 'an earlier try of this finish had committed; its answer was lost');
   }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
-  else if (verdict.nextStageId && verdict.nextToolClass) deps.onQueued(verdict.nextToolClass, { stageId: verdict.nextStageId, attempt: 1 });
-  if (row.outcome === 'queued') deps.onQueued(stage.toolClass, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
+  else if (verdict.nextStageId && verdict.nextToolClass) {
+    deps.onQueued(verdict.nextToolClass, stage.definitionHash, { stageId: verdict.nextStageId, attempt: 1 });
+  }
+  if (row.outcome === 'queued') {
+    deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
+  }
   log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state }, 'stage finished');
   return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
+}
+
+/** A stage of a definition this worker has not loaded: its lease goes back at once, the attempt unspent. */
+async function handBack(deps: ExecutorDeps, log: Logger, stage: ClaimedStage): Promise<AttemptEnd> {
+  log.warn({ event: 'definition_not_loaded', definitionHash: stage.definitionHash, workflow: stage.workflow },
+    'stage of a definition this worker lacks: handed back');
+  const released = await deps.store.release({ owner: deps.owner, leases: [{ stageId: stage.id, fence: stage.fence }] }).catch(() => []);
+  if (released.length > 0) deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt });
+  return 'abandoned';
 }
 
 /** Runs tools in this process. */

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Store } from '../store/index.js';
+import { laneOf } from '../transport/lane.js';
 import type { Transport } from '../transport/transport.js';
 import type { Metrics } from '../observability/metrics.js';
 
@@ -22,7 +23,8 @@ export class Sweeper {
     private readonly store: Store,
     private readonly transport: Transport,
     private readonly owner: string,
-    private readonly classes: string[],
+    /** The classes this worker serves, each with the hashes of its loaded definitions. */
+    private readonly definitions: ReadonlyMap<string, readonly string[]>,
     /** Every class this worker's registry knows: watched for "no worker serves it". */
     private readonly known: string[],
     private readonly intervalMs: number,
@@ -54,7 +56,8 @@ export class Sweeper {
   private tick(): Promise<void> {
     this.running = (async () => {
       try {
-        await this.store.upsertWorker(this.owner, this.classes);
+        const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
+        await this.store.upsertWorker(this.owner, [...this.definitions.keys()], [...new Set(lanes.map((l) => l.definitionHash))]);
         const unserved = new Set(await this.store.unservedClasses(this.known, UNSERVED_AFTER_MS));
         for (const c of this.known) this.metrics.unservedClass.set({ tool_class: c }, unserved.has(c) ? 1 : 0);
         if (unserved.size > 0) {
@@ -65,8 +68,8 @@ export class Sweeper {
           }
         }
         if (this.transport.kind !== 'in-process' && this.transport.healthy()) {
-          const due = await this.store.sweep(this.classes, SWEEP_BATCH);
-          for (const s of due) this.transport.notify(s.toolClass, { stageId: s.stageId, attempt: s.attempt });
+          const due = await this.store.sweep(lanes, SWEEP_BATCH);
+          for (const s of due) this.transport.notify(laneOf(s.toolClass, s.definitionHash), { stageId: s.stageId, attempt: s.attempt });
           if (due.length > 0) this.logger.debug({ event: 'sweep', count: due.length }, 'due stages re-sent');
         }
       } catch (err) {

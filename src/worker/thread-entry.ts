@@ -232,7 +232,9 @@ async function findTool(req: RunRequest): Promise<Tool> {
   } catch (err) {
     throw new PermanentError(`the tool thread cannot load ${req.sourceFile}: ${(err as Error).message}`, { code: 'thread_load_failed', cause: err });
   }
-  const workflow = Object.values(exports).find((v): v is Workflow => isWorkflowLike(v) && v.name === req.workflow);
+  // One file may export several versions of a workflow: the one with the worker's hash, else the name alone (then refused below).
+  const named = Object.values(exports).filter((v): v is Workflow => isWorkflowLike(v) && v.name === req.workflow);
+  const workflow = named.find((w) => w.hash === req.workflowHash) ?? named[0];
   if (!workflow) {
     throw new PermanentError(`${req.sourceFile} does not export workflow "${req.workflow}" in the tool thread`, { code: 'thread_tool_not_found' });
   }

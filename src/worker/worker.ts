@@ -2,8 +2,9 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Registry } from '../definitions/registry.js';
 import { InvalidInputError } from '../errors.js';
-import type { ClaimLimits, ClaimedStage, Store } from '../store/index.js';
+import { MAX_CLAIM_DEFINITIONS, type ClaimLimits, type ClaimedStage, type Store } from '../store/index.js';
 import { parseInput } from '../store/validate.js';
+import { laneOf } from '../transport/lane.js';
 import type { StageReady, Transport } from '../transport/transport.js';
 import { EventWriter } from './event-writer.js';
 import { executeStage, inlineRunner, type AttemptEnd, type ExecutorDeps, type ToolRunner } from './executor.js';
@@ -55,6 +56,8 @@ export interface WorkerDeps {
 export class Worker {
   readonly owner: string;
   readonly classes: string[];
+  /** Per class served: the hashes of the loaded definitions (every version) with stages of it; claims keep to them. */
+  readonly definitions: ReadonlyMap<string, readonly string[]>;
   private readonly opts: Required<Omit<WorkerOptions, 'classes' | 'name' | 'failUnservedAfterMs'>>;
   private readonly keeper: LeaseKeeper;
   private readonly events: EventWriter;
@@ -80,6 +83,13 @@ export class Worker {
     for (const [i, c] of this.classes.entries()) {
       if (!known.includes(c)) throw new InvalidInputError(`no workflow uses tool class "${c}" (known: ${known.join(', ') || 'none'})`, `worker.classes[${i}]`);
     }
+    this.definitions = new Map(this.classes.map((c) => [c, deps.registry.hashesOf(c)]));
+    for (const [c, hashes] of this.definitions) {
+      if (hashes.length > MAX_CLAIM_DEFINITIONS) {
+        throw new InvalidInputError(`${hashes.length} loaded definitions use tool class "${c}"; a worker serves at most ${MAX_CLAIM_DEFINITIONS} ` +
+          'per class', 'worker.classes');
+      }
+    }
     this.opts = {
       concurrency: o.concurrency ?? 10,
       pollIntervalMs: o.pollIntervalMs ?? 1000,
@@ -104,7 +114,8 @@ export class Worker {
     const metrics = deps.metrics ?? processMetrics();
     this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
-    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, known, this.opts.sweepIntervalMs, logger, metrics, o.failUnservedAfterMs ?? null);
+    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.definitions, known, this.opts.sweepIntervalMs, logger, metrics,
+      o.failUnservedAfterMs ?? null);
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,
@@ -116,7 +127,7 @@ export class Worker {
       random: deps.random,
       metrics,
       finish: (row, confirmedUntil) => this.batcher.finish(row, confirmedUntil),
-      onQueued: (toolClass, ready, delayMs) => deps.transport.notify(toolClass, ready, delayMs),
+      onQueued: (toolClass, definitionHash, ready, delayMs) => deps.transport.notify(laneOf(toolClass, definitionHash), ready, delayMs),
       canClaimNext: (nextClass, currentClass) => this.running && this.opts.fastPath && this.classes.includes(nextClass)
         && this.limits.get(nextClass) === undefined && this.free(nextClass) + (nextClass === currentClass ? 1 : 0) > 0,
       onClaimed: (stage) => this.launch(stage),
@@ -133,7 +144,10 @@ export class Worker {
     this.keeper.start();
     this.sweeper.start();
     for (const cls of this.classes) {
-      this.unsubscribe.push(this.deps.transport.subscribe(cls, (ready) => this.onWake(cls, ready)));
+      // One wake-up lane per definition: a wake-up only reaches workers that can claim its stage.
+      for (const hash of this.definitions.get(cls)!) {
+        this.unsubscribe.push(this.deps.transport.subscribe(laneOf(cls, hash), (ready) => this.onWake(cls, ready)));
+      }
       this.loops.push(this.claimLoop(cls));
     }
     this.logger.info({ event: 'worker_started', owner: this.owner, classes: this.classes, concurrency: this.opts.concurrency, transport: this.deps.transport.kind }, 'worker started');
@@ -163,8 +177,8 @@ export class Worker {
       try {
         const released = await this.deps.store.release({ owner: this.owner, leases: left.map((s) => ({ stageId: s.id, fence: s.fence })) });
         for (const r of released) {
-          const s = left.find((x) => x.id === r.stageId);
-          this.deps.transport.notify(r.toolClass, { stageId: r.stageId, attempt: s ? s.attempt : 1 });
+          const s = left.find((x) => x.id === r.stageId)!;
+          this.deps.transport.notify(laneOf(r.toolClass, s.definitionHash), { stageId: r.stageId, attempt: s.attempt });
         }
         this.logger.info({ event: 'lease_released', count: released.length }, 'leases handed back at shutdown');
       } catch (err) {
@@ -219,7 +233,9 @@ export class Worker {
       }
       let claimed: ClaimedStage[];
       try {
-        claimed = await this.deps.store.claim({ owner: this.owner, toolClass: cls, limit: free, limits: this.limits.get(cls) });
+        claimed = await this.deps.store.claim({
+          owner: this.owner, toolClass: cls, limit: free, definitions: [...this.definitions.get(cls)!], limits: this.limits.get(cls),
+        });
         backoff = 100;
       } catch (err) {
         this.logger.warn({ event: 'claim_failed', toolClass: cls, err: (err as Error).message }, 'claim failed');

@@ -1,17 +1,30 @@
 import type { Queryable } from '../../src/store/index.js';
 
+export interface BulkStageOptions {
+  leaseMs?: number;
+  maxAttempts?: number;
+  /** The runs' definition hash (default 'h'). */
+  definitionHash?: string;
+  /** A concurrency key and its limit for every stage (default none). */
+  concurrencyKey?: string;
+  concurrencyLimit?: number;
+}
+
 /**
  * Inserts `count` single-stage runs whose stage is queued and due, in one statement
  * (createRun one by one is too slow for thousands). Returns nothing; ids are sequential.
  */
-export async function insertQueuedStages(db: Queryable, count: number, toolClass: string, opts: { leaseMs?: number; maxAttempts?: number } = {}): Promise<void> {
+export async function insertQueuedStages(db: Queryable, count: number, toolClass: string, opts: BulkStageOptions = {}): Promise<void> {
   await db.query(`
     WITH r AS (
       INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state)
-      SELECT gen_random_uuid(), 'bulk', 'h', '{}'::jsonb, 'queued' FROM generate_series(1, $1::int)
+      SELECT gen_random_uuid(), 'bulk', $5, '{}'::jsonb, 'queued' FROM generate_series(1, $1::int)
       RETURNING id
     )
-    INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts, idempotency_key, input, available_at)
-    SELECT r.id, 1, 'noop', 'noop', $2, 'queued', $3, $3, 600000, $4, r.id::text || ':1:noop', '{}'::jsonb, ratchet.db_now() - interval '1 second'
-    FROM r`, [count, toolClass, opts.leaseMs ?? 30_000, opts.maxAttempts ?? 3]);
+    INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts,
+      idempotency_key, input, available_at, concurrency_key, concurrency_limit)
+    SELECT r.id, $5, 1, 'noop', 'noop', $2, 'queued', $3, $3, 600000, $4, r.id::text || ':1:noop', '{}'::jsonb,
+      ratchet.db_now() - interval '1 second', $6, $7
+    FROM r`, [count, toolClass, opts.leaseMs ?? 30_000, opts.maxAttempts ?? 3, opts.definitionHash ?? 'h',
+    opts.concurrencyKey ?? null, opts.concurrencyLimit ?? null]);
 }

@@ -164,24 +164,44 @@ describe('a next step whose input is not JSON', () => {
 });
 
 describe('a changed definition', () => {
-  it('is a clear error for a run that started with the old one, never a silent remap', async () => {
+  it('a worker without the run\'s version leaves it (no attempt spent, explain names the hash); one with it finishes it', async () => {
     const dir = `${process.env.TMPDIR ?? '/tmp'}/ratchet-defchange-${process.pid}`;
-    const v1 = wf('doc', slowThenFast);
-    const v2 = wf('doc', slowThenFast, after); // a step added: another hash
-    expect(v2.hash).not.toBe(v1.hash);
+    const input = z.object({}).passthrough();
+    const v1 = defineWorkflow({ name: 'doc', input, steps: [{ tool: after }] });
+    const changed = defineWorkflow({ name: 'doc', input, steps: [{ tool: after }, { tool: after, name: 'again' }] }); // a step added, version not bumped
+    const v2 = defineWorkflow({ name: 'doc', version: 2, input, steps: [{ tool: after }, { tool: after, name: 'again' }] });
+    expect(new Set([v1.hash, changed.hash, v2.hash]).size).toBe(3);
     const old = await createRatchet({ dataDir: dir, logger: silentLogger(), workflows: [v1] });
     const { id } = await old.submit('doc', {});
     await old.close();
-    const next = await createRatchet({ dataDir: dir, logger: silentLogger(), workflows: [v2] });
     try {
-      await next.worker({ pollIntervalMs: 50 }).start();
-      let run = (await next.getRun(id))!;
-      for (let i = 0; i < 200 && run.state !== 'failed'; i++) { await new Promise((res) => setTimeout(res, 25)); run = (await next.getRun(id))!; }
-      expect(run.state).toBe('failed');
-      expect(run.error).toMatchObject({ code: 'definition_changed' });
-      expect((run.error as { message: string }).message).toContain(v1.hash);
+      const next = await createRatchet({ dataDir: dir, logger: silentLogger(), workflows: [changed] });
+      try {
+        await next.worker({ pollIntervalMs: 50 }).start();
+        await new Promise((res) => setTimeout(res, 600)); // many polls
+        const run = (await next.getRun(id))!;
+        expect(run.state).toBe('queued');
+        expect(run.stages.map((s) => [s.state, s.attempt])).toEqual([['queued', 0]]);
+        const why = await next.explain(id);
+        expect(why.verdict).toBe('queued_no_worker_for_version');
+        expect(why.evidence).toMatchObject({ workflow: 'doc', definitionHash: v1.hash, workersWithDefinition: 0, workersServingClass: 1 });
+        expect(why.summary).toContain(v1.hash);
+      } finally {
+        await next.close();
+      }
+      const both = await createRatchet({ dataDir: dir, logger: silentLogger(), workflows: [v1, v2] });
+      try {
+        await both.worker({ pollIntervalMs: 50 }).start();
+        let run = (await both.getRun(id))!;
+        for (let i = 0; i < 200 && run.state !== 'succeeded'; i++) { await new Promise((res) => setTimeout(res, 25)); run = (await both.getRun(id))!; }
+        expect(run.state).toBe('succeeded');
+        expect(run.stages.map((s) => [s.name, s.attempt])).toEqual([['after', 1]]); // v1's one step, first attempt
+        expect((await both.submit('doc', {})).id).not.toBe(id);
+        expect(both.registry.get('doc')).toBe(v2); // a new run starts the newest
+      } finally {
+        await both.close();
+      }
     } finally {
-      await next.close();
       const { rmSync } = await import('node:fs');
       rmSync(dir, { recursive: true, force: true });
     }
