@@ -50,7 +50,7 @@ const workflows = [
   defineWorkflow({ name: 'lost_fast', input: anyIn, steps: [{ tool: tool('lf_first', fin, () => ({})) }, { tool: tool('lf_second', finOnce, () => ({})) }] }),
   defineWorkflow({ name: 'lost_retry', input: anyIn, steps: [{ tool: tool('lr_flaky', fin, (a) => { if (a === 1) throw new TransientError('503 once'); return {}; }) }] }),
   defineWorkflow({ name: 'conflicted', input: anyIn, steps: [{ tool: tool('conflicted', fin, () => ({})) }] }),
-  defineWorkflow({ name: 'unstorable', input: anyIn, steps: [{ tool: tool('unstorable', fin, () => ({ text: 'a\ud800b' }), z.object({ text: z.string() })) }] }),
+  defineWorkflow({ name: 'unstorable', input: anyIn, steps: [{ tool: tool('unstorable', fin, () => ({ text: 'fine' }), z.object({ text: z.string() })) }] }),
   defineWorkflow({ name: 'elapsed', input: anyIn, steps: [{ tool: tool('slow_fail', elapsed, async () => { await new Promise((r) => setTimeout(r, 1500)); throw new TransientError('still down'); }) }] }),
   defineWorkflow({ name: 'keyed', input: z.object({ order: z.number() }), steps: [{ tool: keyed }] }),
 ];
@@ -168,13 +168,23 @@ describe('finishes under real operations (PostgreSQL, one process)', () => {
   });
 
   it('a result PostgreSQL cannot store fails the stage permanently with a clear lastError, without running the tool again', async () => {
-    const { id } = await r.submit('unstorable', {});
-    const run = await ended(id, 20_000);
-    expect(run.state).toBe('failed');
-    expect(calls.unstorable).toEqual([1]);
-    expect(run.stages[0]).toMatchObject({ state: 'failed', attempt: 1, lastError: { code: 'result_not_storable', kind: 'permanent' } });
-    expect((run.stages[0]!.lastError as { message: string }).message).toMatch(/cannot be stored/);
-    expect(run.error).toMatchObject({ code: 'result_not_storable' });
+    // A lone surrogate or a NUL is refused before the finish (toJsonText: invalid_output); what is left is
+    // PostgreSQL's own refusal of a row (a data exception, class 22), raised here by a trigger on the finish.
+    await db.query(`CREATE FUNCTION public.unstorable_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'injected: unsupported Unicode escape sequence' USING ERRCODE = '22P05'; END $$`);
+    await db.query(`CREATE TRIGGER unstorable_fault BEFORE UPDATE ON ratchet.stages FOR EACH ROW
+      WHEN (OLD.state = 'running' AND NEW.state = 'succeeded' AND OLD.tool = 'unstorable') EXECUTE FUNCTION public.unstorable_fault()`);
+    try {
+      const { id } = await r.submit('unstorable', {});
+      const run = await ended(id, 20_000);
+      expect(run.state).toBe('failed');
+      expect(calls.unstorable).toEqual([1]);
+      expect(run.stages[0]).toMatchObject({ state: 'failed', attempt: 1, lastError: { code: 'result_not_storable', kind: 'permanent' } });
+      expect((run.stages[0]!.lastError as { message: string }).message).toMatch(/cannot be stored/);
+      expect(run.error).toMatchObject({ code: 'result_not_storable' });
+    } finally {
+      await db.query(`DROP TRIGGER unstorable_fault ON ratchet.stages`);
+    }
   });
 
   it('maxElapsed counts from the first claim to the failure being decided, not to the claim', async () => {
