@@ -121,15 +121,16 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
         const issue = parsed.error.issues[0]!;
         throw new InvalidInputError(issue.message, ['input', ...issue.path.map(String)].join('.'), { issues: parsed.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
       }
-      const deadline = so.deadline instanceof Date ? so.deadline
-        : so.deadline !== undefined ? new Date(Date.now() + parseDuration(so.deadline, 'submit.options.deadline'))
-        : workflow.deadlineMs !== null ? new Date(Date.now() + workflow.deadlineMs) : undefined;
+      // A duration counts from the database's now (the store adds it there), never this process's clock.
+      const deadline = so.deadline instanceof Date ? { deadline: so.deadline }
+        : so.deadline !== undefined ? { deadlineInMs: parseDuration(so.deadline, 'submit.options.deadline') }
+        : workflow.deadlineMs !== null ? { deadlineInMs: workflow.deadlineMs } : {};
       const created = await store.createRun({
         workflow: workflow.name,
         definitionHash: workflow.hash,
         input: parsed.data,
         idempotencyKey: so.idempotencyKey,
-        deadline,
+        ...deadline,
         stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
       });
       const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;
