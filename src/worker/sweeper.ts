@@ -5,6 +5,9 @@ import type { Metrics } from '../observability/metrics.js';
 
 /** Stages re-sent per class kind and sweep. */
 const SWEEP_BATCH = 500;
+/** Runs expired per statement, and statements per sweep at most (the rest wait for the next sweep). */
+const DEADLINE_BATCH = 200;
+const DEADLINE_BATCHES = 5;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
 
@@ -12,6 +15,8 @@ export const UNSERVED_AFTER_MS = 30_000;
  * Losing Redis loses nothing: from PostgreSQL alone, in bounded batches, the sweeper re-sends
  * due `queued` stages and expired leases to the transport (job ids dedupe repeats), and keeps
  * this worker's row in ratchet.workers fresh (explain uses it to say no worker serves a class).
+ * It also expires runs past their deadline, so a run expires within one sweep whatever its
+ * stages wait for (a retry delay, a class nobody serves, a long stage).
  */
 export class Sweeper {
   private timer: NodeJS.Timeout | null = null;
@@ -53,6 +58,7 @@ export class Sweeper {
 
   private tick(): Promise<void> {
     this.running = (async () => {
+      await this.expireRuns();
       try {
         await this.store.upsertWorker(this.owner, this.classes);
         const unserved = new Set(await this.store.unservedClasses(this.known, UNSERVED_AFTER_MS));
@@ -76,5 +82,18 @@ export class Sweeper {
     return this.running.finally(() => {
       if (!this.stopped) this.schedule();
     });
+  }
+
+  /** Runs past their deadline become `expired`, in bounded batches (deadline.sql.ts). */
+  private async expireRuns(): Promise<void> {
+    try {
+      for (let i = 0; i < DEADLINE_BATCHES; i++) {
+        const { expired, runningStageIds } = await this.store.expireRuns(DEADLINE_BATCH);
+        if (expired > 0) this.logger.info({ event: 'run_expired', count: expired, runningStages: runningStageIds.length }, 'runs past their deadline expired');
+        if (expired < DEADLINE_BATCH) break;
+      }
+    } catch (err) {
+      this.logger.warn({ event: 'expire_failed', err: (err as Error).message }, 'expiring runs past their deadline failed');
+    }
   }
 }
