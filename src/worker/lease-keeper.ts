@@ -156,7 +156,7 @@ export class LeaseKeeper {
       const reason = extensionFailureReason(err);
       this.metrics.extensionFailures.inc({ reason });
       this.logger.warn({ event: 'heartbeat_failed', reason, timeoutMs, err: (err as Error).message, leases: live.length },
-        'extend statement failed: ownership unknown until confirmed; next tick on a fresh connection');
+        'extend statement failed: ownership unknown until confirmed; asking again soon');
       this.soon = true;
       return;
     }

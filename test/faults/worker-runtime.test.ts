@@ -105,7 +105,7 @@ describe('ratchet worker process: metrics and escalation while its database is c
   it('a thread-class tool ignoring its signal, database cut past the lease: slot free within timeout, thread gone within timeout + grace', async () => {
     const { scrape } = await spawnWorker('deaf_thread');
     await r.submit('deaf-thread', {});
-    const first = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive'), 30_000, 'the tool running');
+    const first = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_thread_tool'), 30_000, 'the tool running');
     const called = performance.now();
     const slots = async () => samples(await scrape(), 'ratchet_worker_slots_in_use').find((s) => s.labels.tool_class === 'deaf_thread')?.value;
     const busyThreads = async () => samples(await scrape(), 'ratchet_tool_threads').find((s) => s.labels.state === 'busy')?.value;

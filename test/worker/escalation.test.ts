@@ -78,7 +78,7 @@ describe('aborts escalate past ownership_unknown', () => {
     const { logger, lines } = captureLogger();
     const { r, w, runner } = await start(['deaf_thread'], logger);
     const { id } = await r.submit('deaf-thread', {});
-    const first = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive'), 30_000, 'the tool running');
+    const first = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_thread_tool'), 30_000, 'the tool running');
     const called = performance.now(); // the call started a little earlier: the bounds below are generous by that much
     expect(first.threadId).toBeGreaterThan(0); // it runs in a tool thread
     expect(w.slotsInUse('deaf_thread')).toBe(1);
