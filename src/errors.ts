@@ -104,7 +104,8 @@ export class TransientError extends Error {
   }
 }
 
-export type AbortReason = 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'timeout' | 'stage_duration_exceeded' | 'shutdown' | 'run_deadline';
+export type AbortReason =
+  | 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'timeout' | 'stage_duration_exceeded' | 'shutdown' | 'run_deadline';
 
 /**
  * Why an attempt was stopped: the reason of `ctx.signal`, and what `ctx.beginEffect()` throws

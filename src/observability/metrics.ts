@@ -49,33 +49,39 @@ export interface Metrics {
 }
 
 /** A label set without empty values (`model` only for model calls). */
-const present = (labels: AttemptLabels): Partial<Record<AttemptLabelName, string>> =>
-  Object.fromEntries(Object.entries(labels).filter(([, v]) => typeof v === 'string' && v !== '')) as Partial<Record<AttemptLabelName, string>>;
+type LabelValues = Partial<Record<AttemptLabelName, string>>;
+const present = (labels: AttemptLabels): LabelValues =>
+  Object.fromEntries(Object.entries(labels).filter(([, v]) => typeof v === 'string' && v !== '')) as LabelValues;
 
 export function createMetrics(registry = new Registry()): Metrics {
   const buckets = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
   const sources = new Set<() => WorkerSample>();
   const registers = [registry];
   registerScrapeGauges(registers, () => [...sources].map((s) => s()));
+  const byClassAndWorkflow: ('tool_class' | 'workflow')[] = ['tool_class', 'workflow'];
+  const counter = <L extends string>(name: string, help: string, labelNames: L[]) => new Counter<L>({ name, help, labelNames, registers });
   return {
     registry,
     track(sample) {
       sources.add(sample);
       return () => void sources.delete(sample);
     },
-    leasesExpired: new Counter({ name: 'ratchet_leases_lost_total', help: 'Leases found lost (expired or taken over) at a heartbeat', labelNames: ['tool_class', 'workflow'], registers }),
-    extensionFailures: new Counter({
-      name: 'ratchet_lease_extension_failures_total', help: 'Extend statements that errored or did not answer in time (ownership unknown, not lost), by reason',
-      labelNames: ['reason'], registers,
+    leasesExpired: counter('ratchet_leases_lost_total', 'Leases found lost (expired or taken over) at a heartbeat', byClassAndWorkflow),
+    extensionFailures: counter('ratchet_lease_extension_failures_total',
+      'Extend statements that errored or did not answer in time (ownership unknown, not lost), by reason', ['reason']),
+    reclaims: counter('ratchet_reclaims_total', 'Claims that took over an expired lease', byClassAndWorkflow),
+    resultsRejected: counter('ratchet_results_rejected_total', 'Finishes the fence refused (stale owner, token, lease)', byClassAndWorkflow),
+    stageDuration: new Histogram({
+      name: 'ratchet_stage_duration_seconds', help: 'One attempt from claim to finish', labelNames: [...ATTEMPT_LABELS, 'outcome'],
+      buckets, registers,
     }),
-    reclaims: new Counter({ name: 'ratchet_reclaims_total', help: 'Claims that took over an expired lease', labelNames: ['tool_class', 'workflow'], registers }),
-    resultsRejected: new Counter({ name: 'ratchet_results_rejected_total', help: 'Finishes refused by the fence (stale owner, token or lease)', labelNames: ['tool_class', 'workflow'], registers }),
-    stageDuration: new Histogram({ name: 'ratchet_stage_duration_seconds', help: 'One attempt from claim to finish', labelNames: [...ATTEMPT_LABELS, 'outcome'], buckets, registers }),
-    stagesClaimed: new Counter({ name: 'ratchet_stages_claimed_total', help: 'Attempts claimed', labelNames: ['tool_class', 'workflow'], registers }),
-    ownershipUnknown: new Counter({
-      name: 'ratchet_ownership_unknown_total', help: 'Attempts whose lease confirmation deadline passed without an answer', labelNames: ['tool_class', 'workflow'], registers,
+    stagesClaimed: counter('ratchet_stages_claimed_total', 'Attempts claimed', byClassAndWorkflow),
+    ownershipUnknown: counter('ratchet_ownership_unknown_total', 'Attempts whose lease confirmation deadline passed without an answer',
+      byClassAndWorkflow),
+    unservedClass: new Gauge({
+      name: 'ratchet_class_unserved', help: '1 when no worker has served the class recently while it has due stages',
+      labelNames: ['tool_class'], registers,
     }),
-    unservedClass: new Gauge({ name: 'ratchet_class_unserved', help: '1 when no worker has served the class recently while it has due stages', labelNames: ['tool_class'], registers }),
   };
 }
 
@@ -89,8 +95,9 @@ function byClass(samples: WorkerSample[], value: (slot: WorkerSample['slots'][nu
 }
 
 /** One value per label set of the held attempts, folded with `pick` (the oldest heartbeat, the least lease). */
-function perLabels(samples: WorkerSample[], pick: (a: number, b: number) => number, value: (a: WorkerSample['attempts'][number]) => number) {
-  const out = new Map<string, { labels: Partial<Record<AttemptLabelName, string>>; value: number }>();
+type HeldAttempt = WorkerSample['attempts'][number];
+function perLabels(samples: WorkerSample[], pick: (a: number, b: number) => number, value: (a: HeldAttempt) => number) {
+  const out = new Map<string, { labels: LabelValues; value: number }>();
   for (const sample of samples) {
     for (const a of sample.attempts) {
       const labels = present(a.labels);
@@ -105,7 +112,8 @@ function perLabels(samples: WorkerSample[], pick: (a: number, b: number) => numb
 /** The gauges computed at scrape time from the tracked workers (nothing sets them in between). */
 function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[]): void {
   new Gauge({
-    name: 'ratchet_heartbeat_age_seconds', help: 'Time since the last confirmed heartbeat (or claim) of the held attempts, the oldest per label set, at scrape time',
+    name: 'ratchet_heartbeat_age_seconds',
+    help: 'Time since the last confirmed heartbeat (or claim) of the held attempts, the oldest per label set, at scrape time',
     labelNames: ATTEMPT_LABELS, registers,
     collect() {
       this.reset();
@@ -113,7 +121,8 @@ function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[])
     },
   });
   new Gauge({
-    name: 'ratchet_lease_remaining_seconds', help: 'Lease time the worker can still vouch for (its confirmation deadline), the least per label set, at scrape time',
+    name: 'ratchet_lease_remaining_seconds',
+    help: 'Lease time the worker can still vouch for (its confirmation deadline), the least per label set, at scrape time',
     labelNames: ATTEMPT_LABELS, registers,
     collect() {
       this.reset();
@@ -121,7 +130,8 @@ function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[])
     },
   });
   new Gauge({
-    name: 'ratchet_worker_slots_in_use', help: 'Stages of the class whose tool a worker runs now (a slot is freed when the tool settles or is left behind)',
+    name: 'ratchet_worker_slots_in_use',
+    help: 'Stages of the class whose tool a worker runs now (a slot is freed when the tool settles or is left behind)',
     labelNames: ['tool_class'], registers,
     collect() {
       this.reset();
@@ -136,7 +146,8 @@ function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[])
     },
   });
   new Gauge({
-    name: 'ratchet_tool_threads', help: 'Tool threads (isolation: thread) alive, busy with a call or idle', labelNames: ['state'], registers,
+    name: 'ratchet_tool_threads', help: 'Tool threads (isolation: thread) alive, busy with a call or idle',
+    labelNames: ['state'], registers,
     collect() {
       this.reset();
       const threads = read().flatMap((s) => (s.threads ? [s.threads] : []));
@@ -158,7 +169,9 @@ export function processMetrics(): Metrics {
  * Serves `registry` as Prometheus text at GET /metrics (and /) on host:port (port 0: any free
  * port). Returns the URL and a close().
  */
-export async function serveMetrics(registry: Registry, opts: { port: number; host?: string }): Promise<{ url: string; close(): Promise<void> }> {
+export async function serveMetrics(
+  registry: Registry, opts: { port: number; host?: string },
+): Promise<{ url: string; close(): Promise<void> }> {
   const host = opts.host ?? '127.0.0.1';
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];

@@ -35,7 +35,8 @@ due AS (
 ),
 run AS (
   UPDATE ratchet.runs r SET state = 'expired', finished_at = clk.t, updated_at = clk.t,
-    error = jsonb_build_object('code', 'run_deadline_exceeded', 'message', 'the run''s deadline passed before it ended', 'deadline', r.deadline)
+    error = jsonb_build_object('code', 'run_deadline_exceeded', 'message', 'the run''s deadline passed before it ended',
+      'deadline', r.deadline)
   FROM due, clk
   WHERE r.id = due.id
   RETURNING r.id
@@ -53,7 +54,8 @@ ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT run.id, NULL, 'run_expired', NULL, NULL, clk.t, jsonb_build_object('reason', 'run_deadline') FROM run, clk
   UNION ALL
-  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state, 'reason', 'run_deadline')
+  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t,
+    jsonb_build_object('previousState', st.old_state, 'reason', 'run_deadline')
   FROM st, clk
 )
 SELECT (SELECT count(*) FROM run)::int AS expired,

@@ -39,7 +39,8 @@ const createRunSchema = z.object({
   deadline: z.date().optional(),
   deadlineInMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
   stages: z.array(stageSpecSchema).min(1).max(10_000),
-}).strict().refine((r) => r.deadline === undefined || r.deadlineInMs === undefined, { message: 'give deadline or deadlineInMs, not both', path: ['deadlineInMs'] });
+}).strict().refine((r) => r.deadline === undefined || r.deadlineInMs === undefined,
+  { message: 'give deadline or deadlineInMs, not both', path: ['deadlineInMs'] });
 export type CreateRunInput = z.input<typeof createRunSchema>;
 
 export class IdempotencyConflictError extends RatchetError {
@@ -85,8 +86,8 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
   for (const s of stages) s.idempotencyKey ??= `${id}:${s.seq}:${s.tool}`;
 
   return db.transaction(async (tx) => {
-    const inserted = await tx.query(INSERT_RUN_SQL, [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash,
-      run.deadlineInMs ?? null]);
+    const inserted = await tx.query(INSERT_RUN_SQL,
+      [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash, run.deadlineInMs ?? null]);
     if (inserted.length === 0) {
       const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
       if (!existing) throw new InvalidInputError('run id already exists', 'createRun.id');

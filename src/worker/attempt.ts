@@ -126,8 +126,8 @@ export class Attempt {
       this.controller.abort(err);
       if (reason === 'ownership_unknown') this.reportOwnershipUnknown();
     } else if (ends) {
-      this.logger.warn({ event: 'attempt_escalated', runId, stageId, fence, from: (this.signal.reason as AttemptAbortedError).reason, reason },
-        'attempt ended after its ownership became unknown');
+      const from = (this.signal.reason as AttemptAbortedError).reason;
+      this.logger.warn({ event: 'attempt_escalated', runId, stageId, fence, from, reason }, 'attempt ended after ownership became unknown');
     }
     if (!ends) return;
     const listeners = [...this.finalListeners];

@@ -104,7 +104,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     if (step.kind === 'model') {
       const history = await deps.store.runStages(stage.runId);
       const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
-      const answer = await runGuarded(attempt, () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs), 'model call', stage.timeoutMs);
+      const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
+      const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
       row = onModelAnswer(step.agent, stage, answer, history, data());
     } else {
@@ -129,9 +130,11 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return await settle(deps, log, stage, onFailure({ stageResults: deps.store.stageResults, random: deps.random }, policy, stage, err, data()), attempt.confirmedUntil);
+    const row = onFailure({ stageResults: deps.store.stageResults, random: deps.random }, policy, stage, err, data());
+    return await settle(deps, log, stage, row, attempt.confirmedUntil);
   } finally {
-    deps.metrics.stageDuration.observe({ ...attempt.labels, outcome: attempt.abortReason ?? 'finished' }, (monotonicNow() - started) / 1000);
+    const outcome = attempt.abortReason ?? 'finished';
+    deps.metrics.stageDuration.observe({ ...attempt.labels, outcome }, (monotonicNow() - started) / 1000);
     attempt.end();
     deps.keeper.remove(attempt);
   }

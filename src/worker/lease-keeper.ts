@@ -1,5 +1,7 @@
 import type { Logger } from 'pino';
-import { DatabaseUnavailableError, monotonicNow, StatementTimeLimitError, type ExtendResult, type Lease, type QueryOptions } from '../store/index.js';
+import {
+  DatabaseUnavailableError, monotonicNow, StatementTimeLimitError, type ExtendResult, type Lease, type QueryOptions,
+} from '../store/index.js';
 import type { Attempt } from './attempt.js';
 import { processMetrics, type ExtensionFailureReason, type Metrics } from '../observability/metrics.js';
 
@@ -151,7 +153,8 @@ export class LeaseKeeper {
     const timeoutMs = this.tickLimit(live, now);
     let results: ExtendResult[];
     try {
-      results = await this.store.extend({ owner: this.owner, leases: live.map((a) => ({ stageId: a.stage.id, fence: a.stage.fence })) }, { timeoutMs });
+      const leases = live.map((a) => ({ stageId: a.stage.id, fence: a.stage.fence }));
+      results = await this.store.extend({ owner: this.owner, leases }, { timeoutMs });
     } catch (err) {
       const reason = extensionFailureReason(err);
       this.metrics.extensionFailures.inc({ reason });
@@ -183,7 +186,8 @@ export class LeaseKeeper {
     if (a.ended || a.finishing || a.finalReason !== null) {
       // Its own finish (or its end) raced this extend: the row moved on for that reason, and
       // the fenced finish tells what happened. Never a lost lease.
-      this.logger.debug({ event: 'extend_after_finish', ...log, verdict: r.verdict, state: r.state }, 'extend answered after the attempt began its finish');
+      this.logger.debug({ event: 'extend_after_finish', ...log, verdict: r.verdict, state: r.state },
+        'extend answered after the attempt began its finish');
       return;
     }
     switch (r.verdict) {

@@ -89,7 +89,10 @@ export class Sweeper {
     try {
       for (let i = 0; i < DEADLINE_BATCHES; i++) {
         const { expired, runningStageIds } = await this.store.expireRuns(DEADLINE_BATCH);
-        if (expired > 0) this.logger.info({ event: 'run_expired', count: expired, runningStages: runningStageIds.length }, 'runs past their deadline expired');
+        if (expired > 0) {
+          const runningStages = runningStageIds.length;
+          this.logger.info({ event: 'run_expired', count: expired, runningStages }, 'runs past their deadline expired');
+        }
         if (expired < DEADLINE_BATCH) break;
       }
     } catch (err) {

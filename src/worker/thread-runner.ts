@@ -336,7 +336,8 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
     Atomics.store(abortCode, 0, abortCodeOf(err.reason));
     if (t.dead || t.job?.id !== id) return;
     try {
-      post(t, { type: 'abort', id, reason: err.reason, message: err.message, details: JSON.parse(JSON.stringify(err.details ?? {})) as Record<string, unknown> });
+      const details = JSON.parse(JSON.stringify(err.details ?? {})) as Record<string, unknown>;
+      post(t, { type: 'abort', id, reason: err.reason, message: err.message, details });
     } catch {
       post(t, { type: 'abort', id, reason: err.reason, message: `attempt aborted: ${err.reason}`, details: {} });
     }

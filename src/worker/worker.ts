@@ -201,7 +201,9 @@ export class Worker {
     const now = monotonicNow();
     const runner = this.deps.threadRunner as (ToolRunner & { stats?: () => { threads: number; busy: number } }) | undefined;
     return {
-      attempts: this.keeper.held().map((a) => ({ labels: a.labels, heartbeatAgeSeconds: a.heartbeatAgeSeconds(now), leaseRemainingSeconds: a.leaseRemainingSeconds(now) })),
+      attempts: this.keeper.held().map((a) => ({
+        labels: a.labels, heartbeatAgeSeconds: a.heartbeatAgeSeconds(now), leaseRemainingSeconds: a.leaseRemainingSeconds(now),
+      })),
       slots: this.classes.map((c) => ({ toolClass: c, inUse: this.slotsInUse(c), capacity: this.opts.concurrency })),
       ...(typeof runner?.stats === 'function' ? { threads: runner.stats() } : {}),
     };

@@ -40,7 +40,7 @@ export function registerWorkerCommand(program: Command): void {
     .option('--redis-url <url>', 'Redis for BullMQ wake-ups (env REDIS_URL); unset = polling only')
     .option('--grace <ms>', 'on SIGTERM, how long in-flight stages may take before their leases are released', '10000')
     .option('--name <name>', 'a readable prefix for the owner id (default: host name)')
-    .option('--metrics-port <port>', 'serve Prometheus metrics at http://<metrics-host>:<port>/metrics (0: any free port, printed when ready)')
+    .option('--metrics-port <port>', 'serve Prometheus metrics at http://<metrics-host>:<port>/metrics (0: any free port)')
     .option('--metrics-host <host>', 'address the metrics server listens on', '127.0.0.1')
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals<WorkerCommandOptions>();
@@ -58,10 +58,15 @@ export function registerWorkerCommand(program: Command): void {
       });
       const worker = ratchet.worker({ classes, concurrency, graceMs, name: o.name });
       await worker.start();
-      const metrics = metricsPort === null ? null : await serveMetrics(processMetrics().registry, { port: metricsPort, host: o.metricsHost });
-      const ready = { ready: true, owner: worker.owner, classes: worker.classes, transport: ratchet.transport.kind, backend: ratchet.store.kind, metrics: metrics?.url ?? null };
+      const metrics = metricsPort === null ? null
+        : await serveMetrics(processMetrics().registry, { port: metricsPort, host: o.metricsHost });
+      const ready = {
+        ready: true, owner: worker.owner, classes: worker.classes, transport: ratchet.transport.kind, backend: ratchet.store.kind,
+        metrics: metrics?.url ?? null,
+      };
+      const where = `${ratchet.store.kind}, ${ratchet.transport.kind}`;
       process.stdout.write(o.json ? `${JSON.stringify(ready)}\n`
-        : `worker ${worker.owner} serving ${worker.classes.join(', ')} (${ratchet.store.kind}, ${ratchet.transport.kind})${metrics ? `, metrics at ${metrics.url}` : ''}\n`);
+        : `worker ${worker.owner} serving ${worker.classes.join(', ')} (${where})${metrics ? `, metrics at ${metrics.url}` : ''}\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: string) => {
           logger.info({ event: 'worker_stopping', signal }, 'stopping');
