@@ -44,8 +44,8 @@ function wrap(client: pg.PoolClient): Queryable {
 
 /**
  * A connection outside the pool (see DbSession): one pg.Client, opened on first use, destroyed
- * after a statement that got no answer (time limit, reset, refused), so the next statement
- * opens a fresh one instead of waiting on a dead socket. A statement's time limit counts the
+ * after a statement that got no answer (time limit, reset, refused) or a failed connect, so
+ * the next statement opens a fresh one instead of waiting on a dead socket. A statement's time limit counts the
  * connect too. Statements of one session run one after another on its connection.
  */
 function createSession(config: pg.ClientConfig): DbSession {
@@ -62,9 +62,13 @@ function createSession(config: pg.ClientConfig): DbSession {
   return {
     async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts: QueryOptions = {}): Promise<R[]> {
       if (!client) {
-        client = new pg.Client(config);
-        client.on('error', () => {}); // a dying connection reports through its statement, never by crashing the process
-        ready = client.connect();
+        const fresh = new pg.Client(config);
+        fresh.on('error', () => {}); // a dying connection reports through its statement, never by crashing the process
+        client = fresh;
+        ready = fresh.connect().catch((err: unknown) => {
+          discard(fresh); // whatever the reason (refused, refused auth...), the next statement dials again
+          throw err;
+        });
       }
       const c = client;
       const connected = ready!;
