@@ -100,6 +100,24 @@ describe('run deadlines', () => {
     await r.cancel(c.id);
   });
 
+  it('a bad deadline is a typed error and writes nothing', async () => {
+    const count = async () => Number((await db.query('SELECT count(*)::int AS n FROM ratchet.runs'))[0]!.n);
+    const before = await count();
+    const stages = [{ name: 's', tool: 't', toolClass: 'c', leaseMs: 3000, timeoutMs: 1000, maxDurationMs: 2000, maxAttempts: 1 }];
+    const bad = [
+      { deadline: new Date(), deadlineInMs: 1000 },
+      { deadlineInMs: -1 },
+      { deadlineInMs: 2 ** 31 },
+      { deadlineInMs: 1.5 },
+    ];
+    for (const d of bad) {
+      await expect(r.store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages, ...d }))
+        .rejects.toMatchObject({ code: 'invalid_input', details: { path: expect.stringMatching(/^createRun\.deadlineInMs/) } });
+    }
+    await expect(r.submit('dl-orphan', {}, { deadline: 'soon' })).rejects.toMatchObject({ code: 'invalid_input' });
+    expect(await count()).toBe(before);
+  });
+
   it('expires a run whose stage waits in a retry delay', async () => {
     await startWorker(['dl_later']);
     const { id } = await r.submit('dl-later', {}, { deadline: '10m' });
