@@ -15,7 +15,7 @@ import { startWitness, type Witness } from '../helpers/witness.js';
  */
 const WORKFLOWS = fileURLToPath(new URL('../fixtures/runtime-workflows', import.meta.url));
 /** deaf_thread's timeout, and the thread runner's default grace (DEFAULT_ABANDON_GRACE_MS). */
-const TIMEOUT_MS = 5000;
+const TIMEOUT_MS = 8000;
 const GRACE_MS = 10_000;
 const SLACK_MS = 3000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -122,7 +122,7 @@ describe('ratchet worker process: metrics and escalation while its database is c
     };
     const logged = (event: string) => worker!.stderr().split('\n').some((l) => l.includes(`"event":"${event}"`));
     await poll('ownership_unknown', TIMEOUT_MS + SLACK_MS, async () => logged('ownership_unknown'));
-    if (!logged('attempt_escalated')) expect(await slots()).toBe(1); // ownership unknown alone frees nothing
+    expect(await slots()).toBe(1); // ownership unknown alone frees nothing
     await poll('the slot freed', TIMEOUT_MS + SLACK_MS, async () => (await slots()) === 0);
     await poll('the thread terminated', TIMEOUT_MS + GRACE_MS + SLACK_MS, async () => (await busyThreads()) === 0);
     const alive = () => witness.observations.filter((o) => o.kind === 'deaf_alive' && o.fence === first.fence).length;

@@ -13,11 +13,11 @@ import { startWitness, type Witness } from '../helpers/witness.js';
  * timeout or lost lease still ends it — its slot is freed, the worker stops waiting for the
  * tool, and a tool thread is terminated after its grace. The worker runs in this process, its
  * database link through a TCP proxy that the test cuts (black-holes) past the lease. Tools
- * report to the witness, not to the database. Classes: lease 3 s, heartbeat 1 s, timeout 5 s.
+ * report to the witness, not to the database. Classes: lease 3 s, heartbeat 1 s, timeout 8 s.
  */
 const workflowsDir = fileURLToPath(new URL('../fixtures/runtime-workflows/', import.meta.url));
 const GRACE_MS = 1000;
-const TIMEOUT_MS = 5000;
+const TIMEOUT_MS = 8000;
 /** Scheduling slack on a loaded 2-core machine. */
 const SLACK_MS = 3000;
 
@@ -87,6 +87,7 @@ describe('aborts escalate past ownership_unknown', () => {
     await until('ownership_unknown', 5000, () => lines.some((l) => l.event === 'ownership_unknown'));
     expect(w.slotsInUse('deaf_thread')).toBe(1); // ownership unknown only informs the tool: the slot is still taken
     await until('the slot freed', TIMEOUT_MS + SLACK_MS - (performance.now() - called), () => w.slotsInUse('deaf_thread') === 0);
+    expect(lines.find((l) => l.event === 'attempt_escalated')).toMatchObject({ from: 'ownership_unknown', reason: 'timeout' });
     await until('the tool thread terminated', GRACE_MS + SLACK_MS, () => runner.stats().threads === 0);
     const n = alive(String(first.fence));
     await new Promise((res) => setTimeout(res, 600));
@@ -103,7 +104,9 @@ describe('aborts escalate past ownership_unknown', () => {
     const called = performance.now();
     proxy.setMode('blackhole');
     await until('ownership_unknown', 5000, () => lines.some((l) => l.event === 'ownership_unknown'));
+    expect(w.slotsInUse('deaf_inline')).toBe(1);
     await until('the slot freed', TIMEOUT_MS + SLACK_MS - (performance.now() - called), () => w.slotsInUse('deaf_inline') === 0);
+    expect(lines.find((l) => l.event === 'attempt_escalated')).toMatchObject({ from: 'ownership_unknown', reason: 'timeout' });
   }, 60_000);
 
   it('a lost lease reported after ownership_unknown ends the attempt at once: its slot (the only one) takes the reclaim', async () => {
