@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { parseDuration } from './definitions/duration.js';
+import { resolveDuration } from './definitions/duration.js';
 import { loadWorkflows } from './definitions/loader.js';
 import { createRegistry, type Registry } from './definitions/registry.js';
 import type { Workflow } from './definitions/types.js';
@@ -90,6 +90,13 @@ export interface Ratchet {
   listRuns(filter?: ListRunsFilter): Promise<RunPage>;
 }
 
+/** A duration given to submit: bad input (InvalidInputError naming its path), not a bad definition. */
+function submitDuration(value: string | number, path: string): number {
+  const d = resolveDuration(value);
+  if ('problem' in d) throw new InvalidInputError(d.problem, path);
+  return d.ms;
+}
+
 /**
  * The engine: a store (PostgreSQL or embedded PGlite), the registry of workflows, a transport
  * for wake-ups, and workers. `submit` validates the input with the workflow's schema and
@@ -133,15 +140,16 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
         const issue = parsed.error.issues[0]!;
         throw new InvalidInputError(issue.message, ['input', ...issue.path.map(String)].join('.'), { issues: parsed.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
       }
-      const deadline = so.deadline instanceof Date ? so.deadline
-        : so.deadline !== undefined ? new Date(Date.now() + parseDuration(so.deadline, 'submit.options.deadline'))
-        : workflow.deadlineMs !== null ? new Date(Date.now() + workflow.deadlineMs) : undefined;
+      // A duration counts from the database's now (the store adds it there), never this process's clock.
+      const deadline = so.deadline instanceof Date ? { deadline: so.deadline }
+        : so.deadline !== undefined ? { deadlineInMs: submitDuration(so.deadline, 'submit.options.deadline') }
+        : workflow.deadlineMs !== null ? { deadlineInMs: workflow.deadlineMs } : {};
       const created = await store.createRun({
         workflow: workflow.name,
         definitionHash: workflow.hash,
         input: parsed.data,
         idempotencyKey: so.idempotencyKey,
-        deadline,
+        ...deadline,
         requestedDeadline: so.deadline instanceof Date ? so.deadline.toISOString() : so.deadline,
         requestedVersion: so.version,
         stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),

@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'timeout',
   'stage_duration_exceeded',
   'shutdown',
+  'run_deadline',
   // the task API: a request that does not fit the run's state
   'not_retryable',
   'already_terminal',
@@ -103,12 +104,14 @@ export class TransientError extends Error {
   }
 }
 
-export type AbortReason = 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'timeout' | 'stage_duration_exceeded' | 'shutdown';
+export type AbortReason =
+  | 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'timeout' | 'stage_duration_exceeded' | 'shutdown' | 'run_deadline';
 
 /**
  * Why an attempt was stopped: the reason of `ctx.signal`, and what `ctx.beginEffect()` throws
  * once ownership is lost or unknown. `lease_lost` and `ownership_unknown` are different
  * things: lost means another owner may hold the stage; unknown means we cannot tell.
+ * `run_deadline`: the run's deadline passed and the run expired while the attempt ran.
  */
 export class AttemptAbortedError extends RatchetError {
   constructor(readonly reason: AbortReason, message: string, details: Record<string, unknown> = {}) {

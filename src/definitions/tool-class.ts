@@ -13,9 +13,26 @@ export const DEFAULT_CLASS_JITTER_MS = 1000;
 /** The options of defineToolClass, strict: an unknown key is refused, not ignored. */
 export const toolClassOptionsSchema = z.strictObject({
   name: z.string().regex(TOOL_CLASS_NAME, 'must be a letter then up to 63 letters, digits, "_" or "-"'),
+  /** How long one claim owns a stage without a heartbeat (the database clock); see the timing rule below. */
   lease: positiveDurationSchema,
+  /** How often the worker's lease keeper extends the lease. */
   heartbeat: positiveDurationSchema,
+  /**
+   * The time limit of ONE CALL of the tool: its `run`, and separately its `reconcile` (each
+   * gets the whole limit) — or one model call. Past it the call's `ctx.signal` aborts with
+   * `timeout`, the worker stops waiting for the call and stops extending the lease, and the
+   * attempt fails as a timeout (retried). Must be shorter than `maxDuration`.
+   */
   timeout: positiveDurationSchema,
+  /**
+   * The limit of ONE ATTEMPT's whole life, from its claim: reconcile + run + the time around
+   * them. Enforced by the database — past it the lease keeper's next extend itself ends the
+   * attempt with `stage_duration_exceeded` (a failure counted against the attempt budget), and
+   * the tool's signal aborts with that reason. Since the keeper keeps extending while each
+   * call is within its `timeout`, this fires when the calls together pass it (a slow
+   * reconcile, then a slow run); one call alone ends at its `timeout` first. Must be longer
+   * than `timeout`: a class with `timeout >= maxDuration` is refused, with both numbers named.
+   */
   maxDuration: positiveDurationSchema,
   retry: retryOptionsSchema.optional(),
   missedHeartbeats: z.int().min(1, 'must be at least 1').max(100).default(DEFAULT_MISSED_HEARTBEATS),
@@ -46,8 +63,11 @@ function compileToolClass(o: ParsedToolClassOptions, where: string): ToolClass {
       `lease ${o.lease} ms must exceed missedHeartbeats ${o.missedHeartbeats} × heartbeat ${o.heartbeat} ms + ` +
       `jitter ${o.jitter} ms = ${floor} ms`, `${where}.lease`, { ...numbers, minimumLeaseMs: floor + 1 });
   }
-  if (o.timeout > o.maxDuration) {
-    throw new InvalidDefinitionError(`timeout ${o.timeout} ms must not exceed maxDuration ${o.maxDuration} ms`, `${where}.timeout`, numbers);
+  // timeout limits each call; maxDuration the whole attempt (reconcile + run), so it must outlast one call.
+  if (o.timeout >= o.maxDuration) {
+    throw new InvalidDefinitionError(
+      `timeout ${o.timeout} ms must be shorter than maxDuration ${o.maxDuration} ms: timeout limits one call (run, or reconcile), ` +
+      'maxDuration the whole attempt from its claim', `${where}.timeout`, numbers);
   }
   return {
     kind: 'tool_class',

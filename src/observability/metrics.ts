@@ -1,38 +1,161 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /**
- * Prometheus metrics (prom-client): seconds, `_total` counters, labels bounded to tool class
- * (never ids). One Metrics object per process; the API server serves `registry` at /metrics.
+ * Prometheus metrics (prom-client): seconds, `_total` counters, labels bounded to tool class,
+ * workflow and model names (all from the loaded definitions) and fixed words — never ids. One
+ * Metrics object per process; the API server serves `registry` at /v1/metrics, and
+ * `ratchet worker --metrics-port` at /metrics (serveMetrics below).
+ *
+ * Heartbeat age, lease remaining, worker slots and tool threads are gauges computed at scrape
+ * time from what the workers of this process hold (track()), so a heartbeat that has stopped
+ * shows as an age that keeps growing, not as the last value an extend happened to record.
  */
+
+/** Labels of an attempt: its tool class, its workflow, and for a model call the model's name. */
+export interface AttemptLabels {
+  tool_class: string;
+  workflow: string;
+  model?: string;
+}
+
+/** What a worker shows at scrape time. */
+export interface WorkerSample {
+  /** The attempts its lease keeper holds now. */
+  attempts: { labels: AttemptLabels; heartbeatAgeSeconds: number; leaseRemainingSeconds: number }[];
+  /** Per tool class it serves: slots in use and its concurrency. */
+  slots: { toolClass: string; inUse: number; capacity: number }[];
+  /** Its tool threads (isolation: 'thread'), when it has a thread runner. */
+  threads?: { threads: number; busy: number };
+}
+
+export type ExtensionFailureReason = 'timeout' | 'unavailable' | 'error';
+type AttemptLabelName = 'tool_class' | 'workflow' | 'model';
+
 export interface Metrics {
   readonly registry: Registry;
-  readonly heartbeatAge: Histogram<'tool_class'>;
-  readonly leaseRemaining: Histogram<'tool_class'>;
-  readonly leasesExpired: Counter<'tool_class'>;
-  readonly extensionFailures: Counter<never>;
-  readonly reclaims: Counter<'tool_class'>;
-  readonly resultsRejected: Counter<'tool_class'>;
-  readonly stageDuration: Histogram<'tool_class' | 'outcome'>;
-  readonly stagesClaimed: Counter<'tool_class'>;
-  readonly ownershipUnknown: Counter<'tool_class'>;
+  readonly leasesExpired: Counter<'tool_class' | 'workflow'>;
+  /** reason: `timeout` (no answer within the tick's time limit), `unavailable` (connection refused / reset), `error`. */
+  readonly extensionFailures: Counter<'reason'>;
+  readonly reclaims: Counter<'tool_class' | 'workflow'>;
+  readonly resultsRejected: Counter<'tool_class' | 'workflow'>;
+  readonly stageDuration: Histogram<AttemptLabelName | 'outcome'>;
+  readonly stagesClaimed: Counter<'tool_class' | 'workflow'>;
+  readonly ownershipUnknown: Counter<'tool_class' | 'workflow'>;
   readonly unservedClass: Gauge<'tool_class'>;
+  /** Adds a worker to what scrapes read; returns its removal (call it when the worker stops). */
+  track(sample: () => WorkerSample): () => void;
 }
+
+/** A label set without empty values (`model` only for model calls). */
+type LabelValues = Partial<Record<AttemptLabelName, string>>;
+const present = (labels: AttemptLabels): LabelValues =>
+  Object.fromEntries(Object.entries(labels).filter(([, v]) => typeof v === 'string' && v !== '')) as LabelValues;
 
 export function createMetrics(registry = new Registry()): Metrics {
   const buckets = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+  const sources = new Set<() => WorkerSample>();
+  const registers = [registry];
+  registerScrapeGauges(registers, () => [...sources].map((s) => s()));
+  const byClassAndWorkflow: ('tool_class' | 'workflow')[] = ['tool_class', 'workflow'];
+  const counter = <L extends string>(name: string, help: string, labelNames: L[]) => new Counter<L>({ name, help, labelNames, registers });
   return {
     registry,
-    heartbeatAge: new Histogram({ name: 'ratchet_heartbeat_age_seconds', help: 'Time since the previous confirmed heartbeat when a lease is extended', labelNames: ['tool_class'], buckets, registers: [registry] }),
-    leaseRemaining: new Histogram({ name: 'ratchet_lease_remaining_seconds', help: 'Lease time left when a heartbeat confirmed it', labelNames: ['tool_class'], buckets, registers: [registry] }),
-    leasesExpired: new Counter({ name: 'ratchet_leases_lost_total', help: 'Leases found lost (expired or taken over) at a heartbeat', labelNames: ['tool_class'], registers: [registry] }),
-    extensionFailures: new Counter({ name: 'ratchet_lease_extension_failures_total', help: 'Extend statements that errored or did not answer (ownership unknown, not lost)', registers: [registry] }),
-    reclaims: new Counter({ name: 'ratchet_reclaims_total', help: 'Claims that took over an expired lease', labelNames: ['tool_class'], registers: [registry] }),
-    resultsRejected: new Counter({ name: 'ratchet_results_rejected_total', help: 'Finishes refused by the fence (stale owner, token or lease)', labelNames: ['tool_class'], registers: [registry] }),
-    stageDuration: new Histogram({ name: 'ratchet_stage_duration_seconds', help: 'One attempt from claim to finish', labelNames: ['tool_class', 'outcome'], buckets, registers: [registry] }),
-    stagesClaimed: new Counter({ name: 'ratchet_stages_claimed_total', help: 'Attempts claimed', labelNames: ['tool_class'], registers: [registry] }),
-    ownershipUnknown: new Counter({ name: 'ratchet_ownership_unknown_total', help: 'Attempts whose lease confirmation deadline passed without an answer', labelNames: ['tool_class'], registers: [registry] }),
-    unservedClass: new Gauge({ name: 'ratchet_class_unserved', help: '1 when no worker has served the class recently while it has due stages', labelNames: ['tool_class'], registers: [registry] }),
+    track(sample) {
+      sources.add(sample);
+      return () => void sources.delete(sample);
+    },
+    leasesExpired: counter('ratchet_leases_lost_total', 'Leases found lost (expired or taken over) at a heartbeat', byClassAndWorkflow),
+    extensionFailures: counter('ratchet_lease_extension_failures_total',
+      'Extend statements that errored or did not answer in time (ownership unknown, not lost), by reason', ['reason']),
+    reclaims: counter('ratchet_reclaims_total', 'Claims that took over an expired lease', byClassAndWorkflow),
+    resultsRejected: counter('ratchet_results_rejected_total', 'Finishes the fence refused (stale owner, token, lease)', byClassAndWorkflow),
+    stageDuration: new Histogram({
+      name: 'ratchet_stage_duration_seconds', help: 'One attempt from claim to finish', labelNames: [...ATTEMPT_LABELS, 'outcome'],
+      buckets, registers,
+    }),
+    stagesClaimed: counter('ratchet_stages_claimed_total', 'Attempts claimed', byClassAndWorkflow),
+    ownershipUnknown: counter('ratchet_ownership_unknown_total', 'Attempts whose lease confirmation deadline passed without an answer',
+      byClassAndWorkflow),
+    unservedClass: new Gauge({
+      name: 'ratchet_class_unserved', help: '1 when no worker has served the class recently while it has due stages',
+      labelNames: ['tool_class'], registers,
+    }),
   };
+}
+
+const ATTEMPT_LABELS: AttemptLabelName[] = ['tool_class', 'workflow', 'model'];
+
+/** Sums a per-worker number by tool class. */
+function byClass(samples: WorkerSample[], value: (slot: WorkerSample['slots'][number]) => number): Map<string, number> {
+  const sum = new Map<string, number>();
+  for (const s of samples) for (const slot of s.slots) sum.set(slot.toolClass, (sum.get(slot.toolClass) ?? 0) + value(slot));
+  return sum;
+}
+
+/** One value per label set of the held attempts, folded with `pick` (the oldest heartbeat, the least lease). */
+type HeldAttempt = WorkerSample['attempts'][number];
+function perLabels(samples: WorkerSample[], pick: (a: number, b: number) => number, value: (a: HeldAttempt) => number) {
+  const out = new Map<string, { labels: LabelValues; value: number }>();
+  for (const sample of samples) {
+    for (const a of sample.attempts) {
+      const labels = present(a.labels);
+      const key = JSON.stringify(labels);
+      const seen = out.get(key);
+      out.set(key, { labels, value: seen ? pick(seen.value, value(a)) : value(a) });
+    }
+  }
+  return out.values();
+}
+
+/** The gauges computed at scrape time from the tracked workers (nothing sets them in between). */
+function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[]): void {
+  new Gauge({
+    name: 'ratchet_heartbeat_age_seconds',
+    help: 'Time since the last confirmed heartbeat (or claim) of the held attempts, the oldest per label set, at scrape time',
+    labelNames: ATTEMPT_LABELS, registers,
+    collect() {
+      this.reset();
+      for (const { labels, value } of perLabels(read(), Math.max, (a) => a.heartbeatAgeSeconds)) this.set(labels, value);
+    },
+  });
+  new Gauge({
+    name: 'ratchet_lease_remaining_seconds',
+    help: 'Lease time the worker can still vouch for (its confirmation deadline), the least per label set, at scrape time',
+    labelNames: ATTEMPT_LABELS, registers,
+    collect() {
+      this.reset();
+      for (const { labels, value } of perLabels(read(), Math.min, (a) => a.leaseRemainingSeconds)) this.set(labels, value);
+    },
+  });
+  new Gauge({
+    name: 'ratchet_worker_slots_in_use',
+    help: 'Stages of the class whose tool a worker runs now (a slot is freed when the tool settles or is left behind)',
+    labelNames: ['tool_class'], registers,
+    collect() {
+      this.reset();
+      for (const [toolClass, n] of byClass(read(), (slot) => slot.inUse)) this.set({ tool_class: toolClass }, n);
+    },
+  });
+  new Gauge({
+    name: 'ratchet_worker_slots', help: "Slots per tool class (the workers' concurrency)", labelNames: ['tool_class'], registers,
+    collect() {
+      this.reset();
+      for (const [toolClass, n] of byClass(read(), (slot) => slot.capacity)) this.set({ tool_class: toolClass }, n);
+    },
+  });
+  new Gauge({
+    name: 'ratchet_tool_threads', help: 'Tool threads (isolation: thread) alive, busy with a call or idle',
+    labelNames: ['state'], registers,
+    collect() {
+      this.reset();
+      const threads = read().flatMap((s) => (s.threads ? [s.threads] : []));
+      if (threads.length === 0) return;
+      this.set({ state: 'busy' }, threads.reduce((n, t) => n + t.busy, 0));
+      this.set({ state: 'idle' }, threads.reduce((n, t) => n + t.threads - t.busy, 0));
+    },
+  });
 }
 
 /** The process-wide default (what the worker and the API server use unless given one). */
@@ -40,4 +163,40 @@ let defaultMetrics: Metrics | null = null;
 export function processMetrics(): Metrics {
   defaultMetrics ??= createMetrics();
   return defaultMetrics;
+}
+
+/**
+ * Serves `registry` as Prometheus text at GET /metrics (and /) on host:port (port 0: any free
+ * port). Returns the URL and a close().
+ */
+export async function serveMetrics(
+  registry: Registry, opts: { port: number; host?: string },
+): Promise<{ url: string; close(): Promise<void> }> {
+  const host = opts.host ?? '127.0.0.1';
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: GET /metrics\n');
+      return;
+    }
+    registry.metrics().then(
+      (text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text),
+      (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain' }).end(`metrics failed: ${(err as Error).message}\n`),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/metrics`,
+    close: () => new Promise<void>((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    }),
+  };
 }

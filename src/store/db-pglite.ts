@@ -16,6 +16,8 @@ export async function createPgliteDb(dataDir: string | undefined): Promise<Db> {
     query: root.query,
     transaction: (fn) => pglite.transaction((tx) => fn(wrap(tx))),
     withConnection: (fn) => fn(root),
+    // One in-process connection: there is no other to open, and no socket to hang.
+    session: () => ({ query: root.query, close: async () => {} }),
     migrate: () => migratePgliteDb(pglite),
     async close() {
       await pglite.close();

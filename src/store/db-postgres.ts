@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { DatabaseUnavailableError, isConnectionError } from './db-errors.js';
-import type { Db, Queryable, Row } from './db.js';
+import { StatementTimeLimitError, withTimeLimit, type Db, type DbSession, type QueryOptions, type Queryable, type Row } from './db.js';
 import { migratePostgres } from './migrate.js';
 
 export interface PostgresOptions {
@@ -20,30 +20,95 @@ export interface PostgresOptions {
   applicationName?: string;
 }
 
-function wrap(client: pg.Pool | pg.PoolClient): Queryable {
+/** Closes a client's socket at once (a hung statement would otherwise hold it; a graceful end waits for an answer). */
+function destroyClient(client: pg.ClientBase): void {
+  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+}
+
+const statement = (text: string, params: readonly unknown[], name?: string) =>
+  name ? { name, text, values: params as unknown[] } : { text, values: params as unknown[] };
+
+/** Statements on one checked-out client; a statement past its time limit destroys the client (the caller releases it as broken). */
+function wrap(client: pg.PoolClient): Queryable {
   return {
-    async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string): Promise<R[]> {
+    async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts: QueryOptions = {}): Promise<R[]> {
       try {
-        const res = await client.query<R>(name ? { name, text, values: params as unknown[] } : { text, values: params as unknown[] });
+        const res = await withTimeLimit(client.query<R>(statement(text, params, name)), opts.timeoutMs, () => destroyClient(client));
         return res.rows;
       } catch (err) {
-        throw isConnectionError(err) ? new DatabaseUnavailableError(err) : err;
+        throw err instanceof StatementTimeLimitError || isConnectionError(err) ? new DatabaseUnavailableError(err) : err;
       }
     },
   };
 }
 
+/**
+ * A connection outside the pool (see DbSession): one pg.Client, opened on first use, destroyed
+ * after a statement that got no answer (time limit, reset, refused) or a failed connect, so
+ * the next statement opens a fresh one instead of waiting on a dead socket. A statement's time limit counts the
+ * connect too. Statements of one session run one after another on its connection.
+ */
+function createSession(config: pg.ClientConfig): DbSession {
+  let client: pg.Client | null = null;
+  let ready: Promise<unknown> | null = null;
+  const discard = (c: pg.Client) => {
+    if (client === c) {
+      client = null;
+      ready = null;
+    }
+    destroyClient(c);
+    c.end().catch(() => {});
+  };
+  return {
+    async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts: QueryOptions = {}): Promise<R[]> {
+      if (!client) {
+        const fresh = new pg.Client(config);
+        fresh.on('error', () => {}); // a dying connection reports through its statement, never by crashing the process
+        client = fresh;
+        ready = fresh.connect().catch((err: unknown) => {
+          discard(fresh); // whatever the reason (refused, refused auth...), the next statement dials again
+          throw err;
+        });
+      }
+      const c = client;
+      const connected = ready!;
+      const work = (async () => {
+        await connected;
+        return (await c.query<R>(statement(text, params, name))).rows;
+      })();
+      try {
+        return await withTimeLimit(work, opts.timeoutMs, () => discard(c));
+      } catch (err) {
+        if (err instanceof StatementTimeLimitError || isConnectionError(err)) {
+          discard(c);
+          throw new DatabaseUnavailableError(err);
+        }
+        throw err;
+      }
+    },
+    async close() {
+      const c = client;
+      client = null;
+      ready = null;
+      if (c) discard(c);
+    },
+  };
+}
+
 export function createPostgresDb(opts: PostgresOptions): Db {
-  const pool = new pg.Pool({
+  const connection = {
     connectionString: opts.connectionString,
-    max: opts.max ?? 10,
-    connectionTimeoutMillis: opts.connectionTimeoutMs ?? 10_000,
     application_name: opts.applicationName ?? 'ratchet',
-    ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
     keepAlive: true,
-    query_timeout: opts.queryTimeoutMs ?? 10_000,
     // Ratchet's statements are short and index-driven: JIT only ever adds compile time.
     options: '-c jit=off',
+  };
+  const pool = new pg.Pool({
+    ...connection,
+    max: opts.max ?? 10,
+    connectionTimeoutMillis: opts.connectionTimeoutMs ?? 10_000,
+    ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
+    query_timeout: opts.queryTimeoutMs ?? 10_000,
   });
   // An idle client's error (server restart, cut link) must not crash the process; the next query reports it.
   pool.on('error', () => {});
@@ -62,11 +127,11 @@ export function createPostgresDb(opts: PostgresOptions): Db {
 
   return {
     kind: 'postgres',
-    async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string): Promise<R[]> {
+    async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts?: QueryOptions): Promise<R[]> {
       const client = await connect();
       let broken = false;
       try {
-        return await wrap(client).query<R>(text, params, name);
+        return await wrap(client).query<R>(text, params, name, opts);
       } catch (err) {
         broken = err instanceof DatabaseUnavailableError;
         throw err;
@@ -102,6 +167,12 @@ export function createPostgresDb(opts: PostgresOptions): Db {
       } finally {
         client.release(broken ? true : undefined);
       }
+    },
+    session(label: string) {
+      // Server side, a statement whose client gave up may still wait (on a lock, say): it is
+      // cancelled after the pool's answer limit, so an abandoned one cannot linger.
+      return createSession({ ...connection, application_name: `${connection.application_name}:${label}`,
+        statement_timeout: opts.statementTimeoutMs ?? opts.queryTimeoutMs ?? 10_000 });
     },
     async migrate() {
       const client = await connect();

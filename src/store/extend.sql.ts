@@ -7,8 +7,16 @@ import { failRunsFrom } from './lease-common.sql.js';
  * lease_until > now: an expired lease is never revived, even if nobody reclaimed it yet.
  * An attempt past max_duration_ms (counted from claimed_at) is ended by this same statement
  * with stage_duration_exceeded: back to `queued` if attempts remain (it counts against the
- * budget), else `failed` with its run. Returns a verdict for every requested lease:
- * extended | duration_exceeded | cancelled | lost, with lease_until and the database's now.
+ * budget), else `failed` with its run. Returns a verdict for every requested lease, with
+ * lease_until and the database's now:
+ * - extended | duration_exceeded: what this statement did;
+ * - run_deadline: the stage was cancelled under this fence because its run expired (deadline.sql.ts);
+ * - cancelled: cancelled under this fence (the run was cancelled);
+ * - finished: the row moved on under this very fence (succeeded, failed or queued): the
+ *   attempt's own finish (or release) got there first. Not a lost lease: no heartbeat_lost.
+ * - changed: the row held this lease in the statement's snapshot but changed before the
+ *   update could take it (a finish, cancel or expiry committing meanwhile): ask again.
+ * - lost: expired, taken over (another fence) or gone. Only these write heartbeat_lost.
  */
 export const EXTEND_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
@@ -51,18 +59,23 @@ ev AS (
   FROM req CROSS JOIN clk
   CROSS JOIN LATERAL (SELECT * FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s
   WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = req.id AND cur.fence = req.fence AND cur.held)
-    AND NOT (s.state = 'cancelled' AND s.fence = req.fence)
+    AND NOT (s.fence = req.fence AND s.state IN ('cancelled', 'succeeded', 'failed', 'queued'))
 )
 SELECT req.id::text AS id, req.fence::text AS fence,
   CASE WHEN ok.id IS NOT NULL THEN 'extended'
        WHEN over.id IS NOT NULL THEN 'duration_exceeded'
-       WHEN s.state = 'cancelled' AND s.fence = req.fence THEN 'cancelled'
+       WHEN cur.held THEN 'changed'
+       -- The runs row is read only for a cancelled stage (CASE evaluates lazily).
+       WHEN s.state = 'cancelled' AND s.fence = req.fence
+         THEN CASE WHEN (SELECT r.state FROM ratchet.runs r WHERE r.id = s.run_id) = 'expired' THEN 'run_deadline' ELSE 'cancelled' END
+       WHEN s.fence = req.fence AND s.state IN ('succeeded', 'failed', 'queued') THEN 'finished'
        ELSE 'lost' END AS verdict,
   coalesce(ok.lease_until, s.lease_until) AS lease_until, s.state AS state, clk.t AS db_now
 FROM req CROSS JOIN clk
 LEFT JOIN ok ON ok.id = req.id AND ok.fence = req.fence
 LEFT JOIN over ON over.id = req.id AND over.fence = req.fence
-LEFT JOIN LATERAL (SELECT x.state, x.fence, x.lease_until FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
+LEFT JOIN cur ON cur.id = req.id AND cur.fence = req.fence
+LEFT JOIN LATERAL (SELECT x.state, x.fence, x.lease_until, x.run_id FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
 ORDER BY req.id`;
 
 /**

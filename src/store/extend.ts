@@ -1,10 +1,11 @@
 import { z } from 'zod';
-import type { Queryable } from './db.js';
+import type { DbSession, QueryOptions, Queryable } from './db.js';
 import { EXTEND_SQL, RELEASE_SQL } from './extend.sql.js';
 import { confirmedUntil, leasesArgs, monotonicNow } from './lease.js';
 import { parseInput } from './validate.js';
 
-export type ExtendVerdict = 'extended' | 'duration_exceeded' | 'cancelled' | 'lost';
+/** What an extend found for one lease (see EXTEND_SQL for each word). */
+export type ExtendVerdict = 'extended' | 'duration_exceeded' | 'run_deadline' | 'cancelled' | 'finished' | 'changed' | 'lost';
 export interface ExtendResult {
   stageId: string;
   fence: string;
@@ -19,13 +20,14 @@ export interface ExtendResult {
 
 /**
  * Extends all of one owner's leases in one statement. A missing row means lost; a statement
- * that throws means *unknown* (the caller keeps its old deadline), never lost.
+ * that throws means *unknown* (the caller keeps its old deadline), never lost. `opts.timeoutMs`
+ * bounds the statement, connection included (the monotonic clock is read before either).
  */
-export async function extend(q: Queryable, args: z.input<typeof leasesArgs>): Promise<ExtendResult[]> {
+export async function extend(q: Queryable, args: z.input<typeof leasesArgs>, opts?: QueryOptions): Promise<ExtendResult[]> {
   const { owner, leases } = parseInput(leasesArgs, args, 'extend');
   if (leases.length === 0) return [];
   const sentAt = monotonicNow();
-  const rows = await q.query(EXTEND_SQL, [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence)], 'ratchet_extend');
+  const rows = await q.query(EXTEND_SQL, [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence)], 'ratchet_extend', opts);
   return rows.map((r) => {
     const verdict = r.verdict as ExtendVerdict;
     const leaseUntil = (r.lease_until as Date | null) ?? null;
@@ -48,4 +50,14 @@ export async function release(q: Queryable, args: z.input<typeof leasesArgs>): P
   if (leases.length === 0) return [];
   const rows = await q.query(RELEASE_SQL, [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence)], 'ratchet_release');
   return rows.map((r) => ({ stageId: r.id as string, toolClass: r.tool_class as string }));
+}
+
+/** The lease keeper's link: extends on a connection of its own (DbSession), outside the pool. */
+export interface Extender {
+  extend(args: z.input<typeof leasesArgs>, opts?: QueryOptions): Promise<ExtendResult[]>;
+  close(): Promise<void>;
+}
+
+export function extenderOn(session: DbSession): Extender {
+  return { extend: (args, opts) => extend(session, args, opts), close: () => session.close() };
 }

@@ -6,7 +6,8 @@ import type { Db } from './db.js';
 import { createPgliteDb } from './db-pglite.js';
 import { createPostgresDb } from './db-postgres.js';
 import { claim } from './claim.js';
-import { extend, release } from './extend.js';
+import { extend, extenderOn, release, type Extender } from './extend.js';
+import { expireRuns } from './deadline.js';
 import { EXPIRE_ALL_LEASES_SQL } from './extend.sql.js';
 import { finish, type FinishRow } from './finish.js';
 import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
@@ -19,11 +20,13 @@ import { retryRun } from './retry-run.js';
 import { listRuns, type ListRunsFilter } from './list-runs.js';
 
 export { DatabaseUnavailableError, classifyDbError, type DbErrorKind } from './db-errors.js';
-export type { Db, Queryable } from './db.js';
+export type { Db, DbSession, QueryOptions, Queryable } from './db.js';
+export { StatementTimeLimitError } from './db.js';
 export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow } from './lease.js';
 export { encodeFinishRow, finishEncoded } from './finish.js';
 export type { ClaimedStage, Lease } from './lease.js';
-export type { ExtendResult, ExtendVerdict } from './extend.js';
+export type { Extender, ExtendResult, ExtendVerdict } from './extend.js';
+export type { ExpiredRuns } from './deadline.js';
 export type { FinishRow, FinishVerdict } from './finish.js';
 export { IdempotencyConflictError, requestHash } from './runs.js';
 export type { NewEvent, RunStageRow } from './events.js';
@@ -77,7 +80,11 @@ export interface Store {
   unservedClasses(classes: string[], withinMs: number): Promise<string[]>;
   failUnserved(classes: string[], afterMs: number): Promise<number>;
   claim(args: Parameters<typeof claim>[1]): ReturnType<typeof claim>;
-  extend(args: Parameters<typeof extend>[1]): ReturnType<typeof extend>;
+  extend(args: Parameters<typeof extend>[1], opts?: Parameters<typeof extend>[2]): ReturnType<typeof extend>;
+  /** An extender on a connection of its own, outside the pool (one per lease keeper); close() ends it. */
+  openExtender(): Extender;
+  /** Expires at most `limit` runs past their deadline (the sweeper; deadline.sql.ts). */
+  expireRuns(limit: number): ReturnType<typeof expireRuns>;
   finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
   release(args: Parameters<typeof release>[1]): ReturnType<typeof release>;
   /** The movable database clock (tests): every connection and process reads it. */
@@ -162,7 +169,9 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     unservedClasses: (classes, withinMs) => unservedClasses(db, classes, withinMs),
     failUnserved: (classes, afterMs) => failUnserved(db, classes, afterMs),
     claim: (args) => claim(db, args),
-    extend: (args) => extend(db, args),
+    extend: (args, o) => extend(db, args, o),
+    openExtender: () => extenderOn(db.session('lease-keeper')),
+    expireRuns: (limit) => expireRuns(db, limit),
     finish: (owner, rows) => finish(db, owner, rows),
     release: (args) => release(db, args),
     clock: {

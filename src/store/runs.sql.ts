@@ -1,12 +1,15 @@
 /** Statements for submitting and reading runs. Parameters are listed above each. */
 
 /**
- * Insert a run; $1 id, $2 workflow, $3 definition hash, $4 input, $5 deadline, $6 submit
- * idempotency key, $7 request hash. A repeated key inserts nothing and returns no row.
+ * Insert a run; $1 id, $2 workflow, $3 definition hash, $4 input, $5 an absolute deadline, or
+ * NULL, $6 submit idempotency key, $7 request hash, $8 a deadline as ms from the database's
+ * now, or NULL (only the database clock decides a relative deadline, never the submitter's).
+ * A repeated key inserts nothing and returns no row.
  */
 export const INSERT_RUN_SQL = `
 INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at)
-VALUES ($1, $2, $3, $4::jsonb, 'queued', $5, $6, $7, ratchet.db_now(), ratchet.db_now())
+VALUES ($1, $2, $3, $4::jsonb, 'queued', coalesce($5::timestamptz, ratchet.db_now() + $8::int * interval '1 millisecond'), $6, $7,
+  ratchet.db_now(), ratchet.db_now())
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, state`;
 

@@ -35,13 +35,16 @@ const createRunSchema = z.object({
   definitionHash: z.string().min(1).max(200),
   input: z.unknown(),
   idempotencyKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
+  /** An absolute deadline; or `deadlineInMs`, a duration from the database's now. */
   deadline: z.date().optional(),
   /** The deadline as the submitter gave it (an ISO date-time, a duration, ms): part of the idempotency hash. */
   requestedDeadline: z.union([z.string().max(100), z.number()]).optional(),
   /** The workflow version the submitter asked for, if any: part of the idempotency hash. */
   requestedVersion: z.number().int().min(1).optional(),
+  deadlineInMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
   stages: z.array(stageSpecSchema).min(1).max(10_000),
-}).strict();
+}).strict().refine((r) => r.deadline === undefined || r.deadlineInMs === undefined,
+  { message: 'give deadline or deadlineInMs, not both', path: ['deadlineInMs'] });
 export type CreateRunInput = z.input<typeof createRunSchema>;
 
 export class IdempotencyConflictError extends RatchetError {
@@ -96,7 +99,8 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
   for (const s of stages) s.idempotencyKey ??= `${id}:${s.seq}:${s.tool}`;
 
   return db.transaction(async (tx) => {
-    const inserted = await tx.query(INSERT_RUN_SQL, [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash]);
+    const inserted = await tx.query(INSERT_RUN_SQL,
+      [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash, run.deadlineInMs ?? null]);
     if (inserted.length === 0) {
       const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
       if (!existing) throw new InvalidInputError('run id already exists', 'createRun.id');

@@ -54,19 +54,32 @@ export interface ExecutorDeps {
 export type AttemptEnd = 'succeeded' | 'failed' | 'retry' | 'rejected' | 'abandoned' | 'unknown';
 
 /**
+ * The worker's slot an attempt's tool runs in. It is freed once the tool is done with — it
+ * settled, or was left behind by an abort that ended the attempt (a timeout, a lost lease, even
+ * after ownership_unknown) — not when the finish commits: a finish retried while the database
+ * is away holds no slot. On the fast path the slot passes to the stage the finish claims.
+ * release() is idempotent.
+ */
+export interface Slot {
+  release(): void;
+}
+const NO_SLOT: Slot = { release: () => {} };
+
+/**
  * Runs one claimed stage: checks the run's definition and deadline, reconciles an unknown
  * outcome, validates input, runs the tool under its lease, timeout and signal, validates the
  * output, and finishes — fenced, with the dispatcher's decision in the same statement.
  */
-export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Promise<AttemptEnd> {
+export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot: Slot = NO_SLOT): Promise<AttemptEnd> {
   const log = deps.logger.child({ runId: stage.runId, stageId: stage.id, fence: stage.fence, tool: stage.tool, toolClass: stage.toolClass, attempt: stage.attempt });
   if (stage.state === 'failed') {
     log.warn({ event: 'attempts_exhausted' }, 'attempt budget spent: stage and run failed');
     return 'failed';
   }
   log.info({ event: stage.previousState === 'running' ? 'lease_reclaimed' : 'job_claimed', leaseUntil: stage.leaseUntil }, 'stage claimed');
-  deps.metrics.stagesClaimed.inc({ tool_class: stage.toolClass });
-  if (stage.previousState === 'running') deps.metrics.reclaims.inc({ tool_class: stage.toolClass });
+  const labels = { tool_class: stage.toolClass, workflow: deps.registry.get(stage.workflow) ? stage.workflow : 'unknown' };
+  deps.metrics.stagesClaimed.inc(labels);
+  if (stage.previousState === 'running') deps.metrics.reclaims.inc(labels);
 
   // The claim keeps to the definitions this worker loaded; a stage of another one (a claim that
   // named none) is handed back at once, no attempt spent, for a worker that has its version.
@@ -82,7 +95,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
     return settle(deps, log, stage, terminal(stage, 'cancelled', 'expired', { code: 'run_deadline_exceeded', message: `the run's deadline ${stage.runDeadline.toISOString()} passed` }));
   }
 
-  const attempt = new Attempt(stage, step.cls.heartbeatMs, deps.events, log);
+  const attempt = new Attempt(stage, step.cls.heartbeatMs, deps.events, log,
+    { metrics: deps.metrics, labels: { ...labels, ...(step.kind === 'model' ? { model: step.agent.model.name } : {}) } });
   deps.keeper.add(attempt);
   const started = monotonicNow();
   const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
@@ -94,13 +108,14 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
     if (step.kind === 'model') {
       const history = await askStore(attempt, log, 'the run history', () => deps.store.runStages(stage.runId));
       const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
-      const answer = await runGuarded(attempt, () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs), 'model call');
-      if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
+      const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
+      const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
+      if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
       row = onModelAnswer(step.agent, stage, answer, history, data());
     } else {
       const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
       const output = await produce(deps, log, workflow, step.tool, ready, attempt);
-      if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
+      if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
       if (step.kind === 'agent_tool') {
         row = onAgentToolSuccess(stage, output, data());
       } else {
@@ -109,11 +124,13 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
         if (row.next && !row.next.error && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
       }
     }
+    if (!row.claimNext) slot.release(); // the tool is done: its slot serves the next claim while this finish commits
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
     return await settle(deps, log, stage, withKey(row), attempt.confirmedUntil);
   } catch (err) {
-    if (isFinal(attempt)) return abandoned(log, attempt.abortReason!);
+    slot.release(); // the tool settled, or was left behind by the abort that ended the attempt
+    if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
     if (err instanceof StoreUnanswered) {
       log.error({ event: 'finish_unknown', err: err.message }, 'the store did not answer before the finish: outcome unknown');
       return 'unknown';
@@ -122,10 +139,10 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage): Pro
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return settle(deps, log, stage, withKey(onFailure(reads, policy, stage, err, data())), attempt.confirmedUntil);
+    return await settle(deps, log, stage, withKey(onFailure(reads, policy, stage, err, data())), attempt.confirmedUntil);
   } finally {
-    if (attempt.abortReason === 'ownership_unknown') deps.metrics.ownershipUnknown.inc({ tool_class: stage.toolClass });
-    deps.metrics.stageDuration.observe({ tool_class: stage.toolClass, outcome: attempt.abortReason ?? 'finished' }, (monotonicNow() - started) / 1000);
+    const outcome = attempt.abortReason ?? 'finished';
+    deps.metrics.stageDuration.observe({ ...attempt.labels, outcome }, (monotonicNow() - started) / 1000);
     attempt.end();
     deps.keeper.remove(attempt);
   }
@@ -147,10 +164,13 @@ function resolveStep(workflow: Workflow, stage: ClaimedStage): ResolvedStep | nu
   return step && step.tool.name === stage.tool ? { kind: 'static', tool: step.tool, cls: step.tool.class } : null;
 }
 
-/** Lost, cancelled, past maxDuration, shutting down: the attempt ends without a finish. */
+/**
+ * Lost, cancelled, past maxDuration, the run expired, shutting down: the attempt ends without
+ * a finish (a timeout ends it with a failure finish) — also when it comes after ownership_unknown.
+ */
 function isFinal(attempt: Attempt): boolean {
-  const reason = attempt.abortReason;
-  return reason !== null && reason !== 'ownership_unknown' && reason !== 'timeout';
+  const reason = attempt.finalReason;
+  return reason !== null && reason !== 'timeout';
 }
 
 /** reconcile (when an earlier attempt's outcome is unknown), then run; validated output. */
@@ -187,13 +207,14 @@ async function produce(deps: ExecutorDeps, log: Logger, workflow: Workflow, tool
     const unknown = stage.previousState === 'running' || (await deps.store.effectStarted(stage.runId, stage.id, stage.fence));
     if (unknown) {
       deps.events.push({ runId: stage.runId, stageId: stage.id, type: 'outcome_unknown', fence: stage.fence, attempt: stage.attempt, data: { previousFence: stage.previousFence } });
-      const found = await runGuarded(attempt, () => runner.reconcile(inv), `reconcile of ${tool.name}`);
+      // reconcile has its own time limit (the class's timeout): it never eats into the run's.
+      const found = await runGuarded(attempt, () => runner.reconcile(inv), `reconcile of ${tool.name}`, stage.timeoutMs);
       deps.events.push({ runId: stage.runId, stageId: stage.id, type: 'reconciled', fence: stage.fence, attempt: stage.attempt, data: { done: found.done } });
       log.info({ event: 'reconciled', done: found.done }, 'reconciled an unknown outcome');
       if (found.done) return validOutput(tool, found.output);
     }
   }
-  return validOutput(tool, await runGuarded(attempt, () => runner.run(inv), tool.name));
+  return validOutput(tool, await runGuarded(attempt, () => runner.run(inv), tool.name, stage.timeoutMs));
 }
 
 function validOutput(tool: Tool, output: unknown): unknown {
@@ -319,7 +340,7 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     }
   }
   if (!verdict.accepted) {
-    deps.metrics.resultsRejected.inc({ tool_class: stage.toolClass });
+    deps.metrics.resultsRejected.inc({ tool_class: stage.toolClass, workflow: stage.workflow });
     log.warn({ event: 'result_rejected', outcome: row.outcome }, 'finish rejected: this attempt no longer holds the stage');
     return 'rejected';
   }

@@ -6,6 +6,9 @@ import type { Metrics } from '../observability/metrics.js';
 
 /** Stages re-sent per class kind and sweep. */
 const SWEEP_BATCH = 500;
+/** Runs expired per statement, and statements per sweep at most (the rest wait for the next sweep). */
+const DEADLINE_BATCH = 200;
+const DEADLINE_BATCHES = 5;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
 
@@ -13,6 +16,8 @@ export const UNSERVED_AFTER_MS = 30_000;
  * Losing Redis loses nothing: from PostgreSQL alone, in bounded batches, the sweeper re-sends
  * due `queued` stages and expired leases to the transport (job ids dedupe repeats), and keeps
  * this worker's row in ratchet.workers fresh (explain uses it to say no worker serves a class).
+ * It also expires runs past their deadline, so a run expires within one sweep whatever its
+ * stages wait for (a retry delay, a class nobody serves, a long stage).
  */
 export class Sweeper {
   private timer: NodeJS.Timeout | null = null;
@@ -55,6 +60,7 @@ export class Sweeper {
 
   private tick(): Promise<void> {
     this.running = (async () => {
+      await this.expireRuns();
       try {
         const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
         await this.store.upsertWorker(this.owner, [...this.definitions.keys()], [...new Set(lanes.map((l) => l.definitionHash))]);
@@ -79,5 +85,21 @@ export class Sweeper {
     return this.running.finally(() => {
       if (!this.stopped) this.schedule();
     });
+  }
+
+  /** Runs past their deadline become `expired`, in bounded batches (deadline.sql.ts). */
+  private async expireRuns(): Promise<void> {
+    try {
+      for (let i = 0; i < DEADLINE_BATCHES; i++) {
+        const { expired, runningStageIds } = await this.store.expireRuns(DEADLINE_BATCH);
+        if (expired > 0) {
+          const runningStages = runningStageIds.length;
+          this.logger.info({ event: 'run_expired', count: expired, runningStages }, 'runs past their deadline expired');
+        }
+        if (expired < DEADLINE_BATCH) break;
+      }
+    } catch (err) {
+      this.logger.warn({ event: 'expire_failed', err: (err as Error).message }, 'expiring runs past their deadline failed');
+    }
   }
 }

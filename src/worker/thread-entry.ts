@@ -27,8 +27,13 @@ import { AttemptAbortedError, PermanentError, RatchetError, TransientError, type
 
 export const THREAD_MARK = 'ratchet.tool-thread.v1';
 
-/** Int32 abort codes in the shared memory: 0 = not aborted, else 1 + the index here. */
-export const ABORT_REASONS: readonly AbortReason[] = ['lease_lost', 'ownership_unknown', 'cancelled', 'timeout', 'stage_duration_exceeded', 'shutdown'];
+/**
+ * Int32 abort codes in the shared memory: 0 = not aborted, else 1 + the index here. The main
+ * thread writes the reason that ends the attempt over an earlier ownership_unknown.
+ */
+export const ABORT_REASONS: readonly AbortReason[] = [
+  'lease_lost', 'ownership_unknown', 'cancelled', 'timeout', 'stage_duration_exceeded', 'shutdown', 'run_deadline',
+];
 export const abortCodeOf = (reason: AbortReason): number => ABORT_REASONS.indexOf(reason) + 1;
 export const abortReasonOf = (code: number): AbortReason | null => ABORT_REASONS[code - 1] ?? null;
 

@@ -22,9 +22,11 @@ export interface ThreadRunnerOptions {
   /** An idle thread is terminated after this long (default 30 s). */
   idleTimeoutMs?: number;
   /**
-   * After the attempt is aborted for good (lease lost, cancelled, timeout, maxDuration,
-   * shutdown; not ownership_unknown), how long the tool may keep its thread to wind down
-   * before the thread is terminated (default 10 s). The attempt itself is over at once.
+   * After the attempt is aborted for good (timeout, lease lost, cancelled, maxDuration, the
+   * run's deadline, shutdown — also when one of these comes after ownership_unknown, which
+   * alone only informs the tool), how long the tool may keep its thread to wind down before
+   * the thread is terminated (default DEFAULT_ABANDON_GRACE_MS, 10 s). The attempt itself is
+   * over at once: its slot is free and nobody waits for the tool.
    */
   abandonGraceMs?: number;
   /** Passed to each Worker (heap limits per tool thread). */
@@ -40,7 +42,8 @@ export interface ThreadRunner extends ToolRunner {
 
 const DEFAULT_MAX_IDLE = 4;
 const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
-const DEFAULT_ABANDON_GRACE_MS = 10_000;
+/** How long a tool whose attempt ended for good keeps its thread before it is terminated. */
+export const DEFAULT_ABANDON_GRACE_MS = 10_000;
 
 /** Why a thread-isolated tool cannot run: its workflow was defined in code, not loaded from a file. */
 function noSourceMessage(workflow: Workflow, tool: Tool): string {
@@ -276,13 +279,22 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
 
     return new Promise<unknown>((resolve, reject) => {
       let graceTimer: NodeJS.Timeout | null = null;
+      let offFinal = () => {};
       const offConfirm = attempt.onConfirm((confirmedUntil) => Atomics.store(views.deadlineUs, 0, absoluteMicros(confirmedUntil)));
-      const onAbort = () => abortThread(t, id, attempt, views.abort, (timer) => { graceTimer = timer; });
+      // ownership_unknown informs the tool; the abort that ends the attempt (first or later) also starts the grace.
+      const onAbort = () => {
+        if (attempt.finalReason === null) informThread(t, id, attempt.signal.reason as AttemptAbortedError, views.abort);
+      };
+      const onFinal = (err: AttemptAbortedError) => {
+        informThread(t, id, err, views.abort);
+        graceTimer = terminateAfterGrace(t, id, attempt, err.reason);
+      };
       const job: Job = {
         id,
         inv,
         settle(ok, value) {
           offConfirm();
+          offFinal();
           attempt.signal.removeEventListener('abort', onAbort);
           if (graceTimer) clearTimeout(graceTimer);
           if (ok) resolve(value);
@@ -306,6 +318,7 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
       }
       if (attempt.signal.aborted) onAbort();
       else attempt.signal.addEventListener('abort', onAbort, { once: true });
+      offFinal = attempt.onFinal(onFinal);
     });
   }
 
@@ -314,21 +327,24 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
   }
 
   /**
-   * The attempt aborted: the code goes to the shared memory first (beginEffect reads it at
-   * once, even while the thread's loop is busy), then a message aborts the thread's signal.
-   * For a final reason, a tool that has not wound down after the grace loses its thread.
+   * Tells the thread why its attempt was aborted: the code goes to the shared memory first
+   * (beginEffect reads it at once, even while the thread's loop is busy; a later final reason
+   * replaces ownership_unknown there), then a message aborts the thread's signal (a signal
+   * aborts once: after ownership_unknown it keeps that reason).
    */
-  function abortThread(t: ToolThread, id: number, attempt: Attempt, abortCode: Int32Array, setGrace: (timer: NodeJS.Timeout) => void): void {
-    const reason = attempt.abortReason ?? 'cancelled';
-    const err = attempt.signal.reason as AttemptAbortedError;
-    Atomics.store(abortCode, 0, abortCodeOf(reason));
+  function informThread(t: ToolThread, id: number, err: AttemptAbortedError, abortCode: Int32Array): void {
+    Atomics.store(abortCode, 0, abortCodeOf(err.reason));
     if (t.dead || t.job?.id !== id) return;
     try {
-      post(t, { type: 'abort', id, reason, message: err.message, details: JSON.parse(JSON.stringify(err.details ?? {})) as Record<string, unknown> });
+      const details = JSON.parse(JSON.stringify(err.details ?? {})) as Record<string, unknown>;
+      post(t, { type: 'abort', id, reason: err.reason, message: err.message, details });
     } catch {
-      post(t, { type: 'abort', id, reason, message: `attempt aborted: ${reason}`, details: {} });
+      post(t, { type: 'abort', id, reason: err.reason, message: `attempt aborted: ${err.reason}`, details: {} });
     }
-    if (reason === 'ownership_unknown') return; // the tool is only informed; if it answers, the fenced finish decides
+  }
+
+  /** The attempt ended for good: a tool that has not wound down after the grace loses its thread. */
+  function terminateAfterGrace(t: ToolThread, id: number, attempt: Attempt, reason: string): NodeJS.Timeout {
     const timer = setTimeout(() => {
       if (t.job?.id !== id || t.dead) return;
       logger.warn({ event: 'tool_thread_terminated', threadId: t.worker.threadId, runId: attempt.stage.runId, stageId: attempt.stage.id, fence: attempt.stage.fence, reason },
@@ -336,7 +352,7 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
       void terminate(t, `the attempt was aborted (${reason}) and the tool did not stop within ${graceMs} ms`);
     }, graceMs);
     timer.unref();
-    setGrace(timer);
+    return timer;
   }
 
   return {

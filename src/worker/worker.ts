@@ -2,17 +2,17 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Registry } from '../definitions/registry.js';
 import { InvalidInputError } from '../errors.js';
-import { MAX_CLAIM_DEFINITIONS, type ClaimLimits, type ClaimedStage, type Store } from '../store/index.js';
+import { MAX_CLAIM_DEFINITIONS, monotonicNow, type ClaimLimits, type ClaimedStage, type Extender, type Store } from '../store/index.js';
 import { parseInput } from '../store/validate.js';
 import { laneOf } from '../transport/lane.js';
 import type { StageReady, Transport } from '../transport/transport.js';
 import { EventWriter } from './event-writer.js';
-import { executeStage, inlineRunner, type AttemptEnd, type ExecutorDeps, type ToolRunner } from './executor.js';
+import { executeStage, inlineRunner, type AttemptEnd, type ExecutorDeps, type Slot, type ToolRunner } from './executor.js';
 import { FinishBatcher, FINISH_BATCH_WINDOW_MS } from './finish-batcher.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { makeOwnerId } from './owner-id.js';
 import { Sweeper } from './sweeper.js';
-import { processMetrics, type Metrics } from '../observability/metrics.js';
+import { processMetrics, type Metrics, type WorkerSample } from '../observability/metrics.js';
 
 export const workerOptionsSchema = z.object({
   /** Tool classes this worker serves (default: every class in the registry). */
@@ -60,6 +60,10 @@ export class Worker {
   readonly definitions: ReadonlyMap<string, readonly string[]>;
   private readonly opts: Required<Omit<WorkerOptions, 'classes' | 'name' | 'failUnservedAfterMs'>>;
   private readonly keeper: LeaseKeeper;
+  /** The keeper's own database connection (outside the pool). */
+  private readonly extender: Extender;
+  private readonly metrics: Metrics;
+  private untrack: (() => void) | null = null;
   private readonly events: EventWriter;
   private readonly batcher: FinishBatcher;
   private readonly sweeper: Sweeper;
@@ -112,7 +116,9 @@ export class Worker {
     const logger = deps.logger.child({ owner: this.owner });
     this.events = new EventWriter(deps.store, logger);
     const metrics = deps.metrics ?? processMetrics();
-    this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush(), metrics);
+    this.metrics = metrics;
+    this.extender = deps.store.openExtender();
+    this.keeper = new LeaseKeeper(this.extender, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
     this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.definitions, known, this.opts.sweepIntervalMs, logger, metrics,
       o.failUnservedAfterMs ?? null);
@@ -141,6 +147,7 @@ export class Worker {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    this.untrack = this.metrics.track(() => this.sample());
     this.keeper.start();
     this.sweeper.start();
     for (const cls of this.classes) {
@@ -186,6 +193,9 @@ export class Worker {
       }
     }
     await this.keeper.stop();
+    await this.extender.close();
+    this.untrack?.();
+    this.untrack = null;
     await this.events.drain();
     await this.deps.store.deleteWorker(this.owner).catch(() => {});
     this.logger.info({ event: 'worker_stopped', owner: this.owner }, 'worker stopped');
@@ -193,6 +203,24 @@ export class Worker {
 
   get inFlightCount(): number {
     return this.inFlight.size;
+  }
+
+  /** Slots of a class taken now: tools running, or finishes about to hand their slot to the next stage (fast path). */
+  slotsInUse(cls: string): number {
+    return this.perClass.get(cls) ?? 0;
+  }
+
+  /** What a scrape shows of this worker (metrics.ts). */
+  private sample(): WorkerSample {
+    const now = monotonicNow();
+    const runner = this.deps.threadRunner as (ToolRunner & { stats?: () => { threads: number; busy: number } }) | undefined;
+    return {
+      attempts: this.keeper.held().map((a) => ({
+        labels: a.labels, heartbeatAgeSeconds: a.heartbeatAgeSeconds(now), leaseRemainingSeconds: a.leaseRemainingSeconds(now),
+      })),
+      slots: this.classes.map((c) => ({ toolClass: c, inUse: this.slotsInUse(c), capacity: this.opts.concurrency })),
+      ...(typeof runner?.stats === 'function' ? { threads: runner.stats() } : {}),
+    };
   }
 
   /** Resolves when no stage is in flight (the fast path may chain new ones meanwhile). */
@@ -267,9 +295,23 @@ export class Worker {
     });
   }
 
+  /** Takes a slot of a class; release() gives it back (once) and wakes the class's claim loop. */
+  private takeSlot(cls: string): Slot {
+    this.perClass.set(cls, (this.perClass.get(cls) ?? 0) + 1);
+    let held = true;
+    return {
+      release: () => {
+        if (!held) return;
+        held = false;
+        this.perClass.set(cls, (this.perClass.get(cls) ?? 1) - 1);
+        this.wakers.get(cls)?.();
+      },
+    };
+  }
+
   private launch(stage: ClaimedStage): void {
-    this.perClass.set(stage.toolClass, (this.perClass.get(stage.toolClass) ?? 0) + 1);
-    const done = executeStage(this.executorDeps, stage).then(
+    const slot = this.takeSlot(stage.toolClass);
+    const done = executeStage(this.executorDeps, stage, slot).then(
       (end) => end,
       (err: unknown) => {
         this.logger.error({ event: 'executor_crashed', stageId: stage.id, err: (err as Error).stack }, 'executor crashed');
@@ -278,8 +320,7 @@ export class Worker {
     ).then((end) => {
       this.ended[end]++;
       if (this.inFlight.get(stage.id)?.stage === stage) this.inFlight.delete(stage.id);
-      this.perClass.set(stage.toolClass, (this.perClass.get(stage.toolClass) ?? 1) - 1);
-      this.wakers.get(stage.toolClass)?.();
+      slot.release();
       return end;
     });
     this.inFlight.set(stage.id, { stage, done });

@@ -60,8 +60,13 @@ describe('defineToolClass', () => {
     expect(refusal({ ...base, heartbeat: '2m' }).path).toBe('toolClass[io].heartbeat');
   });
 
-  it('refuses timeout > maxDuration', () => {
-    expect(refusal({ ...base, timeout: '11m' }).message).toContain('timeout 660000 ms must not exceed maxDuration 600000 ms');
+  it('refuses timeout >= maxDuration, naming both: maxDuration bounds the whole attempt, so it must outlast one call', () => {
+    expect(refusal({ ...base, timeout: '11m' }).message).toContain('timeout 660000 ms must be shorter than maxDuration 600000 ms');
+    const equal = refusal({ ...base, timeout: '10m' });
+    expect(equal.message).toContain('timeout 600000 ms must be shorter than maxDuration 600000 ms');
+    expect(equal.path).toBe('toolClass[io].timeout');
+    expect(equal.details).toMatchObject({ timeoutMs: 600_000, maxDurationMs: 600_000 });
+    expect(defineToolClass({ ...base, timeout: '599999ms' }).timeoutMs).toBe(599_999);
   });
 
   it('refuses negative, NaN and unparseable durations, and zero for a lease', () => {

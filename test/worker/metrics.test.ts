@@ -35,7 +35,7 @@ describe('metrics', () => {
       const claimed = await metrics.stagesClaimed.get();
       expect(claimed.values.find((v) => v.labels.tool_class === 'served')?.value).toBe(1);
       const text = await metrics.registry.metrics();
-      expect(text).toContain('ratchet_stage_duration_seconds_count{tool_class="served",outcome="finished"} 1');
+      expect(text).toContain('ratchet_stage_duration_seconds_count{tool_class="served",workflow="two",outcome="finished"} 1');
       expect(text).toMatch(/ratchet_results_rejected_total/);
       expect(text).not.toContain(id); // labels are bounded: never run ids
     } finally {
