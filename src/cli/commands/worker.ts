@@ -1,6 +1,4 @@
 import type { Command } from 'commander';
-import pino from 'pino';
-import { createRatchet } from '../../engine.js';
 import { InvalidInputError } from '../../errors.js';
 
 interface WorkerCommandOptions {
@@ -41,6 +39,7 @@ export function registerWorkerCommand(program: Command): void {
       const concurrency = int(o.concurrency, '--concurrency', 1, 1000);
       const graceMs = int(o.grace, '--grace', 0, 3_600_000);
       const classes = o.classes?.split(',').map((c) => c.trim()).filter(Boolean);
+      const [{ default: pino }, { createRatchet }] = await Promise.all([import('pino'), import('../../engine.js')]);
       const logger = pino({ name: 'ratchet', level: process.env.RATCHET_LOG_LEVEL ?? 'info' }, pino.destination(2));
       const ratchet = await createRatchet({
         databaseUrl: o.databaseUrl || process.env.DATABASE_URL || undefined,
