@@ -3,21 +3,24 @@
  * short statement (its own transaction), so no lock outlives a batch and work goes on between
  * batches.
  *
- * Which runs: state is one of the finished states (the SQL says so itself, whatever the caller
- * passes) and the run finished before the cutoff by the database clock. `created_at < cutoff`
- * is implied by that (a run is created before it finishes) and lets the existing
- * runs (state, created_at) index range-scan the candidates; `finished_at` (or `updated_at`,
- * never earlier, for a row without it) is then checked on each candidate. Candidates created
- * before the cutoff that finished after it (long runs) are read and skipped, at most once per batch.
- * The oldest go first (index order); no ORDER BY, so no sort of the whole backlog per batch.
+ * Which runs: state is one of the finished states (the SQL checks it itself, whatever the caller
+ * passes) and the run finished before the cutoff by the database clock. `created_at < cutoff` is
+ * implied by that (a run is created before it finishes) and bounds an ordered range scan of the
+ * existing runs (state, created_at) index, oldest first, stopping at the batch size; `finished_at`
+ * (or `updated_at`, never earlier, for a row without it) is checked on each row read. It is
+ * written as the row comparison `(state, created_at) < ($1, cutoff)`: a plain
+ * `created_at < cutoff` lets the planner take runs (created_at, id) instead and read every older
+ * run of every state (the ones kept for ever included) on each batch. Rows read and skipped: runs
+ * of the state created before the cutoff that finished after it (long runs) — at most those, per
+ * batch. An index on runs (state, finished_at) would make even those go away.
  */
 
 const FINISHED = `('succeeded','failed','cancelled','expired')`;
 
 const CANDIDATES = `
-  SELECT r.id FROM ratchet.runs r, cutoff c
-  WHERE r.state = $1 AND r.state IN ${FINISHED}
-    AND r.created_at < c.t AND coalesce(r.finished_at, r.updated_at) < c.t`;
+  SELECT r.id FROM ratchet.runs r
+  WHERE $1 IN ${FINISHED} AND r.state = $1
+    AND (r.state, r.created_at) < ($1, (SELECT t FROM cutoff)) AND coalesce(r.finished_at, r.updated_at) < (SELECT t FROM cutoff)`;
 
 /**
  * One batch: $1 the state, $2 the age in ms (the cutoff is db_now() - $2), $3 the most runs.
@@ -30,8 +33,9 @@ const CANDIDATES = `
 export const PRUNE_BATCH_SQL = `
 WITH cutoff AS MATERIALIZED (SELECT ratchet.db_now() - $2::float8 * interval '1 millisecond' AS t),
 doomed AS MATERIALIZED (${CANDIDATES}
+  ORDER BY r.state, r.created_at
   LIMIT $3
-  FOR UPDATE OF r SKIP LOCKED
+  FOR UPDATE SKIP LOCKED
 ),
 stage_count AS (SELECT count(*)::int AS n FROM ratchet.stages s WHERE s.run_id IN (SELECT id FROM doomed)),
 gone_events AS (DELETE FROM ratchet.events e USING doomed d WHERE e.run_id = d.id RETURNING 1),

@@ -61,7 +61,7 @@ const deliver = defineTool({
   output: z.object({ file: z.string(), fence: z.string(), delivered: z.boolean() }),
   idempotencyKey: (input) => \`greeting:\${input.name}\`,
   async run(input, ctx) {
-    const file = join(OUTBOX, \`\${encodeURIComponent(ctx.idempotencyKey)}.json\`);
+    const file = join(OUTBOX, \`\${ctx.idempotencyKey.replace(/[^\\w.-]/g, '_')}.json\`);
     const earlier = await readFile(file, 'utf8').then((text) => JSON.parse(text) as { fence: string }, () => null);
     if (earlier) return { file, fence: earlier.fence, delivered: false }; // delivered before: answer as then
     ctx.beginEffect(\`outbox:\${ctx.idempotencyKey}\`); // throws if this attempt no longer owns the stage
