@@ -22,7 +22,8 @@ export const ageSchema = z.union([z.string(), z.number()]).transform((value, ctx
   } catch {
     n = undefined;
   }
-  const problem = typeof n !== 'number' || !Number.isFinite(n) ? `cannot read ${JSON.stringify(value)} as an age: expected an ms string like "30d" or milliseconds`
+  const problem = typeof n !== 'number' || !Number.isFinite(n)
+    ? `cannot read ${JSON.stringify(value)} as an age: expected an ms string like "30d" or milliseconds`
     : !Number.isInteger(n) || n <= 0 ? `the age ${JSON.stringify(value)} must be a whole number of milliseconds greater than 0`
     : n > MAX_AGE_MS ? `the age ${JSON.stringify(value)} is more than 100 years` : null;
   if (problem) {

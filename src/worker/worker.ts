@@ -107,8 +107,8 @@ export class Worker {
     const metrics = deps.metrics ?? processMetrics();
     this.keeper = new LeaseKeeper(deps.store, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
-    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, known, this.opts.sweepIntervalMs, logger, metrics, o.failUnservedAfterMs ?? null,
-      deps.retention ?? null);
+    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.classes, known, this.opts.sweepIntervalMs, logger, metrics,
+      o.failUnservedAfterMs ?? null, deps.retention ?? null);
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,

@@ -44,7 +44,9 @@ describe('ratchet init', () => {
     expect(first.stdout.trim().split('\n').slice(-3)).toEqual(['  cd app', '  npm install ratchet zod', `  ${NEXT_RUN}`]);
     expect(JSON.parse(readFileSync(join(app, 'tsconfig.json'), 'utf8'))).toMatchObject({ compilerOptions: { module: 'NodeNext', strict: true } });
     const workflow = readFileSync(join(app, 'workflows', 'hello.ts'), 'utf8');
-    for (const part of ['defineToolClass(', 'defineTool(', 'defineWorkflow(', 'ctx.fence', 'ctx.idempotencyKey', "from 'ratchet'"]) expect(workflow).toContain(part);
+    for (const part of ['defineToolClass(', 'defineTool(', 'defineWorkflow(', 'ctx.fence', 'ctx.idempotencyKey', "from 'ratchet'"]) {
+      expect(workflow).toContain(part);
+    }
 
     // `npm link ratchet` (and zod, which the workflow imports): the package from this checkout, one copy of everything.
     mkdirSync(join(app, 'node_modules'));
@@ -55,7 +57,8 @@ describe('ratchet init', () => {
     expect(run.code, run.stderr).toBe(0);
     const done = run.json.at(-1)!;
     expect(done).toMatchObject({ type: 'run_finished', workflow: 'hello', state: 'succeeded', result: { delivered: true } });
-    expect(run.json.find((l) => l.type === 'run_submitted')).toMatchObject({ backend: `embedded PGlite at ${join(realpathSync(app), '.ratchet')}` });
+    const backend = `embedded PGlite at ${join(realpathSync(app), '.ratchet')}`;
+    expect(run.json.find((l) => l.type === 'run_submitted')).toMatchObject({ backend });
     // The fenced tool wrote once, stamped with its attempt's fence and keyed by what it means.
     const delivered = done.result as { file: string; fence: string };
     expect(JSON.parse(readFileSync(delivered.file, 'utf8'))).toEqual({ key: 'greeting:world', fence: delivered.fence, text: 'Hello, world!' });

@@ -49,13 +49,16 @@ describe('ratchet prune', () => {
     expect(res.json[0]).toMatchObject({ dryRun: false, runs: 20, stages: 40, events: 60, complete: true, states: ['succeeded', 'cancelled'] });
     expect(res.json[0]!.batches).toBe(8); // 3 + 3 + 3 + 1 per state
     expect(await byState()).toEqual({
-      'old:failed': 10, 'old:expired': 10, 'young:succeeded': 2, 'young:failed': 2, 'young:cancelled': 2, 'young:expired': 2, 'open:queued': 3, 'open:running': 3,
+      'old:failed': 10, 'old:expired': 10, 'young:succeeded': 2, 'young:failed': 2, 'young:cancelled': 2, 'young:expired': 2,
+      'open:queued': 3, 'open:running': 3,
     });
     const text = await ratchet(['--database-url', db.url, 'prune', '--older-than', '1d']);
     expect(text.code, text.stderr).toBe(0);
-    expect(text.stdout.trim()).toBe('pruned 28 runs (48 stages, 84 events): succeeded, failed, cancelled, expired that finished more than 1d ago, in 4 batches');
+    expect(text.stdout.trim())
+      .toBe('pruned 28 runs (48 stages, 84 events): succeeded, failed, cancelled, expired that finished more than 1d ago, in 4 batches');
     expect(await byState()).toEqual({ 'open:queued': 3, 'open:running': 3 });
-    const [orphans] = await db.query(`SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`);
+    const [orphans] = await db.query(
+      `SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`);
     expect(orphans!.n).toBe(0);
   });
 
@@ -74,8 +77,9 @@ describe('ratchet prune', () => {
       [['--older-than', '30d', '--batch-size', '0'], /1\.\.10000/],
       [['--older-than', '30d', '--batch-size', 'lots'], /1\.\.10000/],
     ];
-    for (const [args, message] of cases) {
-      for (const target of [['--database-url', db.url], ['--data-dir', dataDir]]) {
+    for (const [i, [args, message]] of cases.entries()) {
+      // Against PostgreSQL, and (a few) against an embedded data directory that must not come into being.
+      for (const target of [['--database-url', db.url], ...(i % 3 === 0 ? [['--data-dir', dataDir]] : [])]) {
         const res = await ratchet([...target, '--json', 'prune', ...args]);
         expect(res.code, `${args.join(' ')}: ${res.stderr}`).toBe(2);
         const { error } = JSON.parse(res.stderr) as { error: { code: string; message: string; path: string } };

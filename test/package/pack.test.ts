@@ -33,7 +33,10 @@ const NPM_CACHE = execFileSync('npm', ['config', 'get', 'cache'], { cwd: tmpdir(
 const npmEnv = (): NodeJS.ProcessEnv => {
   const env: NodeJS.ProcessEnv = {};
   for (const name of Object.keys(process.env)) if (/^npm_/i.test(name)) env[name] = undefined;
-  return { ...env, npm_config_cache: NPM_CACHE, npm_config_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' };
+  return {
+    ...env, npm_config_cache: NPM_CACHE, npm_config_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false',
+    npm_config_update_notifier: 'false',
+  };
 };
 const run = (file: string, args: string[], timeoutMs = 180_000): Promise<ExecResult> => exec(file, args, { cwd: app, env: npmEnv(), timeoutMs });
 
@@ -143,8 +146,10 @@ describe('the published package', () => {
     for (const e of journal.entries) expect(files).toContain(`drizzle/${e.tag}.sql`);
     expect(files.filter((f) => !/^(dist\/|drizzle\/|package\.json$|README\.md$|LICENSE)/.test(f))).toEqual([]);
     expect(files.filter((f) => /\.test\.|^dist\/.*\.ts$/.test(f) && !f.endsWith('.d.ts'))).toEqual([]);
-    const pkg = JSON.parse(readFileSync(join(app, 'node_modules/ratchet/package.json'), 'utf8')) as { exports: Record<string, unknown>; bin: Record<string, string> };
-    for (const target of Object.values(pkg.exports).flatMap((e) => (typeof e === 'string' ? [e] : Object.values(e as Record<string, string>)))) {
+    const pkg = JSON.parse(readFileSync(join(app, 'node_modules/ratchet/package.json'), 'utf8')) as {
+      exports: Record<string, string | Record<string, string>>; bin: Record<string, string>;
+    };
+    for (const target of Object.values(pkg.exports).flatMap((e) => (typeof e === 'string' ? [e] : Object.values(e)))) {
       expect(existsSync(join(app, 'node_modules/ratchet', target)), target).toBe(true);
     }
     expect(existsSync(join(app, 'node_modules/ratchet', pkg.bin.ratchet!))).toBe(true);

@@ -51,7 +51,7 @@ describe('prune on PostgreSQL: 100,000 finished runs', () => {
     await insertRuns(db, { count: 300, createdAgoMs: 90 * DAY_MS, finished: false, states: ['queued', 'running'], workflow: 'unfinished', toolClass: 'nobody' });
     // A run that runs again (a retry) while an old finished_at is still on its row: its state decides, not the date.
     await db.query(`UPDATE ratchet.runs SET finished_at = created_at + interval '1 minute' WHERE workflow = 'unfinished' AND state = 'running'`);
-    await db.query('ANALYZE ratchet.runs');
+    await db.query('ANALYZE ratchet.runs, ratchet.stages, ratchet.events'); // as autovacuum would after a bulk load
   }, 180_000);
   afterAll(async () => {
     await r?.close();
@@ -88,7 +88,8 @@ describe('prune on PostgreSQL: 100,000 finished runs', () => {
     })();
     const batches: PruneBatch[] = [];
     let betweenBatches: string | undefined;
-    const doneBefore = async () => (await r.store.db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'work' AND state = 'succeeded'`))[0]!.n as number;
+    const doneBefore = async () =>
+      (await r.store.db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'work' AND state = 'succeeded'`))[0]!.n as number;
     const finishedAtStart = await doneBefore();
     let finishedDuring = 0;
     const res = await r.store.prune({
@@ -127,7 +128,8 @@ describe('prune on PostgreSQL: 100,000 finished runs', () => {
       const [c] = await db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state = 'succeeded'`, [ids]);
       return c!.n === ids.length;
     }, 60_000);
-    const [ev] = await db.query(`SELECT count(DISTINCT run_id)::int AS n FROM ratchet.events WHERE run_id = ANY($1::uuid[]) AND type = 'run_submitted'`, [ids]);
+    const [ev] = await db.query(
+      `SELECT count(DISTINCT run_id)::int AS n FROM ratchet.events WHERE run_id = ANY($1::uuid[]) AND type = 'run_submitted'`, [ids]);
     expect(ev!.n).toBe(ids.length);
 
     // Once released, the held run goes too.

@@ -35,7 +35,8 @@ describe('retention policy (createRatchet({ retention })) applied by the sweeper
 
   const byState = async () => Object.fromEntries((await db.query(
     `SELECT workflow || ':' || state AS k, count(*)::int AS n FROM ratchet.runs GROUP BY 1`)).map((x) => [x.k as string, x.n as number]));
-  const eventsOf = async (ids: string[]) => (await db.query(`SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = ANY($1::uuid[])`, [ids]))[0]!.n as number;
+  const eventsOf = async (ids: string[]) =>
+    (await db.query(`SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = ANY($1::uuid[])`, [ids]))[0]!.n as number;
 
   it('prunes succeeded runs after 7 days and failed ones after 30, with their events; unfinished and unnamed states stay', async () => {
     await r.worker({ sweepIntervalMs: 50, pollIntervalMs: 20 }).start();
@@ -62,7 +63,8 @@ describe('retention policy (createRatchet({ retention })) applied by the sweeper
     await until('failed runs pruned', async () => !(await byState())['maybe:failed'], 20_000);
     expect(await eventsOf(badIds)).toBe(0);
     expect(await byState()).toEqual({ 'other:cancelled': 4, 'other:queued': 2, 'other:running': 2 });
-    const [orphans] = await db.query(`SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`);
+    const [orphans] = await db.query(
+      `SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`);
     expect(orphans!.n).toBe(0);
   });
 

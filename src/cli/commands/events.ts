@@ -12,7 +12,8 @@ export function registerEventsCommand(program: Command): void {
     .option('--limit <n>', 'events per page', '500')
     .action(async (id: string, _o: unknown, cmd: Command) => {
       const [{ withBackend }, { formatEvents }, { printer }, { eventsQuerySchema }, { parseInput }] = await Promise.all([
-        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'), import('../../api/schemas.js'), import('../../store/validate.js'),
+        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
+        import('../../api/schemas.js'), import('../../store/validate.js'),
       ]);
       const o = cmd.optsWithGlobals<EventsOptions>();
       const q = parseInput(eventsQuerySchema, { ...(o.after ? { after: o.after } : {}), limit: o.limit }, 'events');

@@ -8,7 +8,9 @@ export function registerExplainCommand(program: Command): void {
     .argument('<id>', 'the run id')
     .option('--workflows-dir <dir>', 'workflow files, for class limits when reading the store directly (env RATCHET_WORKFLOWS_DIR)')
     .action(async (id: string, _o: unknown, cmd: Command) => {
-      const [{ withBackend }, { formatExplanation }, { printer }] = await Promise.all([import('../api/backend.js'), import('../api/format.js'), import('../api/options.js')]);
+      const [{ withBackend }, { formatExplanation }, { printer }] = await Promise.all([
+        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
+      ]);
       const o = cmd.optsWithGlobals<GlobalOptions & { workflowsDir?: string }>();
       const x = await withBackend(o, (b) => b.explain(id), { workflows: true });
       printer(o)(x, () => formatExplanation(x));

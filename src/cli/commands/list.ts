@@ -15,7 +15,8 @@ export function registerListCommand(program: Command): void {
     .option('--cursor <cursor>', 'the next page (printed after a full page)')
     .action(async (_o: unknown, cmd: Command) => {
       const [{ withBackend }, { formatRunList }, { printer }, { listQuerySchema }, { parseInput }] = await Promise.all([
-        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'), import('../../api/schemas.js'), import('../../store/validate.js'),
+        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
+        import('../../api/schemas.js'), import('../../store/validate.js'),
       ]);
       const o = cmd.optsWithGlobals<ListOptions>();
       const q = parseInput(listQuerySchema, {

@@ -70,7 +70,8 @@ async function run(name: string, o: RunOptions): Promise<void> {
     // An empty variable counts as unset (`DATABASE_URL= ratchet run ...`).
     const databaseUrl = o.databaseUrl || process.env.DATABASE_URL || undefined;
     const dataDir = o.dataDir || process.env.RATCHET_DATA_DIR || undefined;
-    // Logs go to stderr, errors only by default: stage failures are printed as stage lines (RATCHET_LOG_LEVEL=info shows the lease protocol at work).
+    // Logs go to stderr, errors only by default: stage failures are printed as stage lines
+    // (RATCHET_LOG_LEVEL=info shows the lease protocol at work).
     ratchet = await createRatchet({ workflows, databaseUrl, dataDir, logger: cliLogger() });
     worker = ratchet.worker();
     await worker.start();

@@ -7,7 +7,9 @@ export function registerStatusCommand(program: Command): void {
     .description("a run's state, stages, result or error (exit 3 for an unknown id)")
     .argument('<id>', 'the run id')
     .action(async (id: string, _o: unknown, cmd: Command) => {
-      const [{ withBackend }, { formatRun }, { printer }] = await Promise.all([import('../api/backend.js'), import('../api/format.js'), import('../api/options.js')]);
+      const [{ withBackend }, { formatRun }, { printer }] = await Promise.all([
+        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
+      ]);
       const o = cmd.optsWithGlobals<GlobalOptions>();
       const run = await withBackend(o, (b) => b.get(id));
       printer(o)(run, () => formatRun(run));

@@ -52,8 +52,9 @@ export async function initProject(dirArg: string): Promise<InitResult> {
   const exists = PLAN.filter((f) => existsSync(join(dir, f.path)));
   const blocking = exists.filter((f) => f.required);
   if (blocking.length > 0) {
-    throw new InvalidInputError(`${blocking.map((f) => join(dirArg, f.path)).join(', ')} already exists: ratchet init never overwrites a file ` +
-      '(remove it, or init another folder)', 'dir', { reason: 'file_exists', files: blocking.map((f) => f.path) });
+    const files = blocking.map((f) => join(dirArg, f.path)).join(', ');
+    throw new InvalidInputError(`${files} already exists: ratchet init never overwrites a file (remove it, or init another folder)`, 'dir',
+      { reason: 'file_exists', files: blocking.map((f) => f.path) });
   }
   const created: string[] = [];
   for (const f of PLAN) {

@@ -20,8 +20,8 @@ const argsSchema = z.object({
     const states = [...new Set(v.split(',').map((s) => s.trim()).filter(Boolean))];
     const bad = states.filter((s) => !(FINISHED_RUN_STATES as readonly string[]).includes(s));
     if (states.length === 0 || bad.length > 0) {
-      ctx.issues.push({ code: 'custom', input: v, message: `${bad.length > 0 ? `${bad.join(', ')}: not a finished state` : 'no state given'}; ` +
-        `prune deletes only finished runs: ${FINISHED_RUN_STATES.join(', ')}` });
+      const what = bad.length > 0 ? `${bad.join(', ')}: not a finished state` : 'no state given';
+      ctx.issues.push({ code: 'custom', input: v, message: `${what}; prune deletes only finished runs: ${FINISHED_RUN_STATES.join(', ')}` });
       return z.NEVER;
     }
     return states as FinishedRunState[];
@@ -46,7 +46,9 @@ const summary = (r: PruneResult, olderThan: string, states: string[]) => {
  * directory behind), then prunes and prints what went (or, with --dry-run, what would).
  */
 export async function pruneCommand(o: PruneArgs): Promise<void> {
-  if (o.olderThan === undefined) throw new InvalidInputError('--older-than is required, e.g. --older-than 30d', 'older-than', { reason: 'missing' });
+  if (o.olderThan === undefined) {
+    throw new InvalidInputError('--older-than is required, e.g. --older-than 30d', 'older-than', { reason: 'missing' });
+  }
   const args = parseInput(argsSchema, { 'older-than': o.olderThan, state: o.state, 'batch-size': o.batchSize }, 'prune');
   const started = Date.now();
   let store;
@@ -62,8 +64,9 @@ export async function pruneCommand(o: PruneArgs): Promise<void> {
     const olderThan = Object.fromEntries(args.state.map((s) => [s, args['older-than']]));
     const r = await store.prune({ olderThan, batchSize: args['batch-size'], dryRun: o.dryRun });
     printer(o)({
-      dryRun: r.dryRun, olderThan: o.olderThan, olderThanMs: args['older-than'], states: args.state, runs: r.runs, stages: r.stages, events: r.events,
-      batches: r.batches, complete: r.complete, byState: r.byState, durationMs: Date.now() - started,
+      dryRun: r.dryRun, olderThan: o.olderThan, olderThanMs: args['older-than'], states: args.state,
+      runs: r.runs, stages: r.stages, events: r.events, batches: r.batches, complete: r.complete, byState: r.byState,
+      durationMs: Date.now() - started,
     }, () => summary(r, o.olderThan!, args.state));
   } finally {
     await store.close();
