@@ -94,6 +94,19 @@ describe('ratchet prune', () => {
     expect(existsSync(dataDir)).toBe(false);
   }, 120_000);
 
+  it('ratchet worker --retention: a policy it cannot read is exit 2 with a typed error, before anything opens', async () => {
+    const dataDir = join(tmp, 'never-worker');
+    const cases: [string, RegExp][] = [['succeeded', /"succeeded" is not state=age/], ['running=1d', /running/], ['failed=soon', /cannot read "soon"/]];
+    for (const [policy, message] of cases) {
+      const res = await ratchet(['--data-dir', dataDir, '--json', 'worker', '--retention', policy, '--workflows-dir', 'workflows']);
+      expect(res.code, res.stderr).toBe(2);
+      const { error } = JSON.parse(res.stderr.trim().split('\n').at(-1)!) as { error: { code: string; message: string } };
+      expect(error.code).toBe('invalid_input');
+      expect(error.message).toMatch(message);
+    }
+    expect(existsSync(dataDir)).toBe(false);
+  });
+
   it('works on the embedded store too', async () => {
     const res = await ratchet(['--data-dir', join(tmp, 'embedded'), '--json', 'prune', '--older-than', '1d']);
     expect(res.code, res.stderr).toBe(0);

@@ -9,7 +9,7 @@ export interface ExecResult {
 }
 
 /** Variables a user's shell would not have here: the child gets the embedded default unless a test says otherwise. */
-const CLEARED = ['DATABASE_URL', 'REDIS_URL', 'RATCHET_DATA_DIR', 'RATCHET_URL', 'RATCHET_TOKEN', 'RATCHET_WORKFLOWS_DIR', 'NODE_OPTIONS'];
+const CLEARED = ['DATABASE_URL', 'REDIS_URL', 'RATCHET_DATA_DIR', 'RATCHET_URL', 'RATCHET_TOKEN', 'RATCHET_WORKFLOWS_DIR', 'RATCHET_RETENTION', 'NODE_OPTIONS'];
 
 /** Runs a command to its end as a child process (bounded by `timeoutMs`) and collects what it printed. */
 export function exec(file: string, args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<ExecResult> {
