@@ -10,7 +10,7 @@ import { defaultLogger } from './logger.js';
 import { planStaticRun } from './planner/plan.js';
 import { planAgentRun } from './dispatcher/agent.js';
 import type { RunState, StageState } from './planner/states.js';
-import { openStore, type CancelResult, type EventRow, type Store } from './store/index.js';
+import { openStore, retentionPolicySchema, type CancelResult, type EventRow, type Store } from './store/index.js';
 import type { ListRunsFilter, RetryResult, RunPage } from './store/index.js';
 import { explainRun } from './observability/explain.js';
 import type { Explanation } from './observability/explanation.js';
@@ -42,6 +42,8 @@ const ratchetOptions = z.object({
   connectionTimeoutMs: z.number().int().positive().optional(),
   transport: z.custom<Transport>().optional(),
   threadRunner: z.custom<ToolRunner>().optional(),
+  /** How long finished runs are kept, per state (`{ succeeded: '7d', failed: '30d' }`); workers' sweepers prune the rest. Default: kept. */
+  retention: retentionPolicySchema.optional(),
 }).strict();
 export type RatchetOptions = z.input<typeof ratchetOptions>;
 
@@ -173,7 +175,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     },
     events: (id) => store.listEvents(id),
     worker(workerOpts) {
-      const w = new Worker({ store, registry, transport, logger, threadRunner }, workerOpts);
+      const w = new Worker({ store, registry, transport, logger, threadRunner, retention: opts.retention }, workerOpts);
       if (ownThreadRunner) assertThreadSources(registry.list(), w.classes);
       workers.add(w);
       return w;

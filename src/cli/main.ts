@@ -1,5 +1,5 @@
+#!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
-import { openStore } from '../store/index.js';
 import { RatchetError } from '../errors.js';
 import { registerRunCommand } from './commands/run.js';
 import { registerWorkerCommand } from './commands/worker.js';
@@ -11,10 +11,15 @@ import { registerEventsCommand } from './commands/events.js';
 import { registerExplainCommand } from './commands/explain.js';
 import { registerCancelCommand } from './commands/cancel.js';
 import { registerRetryCommand } from './commands/retry.js';
-import { ApiError } from '../api/errors.js';
+import { registerInitCommand } from './commands/init.js';
+import { registerPruneCommand } from './commands/prune.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
+ * The `ratchet` command. Every command module declares its options here and imports what it
+ * runs (the engine, the store, zod, pino, ...) inside its action, so `ratchet --help` and a
+ * usage error load commander and these declarations only.
+ *
  * Exit codes (src/cli/exit-codes.ts, documented in the README): 0 ok (`run`: the run succeeded),
  * 1 unexpected, 2 bad usage / input / definitions or a locked data directory (nothing persisted),
  * 3 unknown run, 4 database unavailable, 5 `run`: the run failed, was cancelled or expired,
@@ -40,9 +45,11 @@ const print = (json: unknown, text: string) => {
   process.stdout.write(program.opts<{ json: boolean }>().json ? `${JSON.stringify(json)}\n` : `${text}\n`);
 };
 
+registerInitCommand(program);
 program.command('migrate')
   .description('apply the database migrations (under an advisory lock) and exit')
   .action(async () => {
+    const { openStore } = await import('../store/index.js');
     const opts = storeOptions();
     const store = await openStore(opts);
     await store.close();
@@ -59,6 +66,7 @@ registerEventsCommand(program);
 registerExplainCommand(program);
 registerCancelCommand(program);
 registerRetryCommand(program);
+registerPruneCommand(program);
 
 try {
   await program.parseAsync(process.argv);
@@ -68,6 +76,7 @@ try {
     process.exitCode = err.exitCode === 0 ? EXIT.ok : EXIT.invalidInput;
     process.exit();
   }
+  const { ApiError } = await import('../api/errors.js');
   const code = err instanceof RatchetError || err instanceof ApiError ? err.code : 'unexpected';
   const path = err instanceof ApiError ? err.path : err instanceof RatchetError && typeof err.details.path === 'string' ? err.details.path : null;
   const json = program.opts<{ json: boolean }>().json;

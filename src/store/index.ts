@@ -18,6 +18,7 @@ import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
 import { parseInput } from './validate.js';
 import { retryRun } from './retry-run.js';
 import { listRuns, type ListRunsFilter } from './list-runs.js';
+import { prune, type PruneOptions } from './prune.js';
 
 export { DatabaseUnavailableError, classifyDbError, type DbErrorKind } from './db-errors.js';
 export type { Db, DbSession, QueryOptions, Queryable } from './db.js';
@@ -37,6 +38,8 @@ export type { CancelResult, CreateRunInput, CreatedRun, EventRow, RunRow, StageR
 export type { RetryResult } from './retry-run.js';
 export { MAX_LIST_LIMIT } from './list-runs.js';
 export type { ListRunsFilter, RunPage, RunSummaryRow } from './list-runs.js';
+export { FINISHED_RUN_STATES, DEFAULT_PRUNE_BATCH, MAX_PRUNE_BATCH, ageSchema, retentionPolicySchema } from './prune.js';
+export type { FinishedRunState, PruneBatch, PruneCounts, PruneOptions, PruneResult, RetentionAges, RetentionPolicy } from './prune.js';
 
 /** The embedded default's data directory, relative to the working directory. */
 export const DEFAULT_DATA_DIR = '.ratchet';
@@ -99,6 +102,8 @@ export interface Store {
   retryRun(runId: string): ReturnType<typeof retryRun>;
   /** One page of runs, newest first, with filters and a keyset cursor. */
   listRuns(filter?: ListRunsFilter): ReturnType<typeof listRuns>;
+  /** Deletes finished runs past their state's age, with their stages and events, in bounded batches (./prune.ts). */
+  prune(options: PruneOptions): ReturnType<typeof prune>;
 }
 
 /**
@@ -182,6 +187,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     },
     retryRun: (runId) => retryRun(db, runId),
     listRuns: (filter) => listRuns(db, filter),
+    prune: (options) => prune(db, options),
     async close() {
       if (closed) return;
       closed = true;

@@ -3,6 +3,8 @@ import type { Store } from '../store/index.js';
 import { laneOf } from '../transport/lane.js';
 import type { Transport } from '../transport/transport.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { RetentionAges } from '../store/index.js';
+import { applyRetention } from './retention.js';
 
 /** Stages re-sent per class kind and sweep. */
 const SWEEP_BATCH = 500;
@@ -37,6 +39,8 @@ export class Sweeper {
     private readonly metrics: Metrics,
     /** Opt-in: fail stages of classes no worker served for this long (null: never). */
     private readonly failUnservedAfterMs: number | null = null,
+    /** The retention policy (createRatchet({ retention })), applied each tick in bounded batches (null: keep every run). */
+    private readonly retention: RetentionAges | null = null,
   ) {}
 
   start(): void {
@@ -78,6 +82,7 @@ export class Sweeper {
           for (const s of due) this.transport.notify(laneOf(s.toolClass, s.definitionHash), { stageId: s.stageId, attempt: s.attempt });
           if (due.length > 0) this.logger.debug({ event: 'sweep', count: due.length }, 'due stages re-sent');
         }
+        if (this.retention) await applyRetention(this.store, this.retention, this.logger);
       } catch (err) {
         this.logger.warn({ event: 'sweep_failed', err: (err as Error).message }, 'sweep failed');
       }

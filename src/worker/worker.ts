@@ -12,6 +12,7 @@ import { FinishBatcher, FINISH_BATCH_WINDOW_MS } from './finish-batcher.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { makeOwnerId } from './owner-id.js';
 import { Sweeper } from './sweeper.js';
+import type { RetentionAges } from '../store/index.js';
 import { processMetrics, type Metrics, type WorkerSample } from '../observability/metrics.js';
 
 export const workerOptionsSchema = z.object({
@@ -44,6 +45,8 @@ export interface WorkerDeps {
   threadRunner?: ToolRunner;
   random?: () => number;
   metrics?: Metrics;
+  /** The retention policy its sweeper applies (createRatchet({ retention })). */
+  retention?: RetentionAges;
 }
 
 /**
@@ -121,7 +124,7 @@ export class Worker {
     this.keeper = new LeaseKeeper(this.extender, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
     this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.definitions, known, this.opts.sweepIntervalMs, logger, metrics,
-      o.failUnservedAfterMs ?? null);
+      o.failUnservedAfterMs ?? null, deps.retention ?? null);
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,

@@ -1,4 +1,3 @@
-import type { Command } from 'commander';
 import type { Logger } from 'pino';
 import {
   checkListenOptions, createServer, DEFAULT_API_HOST, DEFAULT_API_PORT, DEFAULT_BODY_LIMIT, type ApiServer,
@@ -77,13 +76,4 @@ export async function serveUntilSignal(o: ServeOptions, logger: Logger, opts: { 
     await worker?.stop({ graceMs: opts.graceMs });
     await ratchet?.close();
   }
-}
-
-/** The listening options `serve` and `dev` share (flags over environment over defaults). */
-export function withServeOptions(cmd: Command): Command {
-  return cmd
-    .option('--host <host>', 'address to listen on (env RATCHET_HOST)', undefined)
-    .option('--port <port>', 'port (env RATCHET_PORT; 0 picks a free one)', undefined)
-    .option('--body-limit <bytes>', 'largest request body (env RATCHET_BODY_LIMIT)', undefined)
-    .option('--workflows-dir <dir>', 'workflow files (env RATCHET_WORKFLOWS_DIR)', undefined);
 }

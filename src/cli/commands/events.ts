@@ -1,9 +1,5 @@
 import type { Command } from 'commander';
-import { withBackend } from '../api/backend.js';
-import { formatEvents } from '../api/format.js';
-import { printer, type GlobalOptions } from '../api/options.js';
-import { eventsQuerySchema } from '../../api/schemas.js';
-import { parseInput } from '../../store/validate.js';
+import type { GlobalOptions } from '../api/options.js';
 
 interface EventsOptions extends GlobalOptions { after?: string; limit: string }
 
@@ -15,6 +11,10 @@ export function registerEventsCommand(program: Command): void {
     .option('--after <eventId>', 'only events after this event id')
     .option('--limit <n>', 'events per page', '500')
     .action(async (id: string, _o: unknown, cmd: Command) => {
+      const [{ withBackend }, { formatEvents }, { printer }, { eventsQuerySchema }, { parseInput }] = await Promise.all([
+        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
+        import('../../api/schemas.js'), import('../../store/validate.js'),
+      ]);
       const o = cmd.optsWithGlobals<EventsOptions>();
       const q = parseInput(eventsQuerySchema, { ...(o.after ? { after: o.after } : {}), limit: o.limit }, 'events');
       const page = await withBackend(o, (b) => b.events(id, q));

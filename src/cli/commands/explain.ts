@@ -1,7 +1,5 @@
 import type { Command } from 'commander';
-import { withBackend } from '../api/backend.js';
-import { formatExplanation } from '../api/format.js';
-import { printer, type GlobalOptions } from '../api/options.js';
+import type { GlobalOptions } from '../api/options.js';
 
 /** `ratchet explain <id>`: why a run is where it is — one verdict and its evidence. */
 export function registerExplainCommand(program: Command): void {
@@ -10,6 +8,9 @@ export function registerExplainCommand(program: Command): void {
     .argument('<id>', 'the run id')
     .option('--workflows-dir <dir>', 'workflow files, for class limits when reading the store directly (env RATCHET_WORKFLOWS_DIR)')
     .action(async (id: string, _o: unknown, cmd: Command) => {
+      const [{ withBackend }, { formatExplanation }, { printer }] = await Promise.all([
+        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
+      ]);
       const o = cmd.optsWithGlobals<GlobalOptions & { workflowsDir?: string }>();
       const x = await withBackend(o, (b) => b.explain(id), { workflows: true });
       printer(o)(x, () => formatExplanation(x));

@@ -1,9 +1,5 @@
 import type { Command } from 'commander';
-import { withBackend } from '../api/backend.js';
-import { formatRunList } from '../api/format.js';
-import { printer, type GlobalOptions } from '../api/options.js';
-import { listQuerySchema } from '../../api/schemas.js';
-import { parseInput } from '../../store/validate.js';
+import type { GlobalOptions } from '../api/options.js';
 
 interface ListOptions extends GlobalOptions { state?: string; workflow?: string; createdAfter?: string; createdBefore?: string; cursor?: string; limit: string }
 
@@ -18,6 +14,10 @@ export function registerListCommand(program: Command): void {
     .option('--limit <n>', 'runs per page', '20')
     .option('--cursor <cursor>', 'the next page (printed after a full page)')
     .action(async (_o: unknown, cmd: Command) => {
+      const [{ withBackend }, { formatRunList }, { printer }, { listQuerySchema }, { parseInput }] = await Promise.all([
+        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
+        import('../../api/schemas.js'), import('../../store/validate.js'),
+      ]);
       const o = cmd.optsWithGlobals<ListOptions>();
       const q = parseInput(listQuerySchema, {
         ...(o.state ? { state: o.state } : {}), ...(o.workflow ? { workflow: o.workflow } : {}),

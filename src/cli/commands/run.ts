@@ -1,18 +1,13 @@
 import type { Command } from 'commander';
-import pino from 'pino';
-import { resolveDuration } from '../../definitions/duration.js';
-import { createRatchet, type Ratchet } from '../../engine.js';
+import type { Ratchet } from '../../engine.js';
 import { InvalidInputError } from '../../errors.js';
 import type { Store } from '../../store/index.js';
 import type { Worker } from '../../worker/worker.js';
 import { EXIT } from '../exit-codes.js';
 import { startExampleServices } from '../run/example-services.js';
 import { readRunInput } from '../run/input.js';
-import { preflight } from '../run/preflight.js';
 import { jsonReporter, textReporter } from '../run/report.js';
 import { watchRun } from '../run/watch.js';
-import { runRemote } from '../run/remote.js';
-import { serverUrl } from '../api/options.js';
 
 interface RunOptions {
   input: string;
@@ -33,7 +28,8 @@ interface RunOptions {
 /** How long a stopping worker lets in-flight stages finish before it hands their leases back. */
 const STOP_GRACE_MS = 5000;
 
-function watchTimings(o: RunOptions): { timeoutMs: number; intervalMs: number } {
+async function watchTimings(o: RunOptions): Promise<{ timeoutMs: number; intervalMs: number }> {
+  const { resolveDuration } = await import('../../definitions/duration.js');
   const timeout = resolveDuration(o.timeout);
   if ('problem' in timeout || timeout.ms <= 0) throw new InvalidInputError(`--timeout: ${'problem' in timeout ? timeout.problem : 'must be > 0'}`, 'timeout');
   const intervalMs = Number(o.poll);
@@ -44,9 +40,6 @@ function watchTimings(o: RunOptions): { timeoutMs: number; intervalMs: number } 
 const backendOf = (store: Store) =>
   store.kind === 'pglite' ? (store.dataDir ? `embedded PGlite at ${store.dataDir}` : 'embedded PGlite in memory') : 'PostgreSQL';
 
-/** Logs go to stderr, errors only by default: stage failures are printed as stage lines (RATCHET_LOG_LEVEL=info shows the lease protocol at work). */
-const cliLogger = () => pino({ name: 'ratchet', level: process.env.RATCHET_LOG_LEVEL ?? 'error' }, pino.destination(2));
-
 /**
  * `ratchet run <workflow>`: submit one run and drive it to its end in this process (an
  * in-process worker serving every class), printing each stage as it advances. Exit 0 when the
@@ -54,9 +47,11 @@ const cliLogger = () => pino({ name: 'ratchet', level: process.env.RATCHET_LOG_L
  * 130 when interrupted, 2 for bad input (nothing persisted).
  */
 async function run(name: string, o: RunOptions): Promise<void> {
-  const { timeoutMs, intervalMs } = watchTimings(o);
+  const { timeoutMs, intervalMs } = await watchTimings(o);
   const input = await readRunInput(o.input);
+  const { serverUrl, cliLogger } = await import('../api/options.js');
   if (serverUrl(o)) return runOnServer(name, input, o, timeoutMs);
+  const [{ preflight }, { createRatchet }] = await Promise.all([import('../run/preflight.js'), import('../../engine.js')]);
   const { workflows } = await preflight(o.workflowsDir, name, input);
   const report = (o.json ? jsonReporter : textReporter)((line) => process.stdout.write(line));
 
@@ -75,6 +70,8 @@ async function run(name: string, o: RunOptions): Promise<void> {
     // An empty variable counts as unset (`DATABASE_URL= ratchet run ...`).
     const databaseUrl = o.databaseUrl || process.env.DATABASE_URL || undefined;
     const dataDir = o.dataDir || process.env.RATCHET_DATA_DIR || undefined;
+    // Logs go to stderr, errors only by default: stage failures are printed as stage lines
+    // (RATCHET_LOG_LEVEL=info shows the lease protocol at work).
     ratchet = await createRatchet({ workflows, databaseUrl, dataDir, logger: cliLogger() });
     worker = ratchet.worker();
     await worker.start();
@@ -108,6 +105,7 @@ async function runOnServer(name: string, input: unknown, o: RunOptions, timeoutM
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
+    const { runRemote } = await import('../run/remote.js');
     await runRemote(name, input, o, { timeoutMs, signal: interrupt.signal });
   } finally {
     process.off('SIGINT', onSignal);

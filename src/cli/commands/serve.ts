@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { cliLogger } from '../api/options.js';
-import { serveUntilSignal, withServeOptions, type ServeOptions } from '../api/serve.js';
+import type { ServeOptions } from '../api/serve.js';
+import { withServeOptions } from '../api/serve-options.js';
 
 /**
  * `ratchet serve`: the task API over DATABASE_URL (or the embedded store; then nothing runs
@@ -11,6 +11,7 @@ export function registerServeCommand(program: Command): void {
   withServeOptions(program.command('serve')
     .description('serve the task API (HTTP): submit, status, list, events, explain, cancel, retry'))
     .action(async (_o: unknown, cmd: Command) => {
+      const [{ serveUntilSignal }, { cliLogger }] = await Promise.all([import('../api/serve.js'), import('../api/options.js')]);
       await serveUntilSignal(cmd.optsWithGlobals<ServeOptions>(), cliLogger('info'), { worker: false, graceMs: 0 });
     });
 }

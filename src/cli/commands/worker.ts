@@ -1,8 +1,5 @@
 import type { Command } from 'commander';
-import pino from 'pino';
-import { createRatchet } from '../../engine.js';
 import { InvalidInputError } from '../../errors.js';
-import { processMetrics, serveMetrics } from '../../observability/metrics.js';
 
 interface WorkerCommandOptions {
   classes?: string;
@@ -11,6 +8,7 @@ interface WorkerCommandOptions {
   redisUrl?: string;
   grace: string;
   name?: string;
+  retention?: string;
   databaseUrl?: string;
   dataDir?: string;
   metricsPort?: string;
@@ -23,6 +21,16 @@ const int = (value: string, flag: string, min: number, max: number): number => {
   if (!Number.isInteger(n) || n < min || n > max) throw new InvalidInputError(`${flag} must be a whole number in ${min}..${max}`, flag.replace(/^--/, ''));
   return n;
 };
+
+/** `--retention succeeded=7d,failed=30d` as createRatchet's `retention` (which checks the states and ages). */
+function retentionOption(value: string | undefined): Record<string, string> | undefined {
+  if (!value) return undefined;
+  return Object.fromEntries(value.split(',').map((p) => p.trim()).filter(Boolean).map((pair) => {
+    const m = /^([a-z]+)=(\S+)$/.exec(pair);
+    if (!m) throw new InvalidInputError(`--retention: "${pair}" is not state=age (e.g. succeeded=7d,failed=30d)`, 'retention');
+    return [m[1]!, m[2]!];
+  }));
+}
 
 /**
  * `ratchet worker`: a worker as its own process. Serves the given classes (default: all)
@@ -42,12 +50,17 @@ export function registerWorkerCommand(program: Command): void {
     .option('--name <name>', 'a readable prefix for the owner id (default: host name)')
     .option('--metrics-port <port>', 'serve Prometheus metrics at http://<metrics-host>:<port>/metrics (0: any free port)')
     .option('--metrics-host <host>', 'address the metrics server listens on', '127.0.0.1')
+    .option('--retention <state=age,...>', 'keep finished runs this long, e.g. succeeded=7d,failed=30d (env RATCHET_RETENTION); ' +
+      'the sweeper prunes older ones with their events (default: keep all)')
     .action(async (_o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals<WorkerCommandOptions>();
       const concurrency = int(o.concurrency, '--concurrency', 1, 1000);
       const graceMs = int(o.grace, '--grace', 0, 3_600_000);
       const metricsPort = o.metricsPort === undefined ? null : int(o.metricsPort, '--metrics-port', 0, 65_535);
       const classes = o.classes?.split(',').map((c) => c.trim()).filter(Boolean);
+      const retention = retentionOption(o.retention || process.env.RATCHET_RETENTION || undefined);
+      const [{ default: pino }, { createRatchet }, { processMetrics, serveMetrics }] = await Promise.all([
+        import('pino'), import('../../engine.js'), import('../../observability/metrics.js')]);
       const logger = pino({ name: 'ratchet', level: process.env.RATCHET_LOG_LEVEL ?? 'info' }, pino.destination(2));
       const ratchet = await createRatchet({
         databaseUrl: o.databaseUrl || process.env.DATABASE_URL || undefined,
@@ -55,6 +68,7 @@ export function registerWorkerCommand(program: Command): void {
         redisUrl: o.redisUrl || process.env.REDIS_URL || undefined,
         workflowsDir: o.workflowsDir,
         logger,
+        ...(retention ? { retention } : {}),
       });
       const worker = ratchet.worker({ classes, concurrency, graceMs, name: o.name });
       await worker.start();

@@ -1,0 +1,120 @@
+import ms from 'ms';
+import { z } from 'zod';
+import type { Queryable } from './db.js';
+import { PRUNE_BATCH_SQL, PRUNE_COUNT_SQL } from './prune.sql.js';
+import { parseInput } from './validate.js';
+
+/** The states a run ends in: the only ones retention ever deletes. */
+export const FINISHED_RUN_STATES = ['succeeded', 'failed', 'cancelled', 'expired'] as const;
+export type FinishedRunState = (typeof FINISHED_RUN_STATES)[number];
+
+/** Runs deleted per batch by default: one batch is one short statement (runs, their stages and events). */
+export const DEFAULT_PRUNE_BATCH = 500;
+export const MAX_PRUNE_BATCH = 10_000;
+/** The longest age accepted (100 years): an age is compared in SQL, not given to a timer, so it may pass setTimeout's 24.8 days. */
+const MAX_AGE_MS = 100 * 365.25 * 24 * 3600 * 1000;
+
+/** An age: an ms string ("30d", "12h", "2w") or whole milliseconds, greater than 0. */
+export const ageSchema = z.union([z.string(), z.number()]).transform((value, ctx): number => {
+  let n: number | undefined;
+  try {
+    n = typeof value === 'number' ? value : (ms(value.trim() as ms.StringValue) as number | undefined);
+  } catch {
+    n = undefined;
+  }
+  const problem = typeof n !== 'number' || !Number.isFinite(n)
+    ? `cannot read ${JSON.stringify(value)} as an age: expected an ms string like "30d" or milliseconds`
+    : !Number.isInteger(n) || n <= 0 ? `the age ${JSON.stringify(value)} must be a whole number of milliseconds greater than 0`
+    : n > MAX_AGE_MS ? `the age ${JSON.stringify(value)} is more than 100 years` : null;
+  if (problem) {
+    ctx.issues.push({ code: 'custom', message: problem, input: value });
+    return z.NEVER;
+  }
+  return n!;
+});
+
+/**
+ * A retention policy: how long runs are kept after they finish, per finished state
+ * (`{ succeeded: '7d', failed: '30d' }`); a state not named is kept for ever.
+ */
+export const retentionPolicySchema = z.object({
+  succeeded: ageSchema.optional(),
+  failed: ageSchema.optional(),
+  cancelled: ageSchema.optional(),
+  expired: ageSchema.optional(),
+}).strict();
+export type RetentionPolicy = z.input<typeof retentionPolicySchema>;
+/** A policy read: milliseconds per finished state. */
+export type RetentionAges = z.output<typeof retentionPolicySchema>;
+
+export interface PruneCounts { runs: number; stages: number; events: number }
+
+export interface PruneBatch extends PruneCounts {
+  state: FinishedRunState;
+  /** 1 for the first batch of this prune. */
+  batch: number;
+}
+
+const pruneOptionsSchema = z.object({
+  /** How long after finishing, per finished state (a retention policy: `{ succeeded: '7d' }`); states not named are not touched. */
+  olderThan: retentionPolicySchema,
+  /** Runs per batch (default 500). */
+  batchSize: z.number().int().min(1).max(MAX_PRUNE_BATCH).default(DEFAULT_PRUNE_BATCH),
+  /** At most this many batches per state (the sweeper's bound per tick); default: until none is left. */
+  maxBatchesPerState: z.number().int().positive().optional(),
+  /** Count what would go; delete nothing. */
+  dryRun: z.boolean().default(false),
+  /** Called after each committed batch (progress, tests); the next batch waits for it. */
+  onBatch: z.custom<(batch: PruneBatch) => void | Promise<void>>((v) => typeof v === 'function').optional(),
+}).strict();
+export type PruneOptions = z.input<typeof pruneOptionsSchema>;
+
+export interface PruneResult extends PruneCounts {
+  dryRun: boolean;
+  /** Statements that deleted (0 for a dry run). */
+  batches: number;
+  /** False when maxBatchesPerState stopped a state with runs possibly left to prune. */
+  complete: boolean;
+  byState: Partial<Record<FinishedRunState, PruneCounts>>;
+}
+
+const counts = (r: Record<string, unknown> | undefined): PruneCounts =>
+  ({ runs: Number(r?.runs ?? 0), stages: Number(r?.stages ?? 0), events: Number(r?.events ?? 0) });
+
+/**
+ * Deletes finished runs older than their state's age (by the database clock), with their stages
+ * and events, one bounded batch per statement; never a run that is not finished (the SQL
+ * checks the state, under the run's row lock). A state's batches stop at the first batch
+ * smaller than `batchSize` (nothing left, or the rest is locked by someone else right now).
+ */
+export async function prune(q: Queryable, options: PruneOptions): Promise<PruneResult> {
+  const o = parseInput(pruneOptionsSchema, options, 'prune');
+  const result: PruneResult = { dryRun: o.dryRun, runs: 0, stages: 0, events: 0, batches: 0, complete: true, byState: {} };
+  const add = (state: FinishedRunState, c: PruneCounts) => {
+    const s = result.byState[state] ??= { runs: 0, stages: 0, events: 0 };
+    for (const k of ['runs', 'stages', 'events'] as const) {
+      s[k] += c[k];
+      result[k] += c[k];
+    }
+  };
+  for (const state of FINISHED_RUN_STATES) {
+    const age = o.olderThan[state];
+    if (age === undefined) continue;
+    if (o.dryRun) {
+      add(state, counts((await q.query(PRUNE_COUNT_SQL, [state, age]))[0]));
+      continue;
+    }
+    for (let n = 1; ; n++) {
+      if (o.maxBatchesPerState !== undefined && n > o.maxBatchesPerState) {
+        result.complete = false;
+        break;
+      }
+      const c = counts((await q.query(PRUNE_BATCH_SQL, [state, age, o.batchSize], 'ratchet_prune_batch'))[0]);
+      result.batches++;
+      add(state, c);
+      await o.onBatch?.({ state, batch: result.batches, ...c });
+      if (c.runs < o.batchSize) break;
+    }
+  }
+  return result;
+}
