@@ -31,9 +31,9 @@ export async function insertRuns(db: Queryable, f: RunFixture): Promise<number> 
       RETURNING id, state, created_at, finished_at
     ),
     s AS (
-      INSERT INTO ratchet.stages (run_id, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts,
+      INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts,
         idempotency_key, input, available_at, created_at, updated_at, finished_at)
-      SELECT r.id, n, 'step' || n, 'noop', $8, CASE WHEN $5::boolean THEN 'succeeded' ELSE 'queued' END, 30000, 30000, 600000, 3,
+      SELECT r.id, 'fixture', n, 'step' || n, 'noop', $8, CASE WHEN $5::boolean THEN 'succeeded' ELSE 'queued' END, 30000, 30000, 600000, 3,
         r.id::text || ':' || n || ':noop', '{}'::jsonb, r.created_at, r.created_at, r.created_at, r.finished_at
       FROM r, generate_series(1, $6::int) AS n
     ),
