@@ -40,7 +40,7 @@ describe('migrations', () => {
     expect(await snapshot(second.db)).toEqual(reference);
     await second.close();
     expect(reference.applied).toBe(journal.entries.length);
-    expect(reference.functions.map((f) => f.proname)).toEqual(['db_clock_now', 'db_now']);
+    expect(reference.functions.map((f) => f.proname)).toEqual(['db_clock_now', 'db_now', 'notify_events']);
   });
 
   it('applied by two processes at once end in the same schema, each migration once', async () => {
