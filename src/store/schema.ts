@@ -31,6 +31,8 @@ export const runs = ratchet.table('runs', {
 }, (t) => [
   uniqueIndex('runs_idempotency_key_uq').on(t.idempotencyKey),
   index('runs_state_created_idx').on(t.state, t.createdAt),
+  // Runs past their deadline, found by the sweeper (deadline.sql.ts) without reading finished runs.
+  index('runs_active_deadline_idx').on(t.deadline).where(sql`deadline is not null and state in ('queued','running')`),
   index('runs_workflow_created_idx').on(t.workflow, t.createdAt),
   // Listing runs newest first without a filter: keyset pagination on (created_at, id).
   index('runs_created_id_idx').on(t.createdAt, t.id),

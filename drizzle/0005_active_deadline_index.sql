@@ -1,0 +1,1 @@
+CREATE INDEX "runs_active_deadline_idx" ON "ratchet"."runs" USING btree ("deadline") WHERE deadline is not null and state in ('queued','running');
