@@ -137,6 +137,15 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     ? createBullmqTransport({ redisUrl, logger, dueIn: (stageId) => store.dueIn(stageId) })
     : createInProcessTransport());
   const workers = new Set<Worker>();
+  if (codeSchedules.length > 0) {
+    try {
+      await syncCodeSchedules(store.db, codeSchedules);
+    } catch (err) {
+      await transport.close().catch(() => {});
+      await store.close().catch(() => {});
+      throw err;
+    }
+  }
 
   const ratchet: Ratchet = {
     store,
