@@ -12,6 +12,8 @@ import {
 } from './routes.js';
 import { createRunService } from './service.js';
 import { toApiError } from './to-api-error.js';
+import { streamHandler } from './stream-route.js';
+import type { EventHub } from '../live/hub.js';
 
 export interface AppOptions {
   ratchet: Ratchet;
@@ -22,6 +24,10 @@ export interface AppOptions {
   /** Seconds a 503 tells the client to wait (Retry-After). */
   retryAfterSeconds: number;
   logger: Logger;
+  /** The process's event hub (one LISTEN connection for every stream); its owner closes it. */
+  hub: EventHub;
+  /** A heartbeat comment on a quiet stream after this long (default 15 s). */
+  streamHeartbeatMs?: number;
 }
 
 const TARGET_PATH: Record<string, string[]> = { json: [], query: [], param: [], header: [] };
@@ -133,6 +139,7 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   app.openapi(explainRoute, async (c) => c.json(await service.explain(c.req.valid('param').id), 200));
   app.openapi(cancelRoute, async (c) => c.json(await service.cancel(c.req.valid('param').id), 200));
   app.openapi(retryRoute, async (c) => c.json(await service.retry(c.req.valid('param').id), 200));
+  app.get('/v1/runs/:id/stream', streamHandler({ ratchet: opts.ratchet, hub: opts.hub, heartbeatMs: opts.streamHeartbeatMs, logger: log }));
 
   // Prometheus text format, behind the same bearer auth (Prometheus sends it with `authorization`).
   app.get('/v1/metrics', async (c) => {
