@@ -14,6 +14,7 @@ import { createRunService } from './service.js';
 import { toApiError } from './to-api-error.js';
 import { streamHandler } from './stream-route.js';
 import type { EventHub } from '../live/hub.js';
+import { registerDashboard } from '../dashboard/routes.js';
 
 export interface AppOptions {
   ratchet: Ratchet;
@@ -146,6 +147,8 @@ export function createApp(opts: AppOptions): OpenAPIHono {
     const registry = processMetrics().registry;
     return c.body(await registry.metrics(), 200, { 'content-type': registry.contentType });
   });
+
+  registerDashboard(app, { ratchet: opts.ratchet, service, hub: opts.hub, tokens: opts.tokens, heartbeatMs: opts.streamHeartbeatMs, logger: log });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
   app.doc('/v1/openapi.json', {
