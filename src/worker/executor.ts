@@ -15,6 +15,7 @@ import type { LeaseKeeper } from './lease-keeper.js';
 import type { StageReady } from '../transport/transport.js';
 import { runGuarded } from './run-guarded.js';
 import type { Metrics } from '../observability/metrics.js';
+import { logPayload } from '../observability/log-payload.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -354,7 +355,8 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
   if (row.outcome === 'queued') {
     deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   }
-  log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state }, 'stage finished');
+  log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state,
+    ...logPayload('result', row.result) }, 'stage finished');
   return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
 }
 
