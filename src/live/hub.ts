@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Logger } from 'pino';
 import type { Db } from '../store/db.js';
 import type { Listener } from '../store/listener.js';
@@ -17,6 +18,12 @@ export interface EventHub {
    * to read the table; it carries no data. Returns the unsubscribe.
    */
   subscribe(runId: string, wake: () => void): () => void;
+  /**
+   * Single flight: while a read under `key` is in flight, callers asking for the same key share
+   * its answer. Watchers of one run woken by one notification all stand at the same position,
+   * so 50 watchers cost one read, not 50.
+   */
+  shared<T>(key: string, read: () => Promise<T>): Promise<T>;
   /** Aborted when the hub closes: streams end. */
   readonly closed: AbortSignal;
   close(): Promise<void>;
@@ -30,6 +37,7 @@ export interface EventHub {
 export function createEventHub(db: Db, opts: { logger?: Logger; pollMs?: number } = {}): EventHub {
   const subscribers = new Map<string, Set<() => void>>();
   const ac = new AbortController();
+  setMaxListeners(0, ac.signal); // every open stream listens for the hub's close
   const log = opts.logger?.child({ component: 'event-hub' });
   const wakeRun = (runId: string) => { for (const w of subscribers.get(runId) ?? []) w(); };
   const wakeAll = () => { for (const set of subscribers.values()) for (const w of set) w(); };
@@ -74,9 +82,17 @@ export function createEventHub(db: Db, opts: { logger?: Logger; pollMs?: number 
     });
   };
 
+  const inFlight = new Map<string, Promise<unknown>>();
   return {
     mode,
     closed: ac.signal,
+    shared<T>(key: string, read: () => Promise<T>): Promise<T> {
+      const running = inFlight.get(key) as Promise<T> | undefined;
+      if (running) return running;
+      const p = read().finally(() => inFlight.delete(key));
+      inFlight.set(key, p);
+      return p;
+    },
     subscribe(runId, wake) {
       if (ac.signal.aborted) return () => {};
       let set = subscribers.get(runId);

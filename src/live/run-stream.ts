@@ -78,14 +78,16 @@ async function* streamRun(db: Queryable, hub: EventHub, runId: string, start: St
     while (!over()) {
       if (dirty) {
         dirty = false;
-        const before = checkEnd ? await endCheck(db, runId, position) : null;
+        const at = position;
+        const before = checkEnd ? await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at)) : null;
         if (checkEnd && !before) throw new UnknownRunError(runId);
-        const batch = await readStreamBatch(db, runId, position, BATCH);
+        const batch = await hub.shared(`read ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, BATCH));
         for (const e of batch.events) {
           position = e.position;
           yield { kind: 'event', event: e };
           if (isTerminalEvent(e.type)) {
-            const now = await endCheck(db, runId, position);
+            const at2 = position;
+            const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
             if (now && isTerminalState(now.state) && !now.retriedAfter) return;
           }
         }
