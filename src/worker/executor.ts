@@ -16,6 +16,7 @@ import type { StageReady } from '../transport/transport.js';
 import { runGuarded } from './run-guarded.js';
 import type { Metrics } from '../observability/metrics.js';
 import { logPayload } from '../observability/log-payload.js';
+import { recordModelUsage } from '../observability/model-usage.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -112,7 +113,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
       const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
       const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      row = onModelAnswer(step.agent, stage, answer, history, data());
+      row = onModelAnswer(step.agent, stage, answer, history,
+        { ...data(), ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer) });
     } else {
       const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
       const output = await produce(deps, log, workflow, step.tool, ready, attempt);
