@@ -10,6 +10,8 @@
  *      global lock when a transaction that notified commits, so such commits go one at a time. T runs of 10 no-op stages
  *      at once (worker concurrency 8), stages/s from the first claim to the last finish, with the trigger enabled and
  *      disabled (ALTER TABLE ... DISABLE TRIGGER), alternated twice.
+ *   3. The lock alone: pgbench, 8 clients, 10 s each: a single-row update per transaction, and the same with a
+ *      pg_notify in it (distinct payloads, as the trigger sends one per run).
  * Each variant uses its own database bench_stream_* and drops it afterwards.
  */
 import { spawn } from 'node:child_process';
@@ -21,7 +23,10 @@ import { createServer } from '../src/api/server.js';
 import { defineTool, defineToolClass, defineWorkflow } from '../src/definitions/index.js';
 import { createRatchet, type Ratchet } from '../src/engine.js';
 import { silentLogger } from '../src/logger.js';
-import { createDb, dropDb, emit, log, percentile, round } from './lib.js';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createDb, dropDb, emit, log, percentile, pgbenchTps, round } from './lib.js';
 
 const { values: argv } = parseArgs({
   options: {
@@ -136,7 +141,20 @@ async function throughputOnce(trigger: boolean, round_: number): Promise<void> {
   });
 }
 
+async function notifyLockBench(): Promise<void> {
+  const plain = join(tmpdir(), 'ratchet-bench-update.sql');
+  const notify = join(tmpdir(), 'ratchet-bench-update-notify.sql');
+  writeFileSync(plain, '\\set id random(1, 100000)\nUPDATE kv SET v = v + 1 WHERE id = :id;\n');
+  writeFileSync(notify, "\\set id random(1, 100000)\nBEGIN;\nUPDATE kv SET v = v + 1 WHERE id = :id;\nSELECT pg_notify('ratchet_bench', :id::text);\nCOMMIT;\n");
+  for (const [variant, script] of [['update', plain], ['update_notify', notify]] as const) {
+    const r = await pgbenchTps(cfg.adminUrl, script, 8, 10);
+    log(`pgbench ${variant}: ${r.tps} tps, ${r.latencyMs} ms`);
+    emit('stream', { metric: 'pgbench_tps', variant, value: round(r.tps), unit: 'tps', info: { clients: 8, seconds: 10, latencyMs: r.latencyMs } });
+  }
+}
+
 await watchersBench();
+await notifyLockBench();
 for (const r of [1, 2]) {
   await throughputOnce(true, r);
   await throughputOnce(false, r);
