@@ -14,6 +14,7 @@ import { parseInput } from '../store/validate.js';
 import { systemClock, type Clock } from './clock.js';
 import { request, type HttpOptions } from './http.js';
 import { waitForRun, type WaitOptions, type WaitOutcome } from './wait.js';
+import { watchRunEvents, type EventJson, type WatchEnd, type WatchOptions } from './watch.js';
 
 const clientOptions = z.object({
   /** The server, e.g. http://127.0.0.1:7700 */
@@ -65,6 +66,12 @@ export interface RatchetClient {
   deleteSchedule(name: string): Promise<{ name: string; deleted: true }>;
   /** Polls until the run ends, the deadline passes or polls run out (src/client/wait.ts). */
   wait(id: string, opts?: WaitOptions): Promise<WaitOutcome>;
+  /**
+   * The run's events as they are committed (server-sent events; reconnects with Last-Event-ID;
+   * falls back to the bounded poller), each once, in order, until its terminal event
+   * (src/client/watch.ts). The iterator's return value says how the watch ended.
+   */
+  watch(id: string, opts?: WatchOptions): AsyncGenerator<EventJson, WatchEnd>;
   /** Watches many runs with this one client; their first reads are spread over the first interval. */
   waitAll(ids: string[], opts?: WaitOptions): Promise<WaitOutcome[]>;
 }
@@ -141,6 +148,10 @@ export function createClient(options: ClientOptions): RatchetClient {
     },
     wait(id, opts = {}) {
       return waitForRun(id, (readTimeout) => client.get(id, { timeoutMs: readTimeout, signal: opts.signal }), clock, random, opts);
+    },
+    watch(id, opts = {}) {
+      return watchRunEvents(http, id, clock, random, (runId, t, signal) => client.get(runId, { timeoutMs: t, signal }),
+        (runId, after) => client.events(runId, { ...(after ? { after } : {}), limit: 1000 }), opts);
     },
     waitAll(ids, opts = {}) {
       const first = typeof opts.initialInterval === 'number' ? opts.initialInterval : 1000;
