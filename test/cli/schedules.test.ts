@@ -37,5 +37,5 @@ describe('ratchet schedules', () => {
     const again = await ratchet(['schedules', 'delete', 'hourly']);
     expect(again.code).toBe(3);
     expect(again.stderr).toContain('"code":"unknown_schedule"');
-  });
+  }, 240_000); // eight CLI processes, each loading tsx, on a busy 2-core machine
 });

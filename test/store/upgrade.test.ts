@@ -37,26 +37,28 @@ async function oldRelease(c: pg.Client, i: number, phase: 'queued' | 'expired_le
   const runState = phase === 'queued' ? 'queued' : 'running';
   await c.query(`INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, created_at, updated_at)
     VALUES ($1, 'upgrade', $2, $3, $4, ratchet.db_now(), ratchet.db_now())`, [id, wf.hash, JSON.stringify({ n: i }), runState]);
-  const stage = (seq: number, tool: string, state: string, extra: string, values: unknown[]) => c.query(
-    `INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms, max_attempts,
-       idempotency_key, input, available_at ${extra ? `, ${extra.split('=')[0]}` : ''})
-     VALUES ($1, $2, $3, $4, $4, 'upgrade-io', $5, 3000, 5000, 30000, 3, $1 || ':' || $3 || ':' || $4, $6, ratchet.db_now()
-       ${extra ? `, ${extra.split('=')[1]}` : ''})`,
-    [id, wf.hash, seq, tool, state, ...values]);
+  /** One stage row; `more` adds columns (name -> SQL value, parameters from $8 on). */
+  const stage = (seq: number, tool: string, state: string, stageInput: string | null, more: Record<string, string> = {}, values: unknown[] = []) =>
+    c.query(`INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+        max_attempts, idempotency_key, input, available_at${Object.keys(more).map((k) => `, ${k}`).join('')})
+      VALUES ($1, $2, $3, $4, $4, 'upgrade-io', $5, 3000, 5000, 30000, 3, $6, $7, ratchet.db_now()${Object.values(more).map((v) => `, ${v}`).join('')})`,
+    [id, wf.hash, seq, tool, state, `${id}:${seq}:${tool}`, stageInput, ...values]);
   const input = JSON.stringify({ n: i });
   if (phase === 'queued') {
-    await stage(1, 'upgrade_first', 'queued', '', [input]);
-    await stage(2, 'upgrade_second', 'pending', '', [null]);
+    await stage(1, 'upgrade_first', 'queued', input);
+    await stage(2, 'upgrade_second', 'pending', null);
   } else if (phase === 'second_queued') {
-    await stage(1, 'upgrade_first', 'succeeded', 'result, attempt, finished_at=$7, 1, ratchet.db_now()', [input, JSON.stringify({ n: i + 1 })]);
-    await stage(2, 'upgrade_second', 'queued', '', [JSON.stringify({ n: i + 1 })]);
+    await stage(1, 'upgrade_first', 'succeeded', input,
+      { result: '$8::jsonb', attempt: '1', finished_at: 'ratchet.db_now()' }, [JSON.stringify({ n: i + 1 })]);
+    await stage(2, 'upgrade_second', 'queued', input); // a step without an input function gets the run's input
   } else {
     // A worker of the old release holds (or held) the first stage's lease, and is gone.
-    const lease = phase === 'expired_lease' ? '-1000' : '2000';
-    await stage(1, 'upgrade_first', 'running',
-      `owner_id, fence, attempt, lease_until, heartbeat_at, claimed_at=$7, nextval('ratchet.fence_seq'), 1, ratchet.db_now() + ${lease} * interval '1 millisecond', ratchet.db_now(), ratchet.db_now()`,
-      [input, 'old-release:4242:deadbeef']);
-    await stage(2, 'upgrade_second', 'pending', '', [null]);
+    const leaseMs = phase === 'expired_lease' ? -1000 : 2000;
+    await stage(1, 'upgrade_first', 'running', input, {
+      owner_id: '$8', fence: `nextval('ratchet.fence_seq')`, attempt: '1', lease_until: `ratchet.db_now() + $9::int * interval '1 millisecond'`,
+      heartbeat_at: 'ratchet.db_now()', claimed_at: 'ratchet.db_now()',
+    }, ['old-release:4242:deadbeef', leaseMs]);
+    await stage(2, 'upgrade_second', 'pending', null);
   }
   return id;
 }
@@ -111,8 +113,10 @@ describe('upgrading from the previous release with runs in flight', () => {
     }, 45_000);
     for (const [k, id] of ids.entries()) {
       const run = await r.getRun(id);
-      expect(run!.result, id).toEqual({ n: (k + 1 + 1) * 10 });
+      expect(run!.result, id).toEqual({ n: (k + 1) * 10 }); // the second step's output on the run's input
       expect(run!.stages.map((s) => s.state)).toEqual(['succeeded', 'succeeded']);
+      // The stages the gone old worker held were reclaimed: a second attempt, with a newer fence.
+      if (k + 1 <= 16 && [1, 2].includes((k + 1) % 4)) expect(run!.stages[0]!.attempt, id).toBe(2);
     }
   });
 });
