@@ -10,6 +10,7 @@ import { ApiError, issuePath } from './errors.js';
 import {
   cancelRoute, eventsRoute, explainRoute, getRunRoute, healthRoute, listRunsRoute, readyRoute, retryRoute, submitRoute,
 } from './routes.js';
+import { mountScheduleRoutes } from './schedules.js';
 import { createRunService } from './service.js';
 import { toApiError } from './to-api-error.js';
 import { streamHandler } from './stream-route.js';
@@ -140,6 +141,7 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   app.openapi(explainRoute, async (c) => c.json(await service.explain(c.req.valid('param').id), 200));
   app.openapi(cancelRoute, async (c) => c.json(await service.cancel(c.req.valid('param').id), 200));
   app.openapi(retryRoute, async (c) => c.json(await service.retry(c.req.valid('param').id), 200));
+  mountScheduleRoutes(app, opts.ratchet);
   app.get('/v1/runs/:id/stream', streamHandler({ ratchet: opts.ratchet, hub: opts.hub, heartbeatMs: opts.streamHeartbeatMs, logger: log }));
 
   // Prometheus text format, behind the same bearer auth (Prometheus sends it with `authorization`).

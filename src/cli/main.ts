@@ -14,6 +14,7 @@ import { registerCancelCommand } from './commands/cancel.js';
 import { registerRetryCommand } from './commands/retry.js';
 import { registerInitCommand } from './commands/init.js';
 import { registerPruneCommand } from './commands/prune.js';
+import { registerSchedulesCommand } from './commands/schedules.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
@@ -69,6 +70,7 @@ registerExplainCommand(program);
 registerCancelCommand(program);
 registerRetryCommand(program);
 registerPruneCommand(program);
+registerSchedulesCommand(program);
 
 try {
   await program.parseAsync(process.argv);

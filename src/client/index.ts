@@ -14,3 +14,4 @@ export { ApiError, API_ERROR_CODES, hasCode } from '../api/errors.js';
 export type { ApiErrorCode } from '../api/errors.js';
 export type { CancelResponse, EventListJson, RetryResponse, RunJson, RunListJson, RunSummaryJson, SubmitResponse } from '../api/schemas.js';
 export type { Explanation, Verdict } from '../observability/explanation.js';
+export type { ScheduleBody, ScheduleDetailJson, ScheduleJson } from '../api/schedule-schemas.js';

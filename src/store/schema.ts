@@ -110,7 +110,7 @@ export const events = ratchet.table('events', {
   /**
    * The writing transaction's id. Live streams read a run's events in (tx, id) order, only up
    * to the oldest transaction still running (src/store/stream.sql.ts), so an event committed
-   * late with a lower id is never skipped. Null on rows written before migration 0006.
+   * late with a lower id is never skipped. Null on rows written before migration 0007.
    */
   tx: xid8('tx').default(sql`pg_current_xact_id()`),
 }, (t) => [
