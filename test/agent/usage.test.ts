@@ -16,7 +16,6 @@ let db: TestDatabase;
 let model: ScriptedModel;
 let ratchet: Ratchet;
 let server: ApiServer;
-let served = 0;
 
 const llm = defineToolClass({ name: 'usage-llm', lease: '5s', heartbeat: '1s', jitter: '200ms', timeout: '4s', maxDuration: '30s' });
 const io = defineToolClass({ name: 'usage-io', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
@@ -25,7 +24,8 @@ const lookup = defineTool({ name: 'lookup', description: 'looks up', class: io, 
 beforeAll(async () => {
   db = await createTestDatabase('usage');
   model = await startScriptedModel({
-    script: () => (served++ % 2 === 0
+    // By the request, not by count: two runs ask at once. No tool answer yet: call the tool; else answer.
+    script: (req) => (!req.messages.some((m) => m.role === 'tool')
       ? { toolCalls: [{ name: 'lookup', arguments: { q: 'x' } }], usage: { prompt_tokens: 100, completion_tokens: 20 } }
       : { content: 'done', usage: { prompt_tokens: 150, completion_tokens: 5 } }),
   });
