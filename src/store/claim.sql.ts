@@ -1,4 +1,4 @@
-import { CLAIMED_COLUMNS, failRunsFrom } from './lease-common.sql.js';
+import { CLAIMED_COLUMNS, failRunsFrom, RUN_ACTIVE } from './lease-common.sql.js';
 
 /**
  * The claim (lease protocol step 1): one statement per purpose, each a single round trip and a
@@ -22,6 +22,13 @@ export const MAX_KEYS_VISITED = 200;
 const CLK = '(SELECT t FROM clk)';
 const DUE = `s.state = 'queued' AND s.available_at <= ${CLK}`;
 const EXPIRED = `s.state = 'running' AND s.lease_until < ${CLK}`;
+/**
+ * Checked on each row a claim locks (one primary-key probe): a stage whose run is no longer
+ * active is never claimed. A finish that inserts an agent's plan while the expiry (or a cancel)
+ * ends the run commits rows that statement's snapshot did not see; they stay queued in an ended
+ * run until CANCEL_LEFTOVERS_SQL (deadline.sql.ts) cancels them, and no claim takes them meanwhile.
+ */
+const RUN_IS_ACTIVE = `EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = s.run_id AND r.state IN (${RUN_ACTIVE}))`;
 
 /**
  * Candidate ids (and their order column `at`) of class $2 matching `where`, one index-ordered
@@ -39,7 +46,7 @@ function perDefinition(hashes: number, where: string, order: 'available_at' | 'l
 function lockInOrder(ids: string, recheck: string, limit: string): string {
   return `SELECT l.* FROM ${ids} c CROSS JOIN LATERAL (
     SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit, c.at
-    FROM ratchet.stages s WHERE s.id = c.id AND ${recheck} FOR UPDATE SKIP LOCKED
+    FROM ratchet.stages s WHERE s.id = c.id AND ${recheck} AND ${RUN_IS_ACTIVE} FOR UPDATE OF s SKIP LOCKED
   ) l
   LIMIT ${limit}`;
 }
@@ -220,6 +227,7 @@ picked AS (
   FROM ratchet.stages s, clk
   WHERE s.id = ANY($2::bigint[])
     AND ((s.state = 'queued' AND s.available_at <= clk.t) OR (s.state = 'running' AND s.lease_until < clk.t))
+    AND ${RUN_IS_ACTIVE}
 ),${claimPicked()}`;
 
 /**

@@ -9,6 +9,7 @@ import { parseInput } from './validate.js';
 import {
   CANCEL_RUN_SQL, GET_RUN_BY_KEY_SQL, GET_RUN_SQL, GET_STAGES_SQL, INSERT_RUN_SQL, INSERT_STAGES_SQL, LIST_EVENTS_SQL, TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
+import { cancelLeftovers } from './deadline.js';
 
 const positiveMs = z.number().int().positive().max(2 ** 31 - 1);
 const name = z.string().min(1).max(200).regex(/^[^\u0000]*$/, 'must not contain \\u0000');
@@ -189,5 +190,6 @@ export async function cancelRun(q: Queryable, runId: string): Promise<CancelResu
   if (!isUuid(runId)) return null;
   const [r] = await q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
+  if (r.cancelled === 1) await cancelLeftovers(q, [runId], 'cancelled'); // a plan a finish inserted meanwhile (deadline.sql.ts)
   return { cancelled: r.cancelled === 1, previousState: r.previous_state as RunState, runningStageIds: (r.running_stage_ids as string[]) ?? [] };
 }
