@@ -56,14 +56,26 @@ export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<Cl
   if (hashes.length === 0) return [];
   const limited = limits && (limits.classConcurrency !== undefined || limits.rate !== undefined || limits.keyed);
   const rows = limited
-    ? await db.transaction((tx) => claimLimited(tx, db, { owner, toolClass, limit, hashes }, limits))
+    ? await claimLimitedThenCursor(db, { owner, toolClass, limit, hashes }, limits)
     : await db.query(claimSql(limit, hashes.length), [owner, toolClass, hashes], `ratchet_claim_${limit}_${hashes.length}`);
   return rows.map((r) => toClaimed(r, sentAt));
 }
 
 interface ClaimOf { owner: string; toolClass: string; limit: number; hashes: string[] }
 
-async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
+/** The key cursor this process's next keyed claim of `toolClass` starts after (tests). */
+export const keyCursorOf = (db: Db, toolClass: string): string | undefined => keyCursors.get(db)?.get(toolClass);
+
+/** The limited claim's transaction; the key cursor moves only once it committed (a rolled-back walk gives no key its turn). */
+async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
+  const cursors = keyCursors.get(db) ?? new Map<string, string>();
+  keyCursors.set(db, cursors);
+  const { rows, cursor } = await db.transaction((tx) => claimLimited(tx, cursors.get(c.toolClass) ?? '', c, limits));
+  if (cursor !== null) cursors.set(c.toolClass, cursor);
+  return rows;
+}
+
+async function claimLimited(tx: Queryable, from: string, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<{ rows: Row[]; cursor: string | null }> {
   let budget = c.limit;
   if (limits.classConcurrency !== undefined || limits.rate) {
     await tx.query(LOCK_CLASS_SQL, [c.toolClass], 'ratchet_lock_class');
@@ -76,13 +88,11 @@ async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<
       budget = Math.min(budget, limits.rate.max - (r!.n as number));
     }
   }
-  if (budget <= 0) return [];
+  if (budget <= 0) return { rows: [], cursor: null };
   const keyed = limits.keyed === true;
-  const cursors = keyCursors.get(db) ?? new Map<string, string>();
-  keyCursors.set(db, cursors);
   const picked = await tx.query(pickCandidatesSql(budget, c.hashes.length, keyed),
-    [c.owner, c.toolClass, c.hashes, cursors.get(c.toolClass) ?? ''], `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}`);
-  if (keyed) cursors.set(c.toolClass, (picked[0]?.next_cursor as string | null) ?? '');
+    [c.owner, c.toolClass, c.hashes, from], `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}`);
+  const cursor = keyed ? ((picked[0]?.next_cursor as string | null) ?? '') : null;
   const cands = picked.filter((p) => p.id !== null);
   let chosen = cands;
   const keys = [...new Set(cands.map((p) => p.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
@@ -99,9 +109,9 @@ async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<
     });
   }
   chosen = chosen.slice(0, budget);
-  if (chosen.length === 0) return [];
+  if (chosen.length === 0) return { rows: [], cursor };
   const rows = await tx.query(CLAIM_IDS_SQL, [c.owner, chosen.map((p) => p.id as string)], 'ratchet_claim_ids');
   const started = rows.filter((r) => r.state === 'running').length;
   if (limits.rate && started > 0) await tx.query(RECORD_RATE_SQL, [c.toolClass, started], 'ratchet_record_rate');
-  return rows;
+  return { rows, cursor };
 }
