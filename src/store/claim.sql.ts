@@ -42,17 +42,26 @@ export type ClaimOrder = 'priority' | 'age';
 export const AGE_SHARE = 4;
 
 /**
- * Candidate ids (and their order columns `pr`, `at`) of class $2 matching `where`, one
- * index-ordered range per hash of $3, merged by (pr DESC, at, id). Nothing is locked here.
+ * How many candidates each index range offers a claim of `limit`: enough to step over the rows
+ * other claimers hold (SKIP LOCKED) or that fail the recheck. The bound also makes PostgreSQL plan
+ * each range for its first rows: without it a range ordered by (priority DESC, available_at) is
+ * planned for all its rows, and a bitmap scan plus a sort of the whole due backlog looks cheaper.
  */
-function perDefinition(hashes: number, where: string, order: 'available_at' | 'lease_until', by: ClaimOrder = 'age'): string {
+export const rangeLimit = (limit: number): number => limit * 4 + 100;
+
+/**
+ * Candidate ids (and their order columns `pr`, `at`) of class $2 matching `where`, one
+ * index-ordered range per hash of $3 (at most rangeLimit rows each), merged by (pr DESC, at, id).
+ * Nothing is locked here.
+ */
+function perDefinition(hashes: number, where: string, order: 'available_at' | 'lease_until', by: ClaimOrder, limit: number): string {
   const pr = by === 'priority' ? 's.priority' : '0';
-  const prOrder = by === 'priority' ? 's.priority DESC, ' : '';
+  const prOrder = by === 'priority' ? 's.priority DESC NULLS LAST, ' : '';
   const arm = (i: number) => `(SELECT s.id, ${pr} AS pr, s.${order} AS at FROM ratchet.stages s
-    WHERE ${where} AND s.tool_class = $2 AND s.definition_hash = ($3::text[])[${i}] ORDER BY ${prOrder}s.${order}, s.id)`;
+    WHERE ${where} AND s.tool_class = $2 AND s.definition_hash = ($3::text[])[${i}] ORDER BY ${prOrder}s.${order}, s.id LIMIT ${rangeLimit(limit)})`;
   if (hashes === 1) return arm(1).slice(1, -1); // one range: already in order
   return `${Array.from({ length: hashes }, (_, i) => arm(i + 1)).join('\n  UNION ALL ')}
-  ORDER BY pr DESC, at, id`;
+  ORDER BY pr DESC NULLS LAST, at, id`;
 }
 
 /** Locks the rows of candidate CTE `ids` in their order, skipping those another claimer holds, while `recheck` holds, up to `limit`. */
@@ -73,13 +82,13 @@ function candidates(hashes: number, limit: number, keyed: boolean, expiredLimit:
   const expiredKey = keyed ? '' : ' AND s.concurrency_key IS NULL';
   return `
 queued_ids AS (
-  ${perDefinition(hashes, `${DUE} AND s.concurrency_key IS NULL`, 'available_at', by)}
+  ${perDefinition(hashes, `${DUE} AND s.concurrency_key IS NULL`, 'available_at', by, limit)}
 ),
 queued AS (
   ${lockInOrder('queued_ids', DUE, String(limit))}
 ),
 expired_ids AS (
-  ${perDefinition(hashes, `${EXPIRED}${expiredKey}`, 'lease_until')}
+  ${perDefinition(hashes, `${EXPIRED}${expiredKey}`, 'lease_until', 'age', limit)}
 ),
 expired AS (
   ${lockInOrder('expired_ids', EXPIRED, expiredLimit === 'fill' ? `greatest(${limit} - (SELECT count(*) FROM queued), 0)` : String(limit))}
@@ -100,7 +109,7 @@ expired AS (
 function keyedCandidates(limit: number, by: ClaimOrder): string {
   const key = `s.state = 'queued' AND s.tool_class = $2 AND s.concurrency_key IS NOT NULL`;
   const pr = by === 'priority' ? 's.priority' : '0';
-  const prOrder = by === 'priority' ? 's.priority DESC, ' : '';
+  const prOrder = by === 'priority' ? 's.priority DESC NULLS LAST, ' : '';
   const dueOfKey = (k: string, n: string) => `SELECT s.id, ${pr} AS pr, s.available_at AS at, s.concurrency_limit AS lim FROM ratchet.stages s
         WHERE ${key} AND s.concurrency_key = ${k} AND s.definition_hash = u.hash AND s.available_at <= ${CLK}
         ORDER BY ${prOrder}s.available_at, s.id LIMIT ${n}`;
@@ -125,12 +134,12 @@ walk(k, visited, found, wrapped, take) AS (
 ),
 keyed_ids AS (
   SELECT x.id, x.pr, x.at FROM (
-    SELECT h.id, h.pr, h.at, w.take, row_number() OVER (PARTITION BY w.k ORDER BY h.pr DESC, h.at, h.id) AS rn
+    SELECT h.id, h.pr, h.at, w.take, row_number() OVER (PARTITION BY w.k ORDER BY h.pr DESC NULLS LAST, h.at, h.id) AS rn
     FROM walk w CROSS JOIN unnest($3::text[]) AS u(hash) CROSS JOIN LATERAL (${dueOfKey('w.k', 'w.take')}) h
     WHERE w.take > 0
   ) x
   WHERE x.rn <= x.take
-  ORDER BY x.pr DESC, x.at, x.id
+  ORDER BY x.pr DESC NULLS LAST, x.at, x.id
 ),
 keyed AS (
   ${lockInOrder('keyed_ids', DUE, String(limit))}
@@ -231,7 +240,7 @@ picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, pr
 SELECT p.id::text AS id, p.concurrency_key, p.concurrency_limit, $1::text AS owner,
   (SELECT w.k FROM walk w WHERE w.visited > 0 ORDER BY w.visited DESC LIMIT 1) AS next_cursor
 FROM (SELECT 1) one LEFT JOIN picked p ON true
-ORDER BY p.pr DESC, p.at, p.id`;
+ORDER BY p.pr DESC NULLS LAST, p.at, p.id`;
 };
 
 /** The limited claim, last step: claim the stages $2 (ids this transaction already locked) for owner $1. */

@@ -22,6 +22,7 @@ const empty = z.object({}).passthrough();
 const calls: Record<string, number[]> = {};
 const first = defineTool({ name: 'reads_first', description: 'first', class: quick, input: empty, output: z.object({ n: z.number() }), run: async (_i, ctx) => { (calls.first ??= []).push(ctx.attempt); return { n: 1 }; } });
 const second = defineTool({ name: 'reads_second', description: 'second', class: quick, input: empty, output: empty, run: async () => ({}) });
+const third = defineTool({ name: 'reads_third', description: 'third', class: quick, input: empty, output: empty, run: async () => ({}) });
 const reconciled = defineTool({
   name: 'reads_reconciled', description: 'sends an effect and fails on attempt 1', class: quick, input: empty, output: empty,
   run: async (_i, ctx) => {
@@ -32,7 +33,8 @@ const reconciled = defineTool({
   reconcile: async () => ({ done: false }),
 });
 const workflows = [
-  defineWorkflow({ name: 'reads_results', input: empty, steps: [{ tool: first }, { tool: second, input: ({ results }) => ({ n: (results as { reads_first: { n: number } }).reads_first.n }) }] }),
+  // Step 3's input reads step 1's result from the store (the finish of step 2 knows only its own output).
+  defineWorkflow({ name: 'reads_results', input: empty, steps: [{ tool: first }, { tool: second }, { tool: third, input: ({ results }) => ({ n: (results as { reads_first: { n: number } }).reads_first.n }) }] }),
   defineWorkflow({ name: 'reads_effect', input: empty, steps: [{ tool: reconciled }] }),
 ];
 
