@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { resolveDuration } from './definitions/duration.js';
+import { prioritySchema } from './definitions/priority.js';
 import { loadDefinitions } from './definitions/loader.js';
 import { createRegistry, type Registry } from './definitions/registry.js';
 import type { Workflow } from './definitions/types.js';
@@ -58,6 +59,8 @@ const submitOptions = z.object({
   version: workflowVersionSchema.optional(),
   /** An absolute Date, or a duration from now ("10m", ms). Overrides the workflow's. */
   deadline: z.union([z.date().refine(isStorableTime, STORABLE_TIME_RANGE), z.string(), z.number()]).optional(),
+  /** Higher is claimed first within a tool class (README "Priorities"). Overrides the workflow's. */
+  priority: prioritySchema.optional(),
 }).strict();
 export type SubmitOptions = z.input<typeof submitOptions>;
 
@@ -173,6 +176,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
         ...deadline,
         requestedDeadline: so.deadline instanceof Date ? so.deadline.toISOString() : so.deadline,
         requestedVersion: so.version,
+        priority: so.priority ?? workflow.priority,
         stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
       });
       const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;

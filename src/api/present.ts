@@ -6,7 +6,7 @@ const iso = (d: Date | null): string | null => (d ? d.toISOString() : null);
 
 export function runToJson(r: RunRow): RunJson {
   return {
-    id: r.id, workflow: r.workflow, state: r.state, result: r.result, error: r.error, deadline: iso(r.deadline),
+    id: r.id, workflow: r.workflow, state: r.state, result: r.result, error: r.error, deadline: iso(r.deadline), priority: r.priority,
     createdAt: r.createdAt.toISOString(), updatedAt: r.updatedAt.toISOString(), finishedAt: iso(r.finishedAt),
     stages: r.stages.map((s) => ({
       id: s.id, seq: s.seq, name: s.name, tool: s.tool, toolClass: s.toolClass, state: s.state, attempt: s.attempt, maxAttempts: s.maxAttempts,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PRIORITY_MAX, PRIORITY_MIN, prioritySchema } from '../definitions/priority.js';
 import { EVENT_TYPES } from '../store/event-types.js';
 import { RUN_STATES, STAGE_STATES, type RunState, type StageState } from '../planner/states.js';
 import { MAX_LIST_LIMIT } from '../store/list-runs.js';
@@ -29,6 +30,8 @@ export const submitBodySchema = z.object({
     .describe('start this loaded version of the workflow (default: the newest loaded)'),
   deadline: z.union([ts, z.string().min(1).max(40), z.number().int().positive()]).optional()
     .describe('when the run expires: an ISO 8601 date-time, a duration from now ("10m"), or milliseconds from now; overrides the workflow\'s'),
+  priority: prioritySchema.optional()
+    .describe(`higher is claimed first within a tool class, ${PRIORITY_MIN}..${PRIORITY_MAX} (default: the workflow's, else 0); lower ones still run (README "Priorities")`),
 }).strict().meta({ id: 'SubmitRun' });
 export type SubmitBody = z.infer<typeof submitBodySchema>;
 
@@ -73,6 +76,7 @@ export const runViewSchema = z.object({
   result: z.unknown(),
   error: z.unknown(),
   deadline: ts.nullable(),
+  priority: z.number().int().optional().describe('higher is claimed first within a tool class (README "Priorities")'),
   createdAt: ts,
   updatedAt: ts,
   finishedAt: ts.nullable(),

@@ -67,6 +67,7 @@ export function createRunService(ratchet: Ratchet): RunService {
       const r = await ratchet.submit(body.workflow, body.input, {
         ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}),
         ...(body.version !== undefined ? { version: body.version } : {}),
+        ...(body.priority !== undefined ? { priority: body.priority } : {}),
       });
       return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };
     },

@@ -37,6 +37,8 @@ export interface SubmitArgs {
   deadline?: string | number | Date;
   /** Start this loaded version of the workflow (default: the newest the server has loaded). */
   version?: number;
+  /** Higher is claimed first within a tool class, -100..100 (default: the workflow's, else 0). */
+  priority?: number;
 }
 
 export interface ListArgs {
@@ -97,7 +99,8 @@ export function createClient(options: ClientOptions): RatchetClient {
       const { status, data } = await request(http, {
         method: 'POST', path: '/v1/runs', schema: submitResponseSchema, timeoutMs,
         headers: { 'idempotency-key': idempotencyKey },
-        body: { workflow, input, ...(deadline !== undefined ? { deadline } : {}), ...(args.version !== undefined ? { version: args.version } : {}) },
+        body: { workflow, input, ...(deadline !== undefined ? { deadline } : {}), ...(args.version !== undefined ? { version: args.version } : {}),
+          ...(args.priority !== undefined ? { priority: args.priority } : {}) },
       });
       return { ...data, idempotencyKey, status: status === 202 ? 202 : 200 };
     },

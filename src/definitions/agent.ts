@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { InvalidDefinitionError } from '../errors.js';
 import { positiveDurationSchema } from './duration.js';
+import { prioritySchema } from './priority.js';
 import { canonicalJson, toolClassFingerprint, toolFingerprint, versionField } from './fingerprint.js';
 import { isTool, isToolClass, zodSchemaField } from './guards.js';
 import { WORKFLOW_NAME, workflowVersionSchema } from './workflow.js';
@@ -28,6 +29,7 @@ export const agentOptionsSchema = z.strictObject({
   maxReplans: z.int().min(0).max(100).default(2),
   maxActions: z.int().min(1).max(100).default(10),
   deadline: positiveDurationSchema.optional(),
+  priority: prioritySchema.optional(),
 });
 
 export interface AgentOptions<I> {
@@ -45,6 +47,8 @@ export interface AgentOptions<I> {
   maxReplans?: number;
   /** Tool calls in one answer, at most (default 10). */
   maxActions?: number;
+  /** The priority of its runs when the submitter gives none (README "Priorities"); default 0. */
+  priority?: number;
   deadline?: Duration;
 }
 
@@ -96,6 +100,7 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
     input: options.input,
     steps: Object.freeze([]),
     deadlineMs: o.deadline ?? null,
+    priority: o.priority ?? 0,
     hash: agentHash(o.name, o.version ?? 1, agent),
     concurrencyKey: null,
     agent,

@@ -109,6 +109,8 @@ export interface Workflow<I = unknown> {
   readonly steps: readonly Step[];
   /** A run deadline relative to submit, if any. */
   readonly deadlineMs: number | null;
+  /** The default priority of its runs (README "Priorities"). */
+  readonly priority: number;
   /** Hash of the definition's structure (steps, tools, classes, schemas), recorded on each run. */
   readonly hash: string;
   /** Set by the loader: the file the workflow came from (used to load tools in worker threads). */

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { InvalidDefinitionError } from '../errors.js';
 import { positiveDurationSchema } from './duration.js';
+import { prioritySchema } from './priority.js';
 import { workflowHash } from './fingerprint.js';
 import { functionField, isTool, zodSchemaField } from './guards.js';
 import { TOOL_NAME } from './tool.js';
@@ -26,6 +27,7 @@ export const workflowOptionsSchema = z.strictObject({
   input: zodSchemaField,
   steps: z.array(stepSchema).min(1, 'a workflow needs at least one step'),
   deadline: positiveDurationSchema.optional(),
+  priority: prioritySchema.optional(),
   concurrencyKey: z.strictObject({ key: functionField, limit: z.int().min(1).max(100_000) }).optional(),
 });
 
@@ -46,6 +48,8 @@ export interface WorkflowOptions<I> {
   steps: StepOptions[];
   /** A run deadline relative to submit. */
   deadline?: Duration;
+  /** The priority of its runs when the submitter gives none (README "Priorities"); default 0. */
+  priority?: number;
   /** Bound the stages running at once per key (a user, a tenant): `{ key: (input) => input.userId, limit: 1 }`. */
   concurrencyKey?: { key: (input: I) => string; limit: number };
 }
@@ -94,6 +98,7 @@ export function defineWorkflow<I>(options: WorkflowOptions<I>): Workflow<I> {
     input: options.input,
     steps: Object.freeze(steps),
     deadlineMs: o.deadline ?? null,
+    priority: o.priority ?? 0,
     hash: workflowHash(o.name, steps, o.version ?? 1),
     concurrencyKey: options.concurrencyKey ? { key: options.concurrencyKey.key, limit: o.concurrencyKey!.limit } : null,
     agent: null,

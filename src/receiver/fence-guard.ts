@@ -43,7 +43,10 @@ export interface RunOptions {
   /**
    * What identifies the request under its key (`requestFingerprint(method, target, body)` for
    * HTTP). Stored with the response; a done key asked with another fingerprint answers 422
-   * `idempotency_key_reused` instead of another request's response. Without one, no comparison.
+   * `idempotency_key_reused` instead of another request's response. Without one, no comparison:
+   * a call that passes no fingerprint gets the key's stored answer even when that answer was
+   * stored with a fingerprint (on purpose: a programmatic caller retrying its own effect under
+   * its own key). A caller that mixes requests under one key must pass a fingerprint on every call.
    */
   fingerprint?: string;
 }
@@ -177,15 +180,20 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
       let stored = 0;
       try {
         response = checkResponse(await handler(client));
-        if (response.status < 500) {
-          const params = [key, response.status, response.json, fingerprint ?? null];
-          stored = (await client.query(sql.storeResponse, params)).rowCount ?? 0;
-        }
       } catch (err) {
         await undo(err);
-        if (!isUnstorable(err)) throw err;
-        const reason = `PostgreSQL refused to store the body (${(err as Error).message})`;
-        throw new InvalidHandlerResponseError(reason, { cause: err, path: 'response.body' });
+        throw err; // the handler's own error (its SQL included) as it is: never relabelled as the body's
+      }
+      if (response.status < 500) {
+        const params = [key, response.status, response.json, fingerprint ?? null];
+        try {
+          stored = (await client.query(sql.storeResponse, params)).rowCount ?? 0;
+        } catch (err) {
+          await undo(err);
+          if (!isUnstorable(err)) throw err;
+          const reason = `PostgreSQL refused to store the body (${(err as Error).message})`;
+          throw new InvalidHandlerResponseError(reason, { cause: err, path: 'response.body' });
+        }
       }
       if (response.status >= 500) {
         await undo();

@@ -1,4 +1,4 @@
-import { CLAIMED_COLUMNS, failRunsFrom } from './lease-common.sql.js';
+import { CLAIMED_COLUMNS, failRunsFrom, RUN_ACTIVE } from './lease-common.sql.js';
 
 /**
  * The claim (lease protocol step 1): one statement per purpose, each a single round trip and a
@@ -22,24 +22,53 @@ export const MAX_KEYS_VISITED = 200;
 const CLK = '(SELECT t FROM clk)';
 const DUE = `s.state = 'queued' AND s.available_at <= ${CLK}`;
 const EXPIRED = `s.state = 'running' AND s.lease_until < ${CLK}`;
+/**
+ * Checked on each row a claim locks (one primary-key probe): a stage whose run is no longer
+ * active is never claimed. A finish that inserts an agent's plan while the expiry (or a cancel)
+ * ends the run commits rows that statement's snapshot did not see; they stay queued in an ended
+ * run until CANCEL_LEFTOVERS_SQL (deadline.sql.ts) cancels them, and no claim takes them meanwhile.
+ */
+const RUN_IS_ACTIVE = `EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = s.run_id AND r.state IN (${RUN_ACTIVE}))`;
 
 /**
- * Candidate ids (and their order column `at`) of class $2 matching `where`, one index-ordered
- * range per hash of $3, merged by (at, id). Nothing is locked here.
+ * The order a claim takes due stages in (README "Priorities"): `priority` — higher priority
+ * first, then the oldest (stages_queued_priority_idx, stages_queued_key_priority_idx); `age` —
+ * the oldest first whatever their priority (stages_queued_claim_idx, stages_queued_key_idx).
+ * Each process takes one claim in AGE_SHARE of a class by age, so under a constant stream of
+ * higher-priority runs a lower one still becomes the oldest due stage and is claimed: no stage
+ * starves, and its wait is bounded by the number of due stages older than it.
  */
-function perDefinition(hashes: number, where: string, order: 'available_at' | 'lease_until'): string {
-  const arm = (i: number) => `(SELECT s.id, s.${order} AS at FROM ratchet.stages s
-    WHERE ${where} AND s.tool_class = $2 AND s.definition_hash = ($3::text[])[${i}] ORDER BY s.${order}, s.id)`;
+export type ClaimOrder = 'priority' | 'age';
+export const AGE_SHARE = 4;
+
+/**
+ * How many candidates each index range offers a claim of `limit`: enough to step over the rows
+ * other claimers hold (SKIP LOCKED) or that fail the recheck. The bound also makes PostgreSQL plan
+ * each range for its first rows: without it a range ordered by (priority DESC, available_at) is
+ * planned for all its rows, and a bitmap scan plus a sort of the whole due backlog looks cheaper.
+ */
+export const rangeLimit = (limit: number): number => limit * 4 + 100;
+
+/**
+ * Candidate ids (and their order columns `pr`, `at`) of class $2 matching `where`, one
+ * index-ordered range per hash of $3 (at most rangeLimit rows each), merged by (pr DESC, at, id).
+ * Nothing is locked here.
+ */
+function perDefinition(hashes: number, where: string, order: 'available_at' | 'lease_until', by: ClaimOrder, limit: number): string {
+  const pr = by === 'priority' ? 's.priority' : '0';
+  const prOrder = by === 'priority' ? 's.priority DESC NULLS LAST, ' : '';
+  const arm = (i: number) => `(SELECT s.id, ${pr} AS pr, s.${order} AS at FROM ratchet.stages s
+    WHERE ${where} AND s.tool_class = $2 AND s.definition_hash = ($3::text[])[${i}] ORDER BY ${prOrder}s.${order}, s.id LIMIT ${rangeLimit(limit)})`;
   if (hashes === 1) return arm(1).slice(1, -1); // one range: already in order
   return `${Array.from({ length: hashes }, (_, i) => arm(i + 1)).join('\n  UNION ALL ')}
-  ORDER BY at, id`;
+  ORDER BY pr DESC NULLS LAST, at, id`;
 }
 
 /** Locks the rows of candidate CTE `ids` in their order, skipping those another claimer holds, while `recheck` holds, up to `limit`. */
 function lockInOrder(ids: string, recheck: string, limit: string): string {
   return `SELECT l.* FROM ${ids} c CROSS JOIN LATERAL (
-    SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit, c.at
-    FROM ratchet.stages s WHERE s.id = c.id AND ${recheck} FOR UPDATE SKIP LOCKED
+    SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence, s.concurrency_key, s.concurrency_limit, c.pr, c.at
+    FROM ratchet.stages s WHERE s.id = c.id AND ${recheck} AND ${RUN_IS_ACTIVE} FOR UPDATE OF s SKIP LOCKED
   ) l
   LIMIT ${limit}`;
 }
@@ -49,17 +78,17 @@ function lockInOrder(ids: string, recheck: string, limit: string): string {
  * is left of `limit`, or `limit` of their own when `expiredLimit` says so); `keyed` expired
  * leases are included when the caller counts keys (the limited claim).
  */
-function candidates(hashes: number, limit: number, keyed: boolean, expiredLimit: 'fill' | 'own'): string {
+function candidates(hashes: number, limit: number, keyed: boolean, expiredLimit: 'fill' | 'own', by: ClaimOrder): string {
   const expiredKey = keyed ? '' : ' AND s.concurrency_key IS NULL';
   return `
 queued_ids AS (
-  ${perDefinition(hashes, `${DUE} AND s.concurrency_key IS NULL`, 'available_at')}
+  ${perDefinition(hashes, `${DUE} AND s.concurrency_key IS NULL`, 'available_at', by, limit)}
 ),
 queued AS (
   ${lockInOrder('queued_ids', DUE, String(limit))}
 ),
 expired_ids AS (
-  ${perDefinition(hashes, `${EXPIRED}${expiredKey}`, 'lease_until')}
+  ${perDefinition(hashes, `${EXPIRED}${expiredKey}`, 'lease_until', 'age', limit)}
 ),
 expired AS (
   ${lockInOrder('expired_ids', EXPIRED, expiredLimit === 'fill' ? `greatest(${limit} - (SELECT count(*) FROM queued), 0)` : String(limit))}
@@ -77,11 +106,13 @@ expired AS (
  * is an estimate read before the keys are locked; the limited claim counts again under the
  * key locks (claim.ts). `walk` also returns the cursor for the next claim: the last key visited.
  */
-function keyedCandidates(limit: number): string {
+function keyedCandidates(limit: number, by: ClaimOrder): string {
   const key = `s.state = 'queued' AND s.tool_class = $2 AND s.concurrency_key IS NOT NULL`;
-  const dueOfKey = (k: string, n: string) => `SELECT s.id, s.available_at AS at, s.concurrency_limit AS lim FROM ratchet.stages s
+  const pr = by === 'priority' ? 's.priority' : '0';
+  const prOrder = by === 'priority' ? 's.priority DESC NULLS LAST, ' : '';
+  const dueOfKey = (k: string, n: string) => `SELECT s.id, ${pr} AS pr, s.available_at AS at, s.concurrency_limit AS lim FROM ratchet.stages s
         WHERE ${key} AND s.concurrency_key = ${k} AND s.definition_hash = u.hash AND s.available_at <= ${CLK}
-        ORDER BY s.available_at, s.id LIMIT ${n}`;
+        ORDER BY ${prOrder}s.available_at, s.id LIMIT ${n}`;
   return `
 walk(k, visited, found, wrapped, take) AS (
   SELECT $4::text, 0, 0, false, 0
@@ -102,13 +133,13 @@ walk(k, visited, found, wrapped, take) AS (
   WHERE w.visited < ${MAX_KEYS_VISITED} AND w.found < ${limit} AND nx.k IS NOT NULL AND NOT (nx.wrapped AND nx.k > $4::text)
 ),
 keyed_ids AS (
-  SELECT x.id, x.at FROM (
-    SELECT h.id, h.at, w.take, row_number() OVER (PARTITION BY w.k ORDER BY h.at, h.id) AS rn
+  SELECT x.id, x.pr, x.at FROM (
+    SELECT h.id, h.pr, h.at, w.take, row_number() OVER (PARTITION BY w.k ORDER BY h.pr DESC NULLS LAST, h.at, h.id) AS rn
     FROM walk w CROSS JOIN unnest($3::text[]) AS u(hash) CROSS JOIN LATERAL (${dueOfKey('w.k', 'w.take')}) h
     WHERE w.take > 0
   ) x
   WHERE x.rn <= x.take
-  ORDER BY x.at, x.id
+  ORDER BY x.pr DESC NULLS LAST, x.at, x.id
 ),
 keyed AS (
   ${lockInOrder('keyed_ids', DUE, String(limit))}
@@ -184,10 +215,10 @@ function check(limit: number, hashes: number): void {
  * with LIMIT as a parameter the generic plan assumes a tenth of the table and PostgreSQL
  * re-plans every call.
  */
-export const claimSql = (limit: number, hashes: number): string => {
+export const claimSql = (limit: number, hashes: number, by: ClaimOrder = 'priority'): string => {
   check(limit, hashes);
   return `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, false, 'fill')},
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, false, 'fill', by)},
 picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL SELECT id, prev_state, prev_owner, prev_fence FROM expired),${claimPicked()}`;
 };
 
@@ -198,18 +229,18 @@ picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL S
  * with room (walked from cursor $4) and expired keyed leases; every row carries the cursor for
  * the next claim (and one row with a null id carries it when nothing was found).
  */
-export const pickCandidatesSql = (limit: number, hashes: number, keyed: boolean): string => {
+export const pickCandidatesSql = (limit: number, hashes: number, keyed: boolean, by: ClaimOrder = 'priority'): string => {
   check(limit, hashes);
   const kinds = ['queued', 'expired', ...(keyed ? ['keyed'] : [])];
-  const walk = keyed ? keyedCandidates(limit) : `
+  const walk = keyed ? keyedCandidates(limit, by) : `
 walk(k, visited) AS (SELECT $4::text, 0)`; // no keys walked: the cursor stays
   return `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own')},${walk},
-picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, at FROM ${k}`).join(' UNION ALL ')})
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own', by)},${walk},
+picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, pr, at FROM ${k}`).join(' UNION ALL ')})
 SELECT p.id::text AS id, p.concurrency_key, p.concurrency_limit, $1::text AS owner,
   (SELECT w.k FROM walk w WHERE w.visited > 0 ORDER BY w.visited DESC LIMIT 1) AS next_cursor
 FROM (SELECT 1) one LEFT JOIN picked p ON true
-ORDER BY p.at, p.id`;
+ORDER BY p.pr DESC NULLS LAST, p.at, p.id`;
 };
 
 /** The limited claim, last step: claim the stages $2 (ids this transaction already locked) for owner $1. */
@@ -220,6 +251,7 @@ picked AS (
   FROM ratchet.stages s, clk
   WHERE s.id = ANY($2::bigint[])
     AND ((s.state = 'queued' AND s.available_at <= clk.t) OR (s.state = 'running' AND s.lease_until < clk.t))
+    AND ${RUN_IS_ACTIVE}
 ),${claimPicked()}`;
 
 /**

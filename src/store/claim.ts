@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
 import {
-  CLAIM_IDS_SQL, claimSql, COUNT_RATE_SQL, COUNT_RUNNING_CLASS_SQL, COUNT_RUNNING_KEYS_SQL, LOCK_CLASS_SQL, LOCK_KEYS_SQL,
+  AGE_SHARE, CLAIM_IDS_SQL, claimSql, type ClaimOrder, COUNT_RATE_SQL, COUNT_RUNNING_CLASS_SQL, COUNT_RUNNING_KEYS_SQL, LOCK_CLASS_SQL, LOCK_KEYS_SQL,
   MAX_CLAIM_DEFINITIONS, pickCandidatesSql, RECORD_RATE_SQL, WAITING_DEFINITIONS_SQL,
 } from './claim.sql.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
@@ -36,6 +36,15 @@ const claimArgs = z.object({
  * kept in this process; losing it costs nothing but order).
  */
 const keyCursors = new WeakMap<Db, Map<string, string>>();
+/** Claims made per class by this process: every AGE_SHARE-th takes the oldest due stages first (claim.sql.ts, ClaimOrder). */
+const claimCounts = new WeakMap<Db, Map<string, number>>();
+function orderOf(db: Db, toolClass: string): ClaimOrder {
+  const counts = claimCounts.get(db) ?? new Map<string, number>();
+  claimCounts.set(db, counts);
+  const n = ((counts.get(toolClass) ?? 0) + 1) % AGE_SHARE;
+  counts.set(toolClass, n);
+  return n === 0 ? 'age' : 'priority';
+}
 
 /**
  * Claims up to `limit` due stages of one tool class and of the definitions the claimer has
@@ -55,15 +64,28 @@ export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<Cl
     : (await db.query(WAITING_DEFINITIONS_SQL, [toolClass])).map((r) => r.definition_hash as string);
   if (hashes.length === 0) return [];
   const limited = limits && (limits.classConcurrency !== undefined || limits.rate !== undefined || limits.keyed);
+  const by = orderOf(db, toolClass);
   const rows = limited
-    ? await db.transaction((tx) => claimLimited(tx, db, { owner, toolClass, limit, hashes }, limits))
-    : await db.query(claimSql(limit, hashes.length), [owner, toolClass, hashes], `ratchet_claim_${limit}_${hashes.length}`);
+    ? await claimLimitedThenCursor(db, { owner, toolClass, limit, hashes, by }, limits)
+    : await db.query(claimSql(limit, hashes.length, by), [owner, toolClass, hashes], `ratchet_claim_${limit}_${hashes.length}_${by}`);
   return rows.map((r) => toClaimed(r, sentAt));
 }
 
-interface ClaimOf { owner: string; toolClass: string; limit: number; hashes: string[] }
+interface ClaimOf { owner: string; toolClass: string; limit: number; hashes: string[]; by: ClaimOrder }
 
-async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
+/** The key cursor this process's next keyed claim of `toolClass` starts after (tests). */
+export const keyCursorOf = (db: Db, toolClass: string): string | undefined => keyCursors.get(db)?.get(toolClass);
+
+/** The limited claim's transaction; the key cursor moves only once it committed (a rolled-back walk gives no key its turn). */
+async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
+  const cursors = keyCursors.get(db) ?? new Map<string, string>();
+  keyCursors.set(db, cursors);
+  const { rows, cursor } = await db.transaction((tx) => claimLimited(tx, cursors.get(c.toolClass) ?? '', c, limits));
+  if (cursor !== null) cursors.set(c.toolClass, cursor);
+  return rows;
+}
+
+async function claimLimited(tx: Queryable, from: string, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<{ rows: Row[]; cursor: string | null }> {
   let budget = c.limit;
   if (limits.classConcurrency !== undefined || limits.rate) {
     await tx.query(LOCK_CLASS_SQL, [c.toolClass], 'ratchet_lock_class');
@@ -76,13 +98,11 @@ async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<
       budget = Math.min(budget, limits.rate.max - (r!.n as number));
     }
   }
-  if (budget <= 0) return [];
+  if (budget <= 0) return { rows: [], cursor: null };
   const keyed = limits.keyed === true;
-  const cursors = keyCursors.get(db) ?? new Map<string, string>();
-  keyCursors.set(db, cursors);
-  const picked = await tx.query(pickCandidatesSql(budget, c.hashes.length, keyed),
-    [c.owner, c.toolClass, c.hashes, cursors.get(c.toolClass) ?? ''], `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}`);
-  if (keyed) cursors.set(c.toolClass, (picked[0]?.next_cursor as string | null) ?? '');
+  const picked = await tx.query(pickCandidatesSql(budget, c.hashes.length, keyed, c.by),
+    [c.owner, c.toolClass, c.hashes, from], `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}_${c.by}`);
+  const cursor = keyed ? ((picked[0]?.next_cursor as string | null) ?? '') : null;
   const cands = picked.filter((p) => p.id !== null);
   let chosen = cands;
   const keys = [...new Set(cands.map((p) => p.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
@@ -99,9 +119,9 @@ async function claimLimited(tx: Queryable, db: Db, c: ClaimOf, limits: z.output<
     });
   }
   chosen = chosen.slice(0, budget);
-  if (chosen.length === 0) return [];
+  if (chosen.length === 0) return { rows: [], cursor };
   const rows = await tx.query(CLAIM_IDS_SQL, [c.owner, chosen.map((p) => p.id as string)], 'ratchet_claim_ids');
   const started = rows.filter((r) => r.state === 'running').length;
   if (limits.rate && started > 0) await tx.query(RECORD_RATE_SQL, [c.toolClass, started], 'ratchet_record_rate');
-  return rows;
+  return { rows, cursor };
 }

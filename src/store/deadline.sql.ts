@@ -20,10 +20,10 @@ for (const from of STAGE_UNFINISHED) assertTransition('stage', from, 'cancelled'
  *
  * Shape: the runs are picked FOR UPDATE SKIP LOCKED in a CTE with its own LIMIT (workers
  * sweeping at once take different runs, a run being finished now is left for the next sweep),
- * joined to the UPDATE. There is no index on deadline (runs_state_created_idx narrows to
- * active runs): the scan costs the number of active runs, not of all runs; a partial index
- * on (deadline) WHERE state IN ('queued','running') AND deadline IS NOT NULL would make it
- * cost the number of expired ones. Returns how many runs expired and the running stages cancelled.
+ * joined to the UPDATE. `due` scans runs_active_deadline_idx (migration 0005; its predicate is
+ * state IN ('queued','running'), which RUN_EXPIRABLE must match: test/worker/deadline.test.ts
+ * checks the plan), so it costs the number of expired runs. Returns how many runs expired,
+ * their ids (for CANCEL_LEFTOVERS_SQL) and the running stages cancelled.
  */
 export const EXPIRE_RUNS_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
@@ -58,5 +58,33 @@ ev AS (
     jsonb_build_object('previousState', st.old_state, 'reason', 'run_deadline')
   FROM st, clk
 )
-SELECT (SELECT count(*) FROM run)::int AS expired,
+SELECT (SELECT count(*) FROM run)::int AS expired, coalesce((SELECT array_agg(run.id::text) FROM run), '{}') AS run_ids,
   coalesce((SELECT array_agg(st.id::text ORDER BY st.id) FROM st WHERE st.old_state = 'running'), '{}') AS running_stage_ids`;
+
+/**
+ * The unfinished stages of ended runs $1 (expired or cancelled), cancelled; run right after the
+ * statement that ended them. A finish that inserted an agent's plan while that statement ran
+ * committed before it (the statement waited for the finishing stage's row lock), but its new
+ * rows were not in the statement's snapshot; this next statement sees them. Until it runs (a
+ * process that dies in between) the claims skip such stages (RUN_IS_ACTIVE in claim.sql.ts).
+ * Events: stage_cancelled with the previous state and reason $2.
+ */
+export const CANCEL_LEFTOVERS_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+old AS (
+  SELECT s.id, s.state FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id
+  WHERE s.run_id = ANY($1::uuid[]) AND r.state IN ('expired', 'cancelled') AND s.state IN (${sqlStates(STAGE_UNFINISHED)})
+),
+st AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM old, clk
+  WHERE s.id = old.id AND s.state IN (${sqlStates(STAGE_UNFINISHED)})
+  RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t,
+    jsonb_build_object('previousState', st.old_state, 'reason', $2::text)
+  FROM st, clk
+)
+SELECT (SELECT count(*) FROM st)::int AS cancelled`;

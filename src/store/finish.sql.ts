@@ -49,7 +49,7 @@ accepted AS (
     updated_at = clk.t
   FROM req, clk
   WHERE s.id = ANY($3::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
-  RETURNING s.id, s.run_id, s.definition_hash, s.fence, s.attempt, s.tool_class, s.available_at, req.outcome, req."retryDelayMs" AS retry_delay_ms,
+  RETURNING s.id, s.run_id, s.definition_hash, s.priority, s.fence, s.attempt, s.tool_class, s.available_at, req.outcome, req."retryDelayMs" AS retry_delay_ms,
     req."nextSeq" AS next_seq, req."nextInput" AS next_input, coalesce(req."nextKeepInput", false) AS next_keep_input,
     req."nextError" AS next_error, coalesce(req."claimNext", false) AS claim_next, req.plan, req."runState" AS run_state,
     req."runResult" AS run_result, req."runError" AS run_error, req.data
@@ -74,13 +74,17 @@ replayed AS (
 ),
 -- The next stage of an accepted finish (still pending): 'claim' — the fast path, this owner runs
 -- it at once (unkeyed stages only: a keyed one must pass the limited claim, so it is queued, never
--- left pending); 'queue' — any worker of its class claims it; 'fail' — its input could not be
+-- left pending, nor when a due stage of higher priority waits); 'queue' — any worker of its class claims it; 'fail' — its input could not be
 -- computed, so it fails with the run, and a retry of the run starts from it.
 next_decided AS (
   SELECT s.id, f.id AS after_id, f.fence AS after_fence, f.next_input, f.next_keep_input, f.next_error,
     CASE WHEN f.next_error IS NOT NULL THEN 'fail'
-         WHEN f.claim_next AND s.concurrency_key IS NULL THEN 'claim' ELSE 'queue' END AS decision
-  FROM accepted f JOIN ratchet.stages s ON s.run_id = f.run_id AND s.seq = f.next_seq
+         WHEN f.claim_next AND s.concurrency_key IS NULL AND NOT EXISTS (
+           -- priorities (README): a due stage of higher priority of the same class and definition waits, so this one is queued behind it
+           SELECT 1 FROM ratchet.stages q WHERE q.state = 'queued' AND q.concurrency_key IS NULL AND q.tool_class = s.tool_class
+             AND q.definition_hash = s.definition_hash AND q.priority > s.priority AND q.available_at <= clk.t)
+         THEN 'claim' ELSE 'queue' END AS decision
+  FROM accepted f JOIN ratchet.stages s ON s.run_id = f.run_id AND s.seq = f.next_seq CROSS JOIN clk
   WHERE f.next_seq IS NOT NULL AND s.state = 'pending'
 ),
 next_stage AS (
@@ -127,9 +131,9 @@ next_handed_again AS (
 -- only when the model stage's finish is accepted, in this same statement.
 planned AS (
   INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
-    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at)
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at, priority)
   SELECT f.run_id, f.definition_hash, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
-    p."maxAttempts", f.run_id::text || ':' || p.seq || ':' || p.tool, p."concurrencyKey", p."concurrencyLimit", p.input, clk.t, clk.t, clk.t
+    p."maxAttempts", f.run_id::text || ':' || p.seq || ':' || p.tool, p."concurrencyKey", p."concurrencyLimit", p.input, clk.t, clk.t, clk.t, f.priority
   FROM accepted f CROSS JOIN LATERAL jsonb_to_recordset(f.plan) AS p(seq int, name text, tool text, "toolClass" text, state text,
     "leaseMs" int, "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "concurrencyKey" text, "concurrencyLimit" int, input jsonb)
   CROSS JOIN clk

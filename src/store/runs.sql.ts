@@ -7,9 +7,9 @@
  * A repeated key inserts nothing and returns no row.
  */
 export const INSERT_RUN_SQL = `
-INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at)
+INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at, priority)
 VALUES ($1, $2, $3, $4::jsonb, 'queued', coalesce($5::timestamptz, ratchet.db_now() + $8::int * interval '1 millisecond'), $6, $7,
-  ratchet.db_now(), ratchet.db_now())
+  ratchet.db_now(), ratchet.db_now(), $9::int)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, state`;
 
@@ -22,13 +22,13 @@ export const INSERT_STAGES_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 ins AS (
   INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
-    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at)
-  SELECT $1::uuid, (SELECT r.definition_hash FROM ratchet.runs r WHERE r.id = $1::uuid), p.seq, p.name, p.tool, p."toolClass", p.state,
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at, priority)
+  SELECT $1::uuid, r.definition_hash, p.seq, p.name, p.tool, p."toolClass", p.state,
     p."leaseMs", p."timeoutMs", p."maxDurationMs", p."maxAttempts", p."idempotencyKey", p."concurrencyKey", p."concurrencyLimit", p.input,
-    clk.t, clk.t, clk.t
+    clk.t, clk.t, clk.t, r.priority
   FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, tool text, "toolClass" text, state text, "leaseMs" int,
     "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "concurrencyKey" text,
-    "concurrencyLimit" int, input jsonb), clk
+    "concurrencyLimit" int, input jsonb), clk, (SELECT definition_hash, priority FROM ratchet.runs WHERE id = $1::uuid) r
   RETURNING id, seq, state, tool_class
 ),
 ev AS (
@@ -40,7 +40,7 @@ SELECT id::text AS id, seq, state, tool_class FROM ins ORDER BY seq`;
 export const GET_RUN_BY_KEY_SQL = `SELECT id, state, request_hash FROM ratchet.runs WHERE idempotency_key = $1`;
 
 export const GET_RUN_SQL = `
-SELECT r.id, r.workflow, r.definition_hash, r.input, r.state, r.deadline, r.idempotency_key, r.result, r.error,
+SELECT r.id, r.workflow, r.definition_hash, r.input, r.state, r.deadline, r.idempotency_key, r.result, r.error, r.priority,
   r.created_at, r.updated_at, r.finished_at, ratchet.db_now() AS db_now
 FROM ratchet.runs r WHERE r.id = $1`;
 

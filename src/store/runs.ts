@@ -4,11 +4,13 @@ import { z } from 'zod';
 import { IllegalTransitionError, InvalidInputError, RatchetError, UnknownStageError } from '../errors.js';
 import { sourcesOf, type RunState, type StageState, STAGE_STATES } from '../planner/states.js';
 import type { Db, Queryable } from './db.js';
+import { prioritySchema } from '../definitions/priority.js';
 import { toJsonText } from './json.js';
 import { parseInput } from './validate.js';
 import {
   CANCEL_RUN_SQL, GET_RUN_BY_KEY_SQL, GET_RUN_SQL, GET_STAGES_SQL, INSERT_RUN_SQL, INSERT_STAGES_SQL, LIST_EVENTS_SQL, TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
+import { cancelLeftovers } from './deadline.js';
 
 const positiveMs = z.number().int().positive().max(2 ** 31 - 1);
 const name = z.string().min(1).max(200).regex(/^[^\u0000]*$/, 'must not contain \\u0000');
@@ -42,6 +44,8 @@ const createRunSchema = z.object({
   /** The workflow version the submitter asked for, if any: part of the idempotency hash. */
   requestedVersion: z.number().int().min(1).optional(),
   deadlineInMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
+  /** Higher is claimed first within a tool class (PRIORITY_RANGE); default 0. */
+  priority: prioritySchema.optional(),
   stages: z.array(stageSpecSchema).min(1).max(10_000),
 }).strict().refine((r) => r.deadline === undefined || r.deadlineInMs === undefined,
   { message: 'give deadline or deadlineInMs, not both', path: ['deadlineInMs'] });
@@ -62,10 +66,11 @@ export interface CreatedRun { id: string; state: RunState; created: boolean; sta
  * was asked for. Without a deadline or version the hash is what it was before they counted, so
  * runs made then still match.
  */
-export function requestHash(workflow: string, input: unknown, requestedDeadline?: string | number, requestedVersion?: number): string {
+export function requestHash(workflow: string, input: unknown, requestedDeadline?: string | number, requestedVersion?: number, priority?: number): string {
   const h = createHash('sha256').update(workflow).update('\u0000').update(toJsonText(input));
   if (requestedDeadline !== undefined) h.update('\u0000deadline\u0000').update(JSON.stringify(requestedDeadline));
   if (requestedVersion !== undefined) h.update('\u0000version\u0000').update(String(requestedVersion));
+  if (priority !== undefined && priority !== 0) h.update('\u0000priority\u0000').update(String(priority));
   return h.digest('hex');
 }
 
@@ -94,13 +99,13 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
     input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
   }));
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
-  const hash = requestHash(run.workflow, run.input, run.requestedDeadline, run.requestedVersion);
+  const hash = requestHash(run.workflow, run.input, run.requestedDeadline, run.requestedVersion, run.priority);
   const id = run.id ?? uuidv7();
   for (const s of stages) s.idempotencyKey ??= `${id}:${s.seq}:${s.tool}`;
 
   return db.transaction(async (tx) => {
     const inserted = await tx.query(INSERT_RUN_SQL,
-      [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash, run.deadlineInMs ?? null]);
+      [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash, run.deadlineInMs ?? null, run.priority ?? 0]);
     if (inserted.length === 0) {
       const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
       if (!existing) throw new InvalidInputError('run id already exists', 'createRun.id');
@@ -124,6 +129,8 @@ export interface RunRow {
   id: string; workflow: string; definitionHash: string; input: unknown; state: RunState; deadline: Date | null;
   idempotencyKey: string | null; result: unknown; error: unknown; createdAt: Date; updatedAt: Date;
   finishedAt: Date | null; dbNow: Date; stages: StageRow[];
+  /** Higher is claimed first within a tool class (README "Priorities"). */
+  priority: number;
 }
 
 const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
@@ -136,7 +143,7 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
   const stages = await q.query(GET_STAGES_SQL, [id], 'ratchet_get_stages');
   return {
     id: r.id as string, workflow: r.workflow as string, definitionHash: r.definition_hash as string, input: r.input,
-    state: r.state as RunState, deadline: (r.deadline as Date | null) ?? null, idempotencyKey: (r.idempotency_key as string | null) ?? null,
+    state: r.state as RunState, deadline: (r.deadline as Date | null) ?? null, priority: (r.priority as number | undefined) ?? 0, idempotencyKey: (r.idempotency_key as string | null) ?? null,
     result: r.result ?? null, error: r.error ?? null, createdAt: r.created_at as Date, updatedAt: r.updated_at as Date,
     finishedAt: (r.finished_at as Date | null) ?? null, dbNow: r.db_now as Date,
     stages: stages.map((s) => ({
@@ -189,5 +196,6 @@ export async function cancelRun(q: Queryable, runId: string): Promise<CancelResu
   if (!isUuid(runId)) return null;
   const [r] = await q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
+  if (r.cancelled === 1) await cancelLeftovers(q, [runId], 'cancelled'); // a plan a finish inserted meanwhile (deadline.sql.ts)
   return { cancelled: r.cancelled === 1, previousState: r.previous_state as RunState, runningStageIds: (r.running_stage_ids as string[]) ?? [] };
 }

@@ -31,6 +31,8 @@ export const runs = ratchet.table('runs', {
   createdAt: ts('created_at').notNull().default(sql`now()`),
   updatedAt: ts('updated_at').notNull().default(sql`now()`),
   finishedAt: ts('finished_at'),
+  /** Higher is claimed first within a tool class (claim.sql.ts); copied to every stage of the run. */
+  priority: integer('priority').notNull().default(0),
 }, (t) => [
   uniqueIndex('runs_idempotency_key_uq').on(t.idempotencyKey),
   index('runs_state_created_idx').on(t.state, t.createdAt),
@@ -81,6 +83,8 @@ export const stages = ratchet.table('stages', {
   createdAt: ts('created_at').notNull().default(sql`now()`),
   updatedAt: ts('updated_at').notNull().default(sql`now()`),
   finishedAt: ts('finished_at'),
+  /** The run's priority (higher first), copied so the claim reads it in index order. */
+  priority: integer('priority').notNull().default(0),
 }, (t) => [
   uniqueIndex('stages_idempotency_key_uq').on(t.idempotencyKey),
   uniqueIndex('stages_run_seq_uq').on(t.runId, t.seq),
@@ -88,8 +92,14 @@ export const stages = ratchet.table('stages', {
   // due stages without a concurrency key, expired leases, and keyed stages walked key by key.
   index('stages_queued_claim_idx').on(t.toolClass, t.definitionHash, t.availableAt, t.id)
     .where(sql`state = 'queued' and concurrency_key is null`),
+  // The same due stages by priority first (higher first), then age: the claim's usual order; the
+  // index above serves its share of claims that take the oldest first (no stage starves).
+  index('stages_queued_priority_idx').on(t.toolClass, t.definitionHash, t.priority.desc(), t.availableAt, t.id)
+    .where(sql`state = 'queued' and concurrency_key is null`),
   index('stages_running_lease_idx').on(t.toolClass, t.definitionHash, t.leaseUntil, t.id).where(sql`state = 'running'`),
   index('stages_queued_key_idx').on(t.toolClass, t.concurrencyKey, t.definitionHash, t.availableAt, t.id)
+    .where(sql`state = 'queued' and concurrency_key is not null`),
+  index('stages_queued_key_priority_idx').on(t.toolClass, t.concurrencyKey, t.definitionHash, t.priority.desc(), t.availableAt, t.id)
     .where(sql`state = 'queued' and concurrency_key is not null`),
   // Live leases per concurrency key (the limited claim counts them).
   index('stages_running_key_idx').on(t.concurrencyKey).where(sql`state = 'running' and concurrency_key is not null`),

@@ -207,7 +207,7 @@ async function produce(deps: ExecutorDeps, log: Logger, workflow: Workflow, tool
   const inv: ToolInvocation = { tool, workflow, input, ctx, attempt };
 
   if (tool.reconcile && stage.attempt > 1) {
-    const unknown = stage.previousState === 'running' || (await deps.store.effectStarted(stage.runId, stage.id, stage.fence));
+    const unknown = stage.previousState === 'running' || (await askStore(attempt, log, 'the effect record', () => deps.store.effectStarted(stage.runId, stage.id, stage.fence)));
     if (unknown) {
       deps.events.push({ runId: stage.runId, stageId: stage.id, type: 'outcome_unknown', fence: stage.fence, attempt: stage.attempt, data: { previousFence: stage.previousFence } });
       // reconcile has its own time limit (the class's timeout): it never eats into the run's.
@@ -254,7 +254,10 @@ class StoreUnanswered extends Error {}
  * A read the dispatcher needs between the tool and its finish (earlier results, the run's
  * history). A store that does not answer (or a deadlock) is an unknown outcome, never the
  * step's failure: it is asked again, briefly, while the keeper goes on extending the lease.
- * Errors of another kind are thrown as they are.
+ * Any other store error (a failover's read-only 25006, an internal XX000, an error with no
+ * code) is not asked again but is just as unknown: it ends the attempt as StoreUnanswered,
+ * never as the tool's failure (the tool's effect may already have happened). Only the user's
+ * input() may fail the step, and stepInput catches that inside `read`.
  */
 async function askStore<T>(attempt: Attempt, log: Logger, what: string, read: () => Promise<T>): Promise<T> {
   const until = monotonicNow() + FINISH_RETRY_WINDOW_MS;
@@ -263,7 +266,7 @@ async function askStore<T>(attempt: Attempt, log: Logger, what: string, read: ()
       return await read();
     } catch (err) {
       const kind = classifyDbError(err);
-      if (kind !== 'unavailable' && kind !== 'conflict') throw err;
+      if (kind !== 'unavailable' && kind !== 'conflict') throw new StoreUnanswered(`reading ${what}: ${(err as Error).message}`, { cause: err });
       if (isFinal(attempt) || monotonicNow() + wait > until) throw new StoreUnanswered(`reading ${what}: ${(err as Error).message}`);
       log.warn({ event: 'store_retry', what, err: (err as Error).message }, 'the store did not answer: asking again');
       await pause(wait);

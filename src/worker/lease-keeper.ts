@@ -135,14 +135,8 @@ export class LeaseKeeper {
     }, wait);
   }
 
-  /** The least confirmed lease time left among `live`, within [MIN_TICK_LIMIT_MS, one heartbeat interval]. */
   private tickLimit(live: Attempt[], now: number): number {
-    let least = this.interval();
-    for (const a of live) {
-      const left = a.confirmedUntil - now;
-      if (left > 0) least = Math.min(least, left);
-    }
-    return Math.max(MIN_TICK_LIMIT_MS, Math.floor(least));
+    return tickLimitOf(live.map((a) => a.confirmedUntil), now, this.interval());
   }
 
   /** One extend statement, within its time limit, for every lease still worth keeping. */
@@ -211,4 +205,15 @@ export class LeaseKeeper {
         break;
     }
   }
+}
+
+/**
+ * A tick's time limit: the least confirmed lease time left among the live attempts (their
+ * confirmedUntil), within [MIN_TICK_LIMIT_MS, one heartbeat interval]. An attempt whose
+ * confirmed time has already run out (the blip case) counts as 0 left, so the floor applies.
+ */
+export function tickLimitOf(confirmedUntils: number[], now: number, interval: number): number {
+  let least = interval;
+  for (const until of confirmedUntils) least = Math.min(least, Math.max(until - now, 0));
+  return Math.max(MIN_TICK_LIMIT_MS, Math.floor(least));
 }

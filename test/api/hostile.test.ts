@@ -198,7 +198,10 @@ describe('beyond the list: every parameter tried the wrong way', () => {
     ['a 201-character workflow', () => post(JSON.stringify({ workflow: 'w'.repeat(201), input: {} })), 400, 'invalid_request', 'workflow'],
     ['a workflow with a lone surrogate', () => post('{"workflow":"ec\\ud800ho","input":{}}'), 404, 'unknown_workflow', 'workflow'],
     ['__proto__ in a strict input', () => post('{"workflow":"echo","input":{"key":"a","__proto__":{"admin":true}}}'), 422, 'invalid_input', 'input'],
-    ['an unknown top-level field', submitWith({ priority: 1 }), 400, 'invalid_request', 'priority'],
+    ['a priority above 100', submitWith({ priority: 101 }), 400, 'invalid_request', 'priority'],
+    ['a priority that is not an integer', submitWith({ priority: 1.5 }), 400, 'invalid_request', 'priority'],
+    ['a priority as a string', submitWith({ priority: 'high' }), 400, 'invalid_request', 'priority'],
+    ['an unknown top-level field', submitWith({ urgency: 1 }), 400, 'invalid_request', 'urgency'],
     ['an Idempotency-Key of spaces only', () => post(JSON.stringify({ workflow: 'echo', input: { key: 'a' } }), { ...json, 'idempotency-key': ' ' }),
       400, 'invalid_request', 'Idempotency-Key'],
     // list filters and pages

@@ -40,6 +40,21 @@ describe('POST /v1/runs', () => {
     expect(await counts(api.ratchet)).toEqual(before);
   });
 
+  it('a bad priority is 400 invalid_input on priority and writes nothing; a good one is kept and shown', async () => {
+    const before = await counts(api.ratchet);
+    for (const priority of [101, -101, 1.5, 'high', null]) {
+      const res = await api.http('/v1/runs', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ workflow: 'echo', input: { key: 'p' }, priority }) });
+      expect(res.status).toBe(400);
+      expect(res.body.error).toMatchObject({ code: 'invalid_request', path: 'priority' });
+    }
+    await expect(api.client.submit('echo', { key: 'p' }, { priority: 500 })).rejects.toMatchObject({ status: 400 });
+    expect(await counts(api.ratchet)).toEqual(before);
+    const ok = await api.client.submit('echo', { key: 'p' }, { priority: 7 });
+    expect((await db.query('SELECT r.priority AS r, s.priority AS s FROM ratchet.runs r JOIN ratchet.stages s ON s.run_id = r.id WHERE r.id = $1', [ok.id]))[0]).toEqual({ r: 7, s: 7 });
+    const shown = await api.http(`/v1/runs/${ok.id}`, { headers: {} });
+    expect(shown.body.priority).toBe(7);
+  });
+
   it('an unknown workflow is 404 unknown_workflow; input the workflow refuses is 422 with the JSON path', async () => {
     const before = await counts(api.ratchet);
     const unknown = await api.http('/v1/runs', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ workflow: 'nope', input: {} }) });
@@ -68,7 +83,7 @@ describe('POST /v1/runs', () => {
       ['\\u0000 in the input', () => post('{"workflow":"echo","input":{"key":"a\\u0000b"}}'), 422, 'invalid_input', 'input.key'],
       ['\\u0000 in a key of the input', () => post('{"workflow":"echo","input":{"key":"a","b\\u0000":1}}'), 422, 'invalid_input', 'input.b\u0000'],
       ['\\u0000 in the workflow', () => post('{"workflow":"ec\\u0000ho","input":{}}'), 400, 'invalid_request', 'workflow'],
-      ['an unknown field', () => post(JSON.stringify({ workflow: 'echo', input: { key: 'a' }, priority: 9 })), 400, 'invalid_request', 'priority'],
+      ['an unknown field', () => post(JSON.stringify({ workflow: 'echo', input: { key: 'a' }, urgency: 9 })), 400, 'invalid_request', 'urgency'],
       ['an oversized body', () => post(JSON.stringify({ workflow: 'echo', input: { key: 'x'.repeat(200 * 1024) } })), 413, 'body_too_large', '$'],
       ['an oversized body without a length (chunked)', () => api.http('/v1/runs', {
         method: 'POST', headers: { 'content-type': 'application/json' }, duplex: 'half',

@@ -190,7 +190,8 @@ describe('fence guard: what was sent', () => {
       });
     }
     expect(await guard.run(key, '3', effect(key, 201, calls), { fingerprint: 'sha-a' })).toMatchObject({ verdict: 'replayed', body: first.body });
-    // A caller that sends no fingerprint is not compared.
+    // A caller that sends no fingerprint is not compared (documented on RunOptions.fingerprint: the programmatic
+    // caller that retries its own request under its key passes none and gets the stored answer).
     expect(await guard.run(key, '3', effect(key, 201, calls))).toMatchObject({ verdict: 'replayed', body: first.body });
     expect(calls.n).toBe(0);
     expect(await effectCount(key)).toBe(1);
@@ -304,6 +305,21 @@ describe('fence guard: replay and 5xx', () => {
     expect(await effectCount(key)).toBe(0);
     expect(await guardRow(key)).toMatchObject({ fence: '4', status: 'in_progress' });
     expect((await guard.run(key, '4', effect(key))).verdict).toBe('applied');
+  });
+});
+
+describe('fence guard: the handler\'s own SQL error', () => {
+  it('a data exception (class 22) raised by the handler\'s own statement is rethrown as it is, not relabelled as an unstorable body', async () => {
+    const key = newKey('handler-22');
+    const err = await guard.run(key, '5', async (tx) => {
+      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+      await tx.query("SELECT 'not a number'::int");
+      return { status: 201, body: {} };
+    }).catch((e: unknown) => e);
+    expect(err).not.toBeInstanceOf(InvalidHandlerResponseError);
+    expect(err).toMatchObject({ code: '22P02' });
+    expect(await effectCount(key)).toBe(0);
+    expect(await guardRow(key)).toMatchObject({ fence: '5', status: 'in_progress' });
   });
 });
 

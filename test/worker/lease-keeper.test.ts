@@ -3,7 +3,7 @@ import { silentLogger } from '../../src/logger.js';
 import type { ClaimedStage, ExtendResult, Lease } from '../../src/store/index.js';
 import { Attempt } from '../../src/worker/attempt.js';
 import type { EventWriter } from '../../src/worker/event-writer.js';
-import { LeaseKeeper } from '../../src/worker/lease-keeper.js';
+import { LeaseKeeper, MIN_TICK_LIMIT_MS, tickLimitOf } from '../../src/worker/lease-keeper.js';
 
 const events = { push: () => {} } as unknown as EventWriter;
 const stage = (id: string): ClaimedStage => ({
@@ -55,5 +55,18 @@ describe('LeaseKeeper', () => {
     await keeper.stop();
     a.end();
     expect(seen).toEqual([]);
+  });
+});
+
+describe('a tick\'s time limit', () => {
+  it('is the least confirmed lease time left, floored at MIN_TICK_LIMIT_MS, capped at one interval', () => {
+    expect(tickLimitOf([10_000 + 2_000, 10_000 + 800], 10_000, 1_000)).toBe(800);
+    expect(tickLimitOf([10_000 + 5_000], 10_000, 1_000)).toBe(1_000);
+    expect(tickLimitOf([10_000 + 100], 10_000, 1_000)).toBe(MIN_TICK_LIMIT_MS);
+  });
+
+  it('an attempt whose confirmed time already ran out (a blip) gives the floor, not a whole interval', () => {
+    expect(tickLimitOf([10_000 - 500], 10_000, 3_000)).toBe(MIN_TICK_LIMIT_MS);
+    expect(tickLimitOf([10_000 - 500, 10_000 + 2_000], 10_000, 3_000)).toBe(MIN_TICK_LIMIT_MS);
   });
 });

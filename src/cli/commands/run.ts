@@ -8,11 +8,13 @@ import { startExampleServices } from '../run/example-services.js';
 import { readRunInput } from '../run/input.js';
 import { jsonReporter, textReporter } from '../run/report.js';
 import { watchRun } from '../run/watch.js';
+import { priorityOption } from '../run/priority-option.js';
 
 interface RunOptions {
   input: string;
   workflowsDir: string;
   idempotencyKey?: string;
+  priority?: string;
   timeout: string;
   poll: string;
   withServices: boolean;
@@ -48,6 +50,7 @@ const backendOf = (store: Store) =>
  */
 async function run(name: string, o: RunOptions): Promise<void> {
   const { timeoutMs, intervalMs } = await watchTimings(o);
+  priorityOption(o.priority);
   const input = await readRunInput(o.input);
   const { serverUrl, cliLogger } = await import('../api/options.js');
   if (serverUrl(o)) return runOnServer(name, input, o, timeoutMs);
@@ -76,7 +79,7 @@ async function run(name: string, o: RunOptions): Promise<void> {
     worker = ratchet.worker();
     await worker.start();
     const started = Date.now();
-    const submitted = await ratchet.submit(name, input, o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {});
+    const submitted = await ratchet.submit(name, input, { ...(o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {}), ...priorityOption(o.priority) });
     report.submitted({ ...submitted, workflow: name, backend: backendOf(ratchet.store) });
     const r = ratchet;
     const outcome = await watchRun((id) => r.getRun(id), submitted.id, {
@@ -120,6 +123,7 @@ export function registerRunCommand(program: Command): void {
     .option('--input <json|@file>', 'the run input: JSON, or @file with JSON (@- reads stdin)', '{}')
     .option('--workflows-dir <dir>', 'the folder of workflow files', 'workflows')
     .option('--idempotency-key <key>', 'submit key: the same key and input give back the same run')
+    .option('--priority <n>', 'the run\'s priority, -100..100: higher is claimed first within a tool class (default: the workflow\'s, else 0)')
     .option('--timeout <duration>', 'stop watching after this long (the run is left as it is)', '10m')
     .option('--poll <ms>', 'how often to read the run, in ms', '200')
     .option('--with-services', 'start the example services (examples/services.ts) in this process first', false)

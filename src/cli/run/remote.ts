@@ -1,12 +1,14 @@
 import { createClient } from '../../client/client.js';
 import type { EventJson, WatchEnd } from '../../client/watch.js';
 import { EXIT } from '../exit-codes.js';
+import { priorityOption } from './priority-option.js';
 import { bearerToken, serverUrl, type GlobalOptions } from '../api/options.js';
 import { errorText } from '../api/format.js';
 import { createFollower } from './follow.js';
 
 export interface RemoteRunOptions extends GlobalOptions {
   idempotencyKey?: string;
+  priority?: string;
   wait: boolean;
 }
 
@@ -21,7 +23,7 @@ export async function runRemote(workflow: string, input: unknown, o: RemoteRunOp
   const out = (obj: Record<string, unknown>, text: string) => process.stdout.write(o.json ? `${JSON.stringify(obj)}\n` : `${text}\n`);
   const client = createClient({ baseUrl: serverUrl(o)!, token: bearerToken(o) });
   const started = Date.now();
-  const sub = await client.submit(workflow, input, o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {});
+  const sub = await client.submit(workflow, input, { ...(o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {}), ...priorityOption(o.priority) });
   out({ type: 'run_submitted', runId: sub.id, workflow, state: sub.state, created: sub.created, idempotencyKey: sub.idempotencyKey, backend: client.baseUrl },
     `run ${sub.id} ${workflow} ${sub.created ? 'submitted' : 'already submitted (same idempotency key)'} to ${client.baseUrl} (idempotency key ${sub.idempotencyKey})`);
   if (!o.wait) return;

@@ -1,0 +1,4 @@
+ALTER TABLE "ratchet"."runs" ADD COLUMN "priority" integer DEFAULT 0 NOT NULL;--> statement-breakpoint
+ALTER TABLE "ratchet"."stages" ADD COLUMN "priority" integer DEFAULT 0 NOT NULL;--> statement-breakpoint
+CREATE INDEX "stages_queued_priority_idx" ON "ratchet"."stages" USING btree ("tool_class","definition_hash","priority" DESC NULLS LAST,"available_at","id") WHERE state = 'queued' and concurrency_key is null;--> statement-breakpoint
+CREATE INDEX "stages_queued_key_priority_idx" ON "ratchet"."stages" USING btree ("tool_class","concurrency_key","definition_hash","priority" DESC NULLS LAST,"available_at","id") WHERE state = 'queued' and concurrency_key is not null;

@@ -1,0 +1,101 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EXPIRE_RUNS_SQL } from '../../src/store/deadline.sql.js';
+import { openStore, type Store } from '../../src/store/index.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import { spec } from './lease-suite.js';
+
+/**
+ * Issue 9, item 7 (review finding 4): a finish that inserts an agent's plan while the expiry (or
+ * a cancel) ends the run commits queued stages that statement's snapshot never saw. Reproduced
+ * here by committing a queued stage into a run the expiry already expired (and one a cancel
+ * already cancelled): no claim of any kind takes it, and the statement that cancels the leftovers
+ * of ended runs (run by the expiry and the cancel right after them) cancels it with an event.
+ * Also: the expiry reads runs_active_deadline_idx (finding 5).
+ */
+describe('stages of ended runs are never claimed (PostgreSQL)', () => {
+  let db: TestDatabase;
+  let store: Store;
+  let n = 0;
+  beforeAll(async () => {
+    db = await createTestDatabase('ended_run_claims');
+    store = await openStore({ databaseUrl: db.url });
+  });
+  afterAll(async () => {
+    await store?.close();
+    await db?.drop();
+  });
+
+  /** What a finish's `planned` CTE writes, committed after the run ended. */
+  const lateQueued = async (runId: string, toolClass: string, concurrencyKey?: string) => {
+    await db.query(`
+      INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+        max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at)
+      SELECT $1::uuid, 'h', 2, 'late', 'late', $2, 'queued', 3000, 3000, 60000, 3, $1::text || ':2:late', $3::text,
+        CASE WHEN $3::text IS NULL THEN NULL ELSE 5 END, '{}'::jsonb, ratchet.db_now() - interval '1 second'`, [runId, toolClass, concurrencyKey ?? null]);
+    return (await db.query<{ id: string }>(`SELECT id::text AS id FROM ratchet.stages WHERE run_id = $1 AND seq = 2`, [runId]))[0]!.id;
+  };
+  const stateOf = async (id: string) => (await db.query<{ state: string }>(`SELECT state FROM ratchet.stages WHERE id = $1`, [id]))[0]!.state;
+  const claimsNothing = async (c: string) => {
+    expect(await store.claim({ owner: 'A', toolClass: c, limit: 10, definitions: ['h'] })).toEqual([]);
+    expect(await store.claim({ owner: 'A', toolClass: c, limit: 10, definitions: ['h'], limits: { classConcurrency: 10 } })).toEqual([]);
+    expect(await store.claim({ owner: 'A', toolClass: c, limit: 10, definitions: ['h'], limits: { keyed: true } })).toEqual([]);
+  };
+
+  it('a queued stage committed into an expired run is claimed by no claim, then cancelled as a leftover', async () => {
+    for (const key of [undefined, 'tenant']) {
+      const c = `ended_${++n}`;
+      const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, deadlineInMs: 1000, stages: [spec({ toolClass: c, ...(key ? { concurrencyKey: key, concurrencyLimit: 5 } : {}) })] });
+      const [first] = await store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'], ...(key ? { limits: { keyed: true } } : {}) });
+      expect(first).toBeDefined();
+      await store.clock.advance(1500);
+      expect((await store.expireRuns(100)).expired).toBeGreaterThanOrEqual(1);
+      expect((await store.getRun(run.id))!.state).toBe('expired');
+      const late = await lateQueued(run.id, c, key);
+      await claimsNothing(c);
+      expect(await stateOf(late)).toBe('queued');
+      // The sweep's next expiry cancels leftovers of the runs it expires; here the same statement is run for this run.
+      const { cancelLeftovers } = await import('../../src/store/deadline.js');
+      expect(await cancelLeftovers(store.db, [run.id], 'run_deadline')).toBe(1);
+      expect(await stateOf(late)).toBe('cancelled');
+      const ev = await store.listEvents(run.id);
+      expect(ev.filter((e) => e.type === 'stage_cancelled' && e.stageId === late)).toHaveLength(1);
+      await claimsNothing(c);
+    }
+  });
+
+  it('an expired lease of an expired run is not reclaimed; a cancel cancels what a late plan queued', async () => {
+    const c = `ended_${++n}`;
+    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
+    const [first] = await store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'] });
+    expect(first).toBeDefined();
+    // A run ended by a racing statement while its stage stayed running (what the claim's run check guards).
+    await db.query(`UPDATE ratchet.runs SET state = 'cancelled', finished_at = ratchet.db_now() WHERE id = $1`, [run.id]);
+    await store.clock.advance(5000); // the lease expires
+    await claimsNothing(c);
+    expect(await stateOf(first!.id)).toBe('running');
+    await db.query(`UPDATE ratchet.runs SET state = 'running', finished_at = NULL WHERE id = $1`, [run.id]);
+    await db.query(`UPDATE ratchet.stages SET state = 'cancelled' WHERE id = $1`, [first!.id]);
+    const cancelled = await store.cancelRun(run.id);
+    expect(cancelled?.cancelled).toBe(true);
+    const late = await lateQueued(run.id, c);
+    await claimsNothing(c);
+    // The cancel's own follow-up ran before this row existed; a second cancel is refused (already cancelled), so the leftover
+    // statement is what ends it.
+    const { cancelLeftovers } = await import('../../src/store/deadline.js');
+    expect(await cancelLeftovers(store.db, [run.id], 'cancelled')).toBe(1);
+    expect(await stateOf(late)).toBe('cancelled');
+  });
+
+  it('the expiry reads runs_active_deadline_idx (its state list matches the index predicate)', async () => {
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      await c.query('SET enable_seqscan = off'); // a near-empty table would be read whole either way
+      const plan = (await c.query(`EXPLAIN ${EXPIRE_RUNS_SQL.replace('$1', '100')}`)).rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
+      expect(plan).toContain('runs_active_deadline_idx');
+    } finally {
+      await c.end();
+    }
+  });
+});
