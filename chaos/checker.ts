@@ -218,6 +218,16 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
       add('duplicate_effect', `key ${key} has ${list.length} applied effects`, { key, effects: list, requests: h.ledger.filter((l) => l.key === key) });
     }
   }
+  // The receiver answered `applied` twice for one key: two effects as far as any caller can tell,
+  // even if its table kept one (a commit it acknowledged and then lost).
+  const appliedAnswers = new Map<string, number>();
+  for (const l of h.ledger) if (l.verdict === 'applied') appliedAnswers.set(l.key, (appliedAnswers.get(l.key) ?? 0) + 1);
+  for (const [key, n] of appliedAnswers) {
+    if (n > 1 && (effectsPerKey.get(key)?.length ?? 0) <= 1) {
+      duplicates++;
+      add('duplicate_effect', `key ${key} was answered applied ${n} times`, { key, effects: effectsPerKey.get(key) ?? [], requests: h.ledger.filter((l) => l.key === key) });
+    }
+  }
   for (const s of h.stages) {
     if (s.state !== 'succeeded' || !cfg.effectTools.includes(s.tool)) continue;
     if (s.effectKey === null || !effectsPerKey.has(s.effectKey)) {

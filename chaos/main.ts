@@ -5,10 +5,11 @@
  * invariant held, 1 when one broke (the report names it, with evidence), 2 on bad arguments.
  * Everything runs on loopback with a private PostgreSQL and Redis it removes afterwards.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { check } from './checker.js';
 import { Command, InvalidArgumentError } from 'commander';
 import { reportJson, reportText } from './report.js';
-import { runSoak } from './soak.js';
+import { runSoak, type SoakOutcome } from './soak.js';
 
 const int = (min: number, max: number) => (v: string) => {
   const n = Number(v);
@@ -30,10 +31,19 @@ const program = new Command('chaos')
   .option('--json', 'print the report as JSON')
   .option('--history <file>', 'write the recorded history (JSON) to this file')
   .option('--quiet', 'no progress lines on stderr')
+  .option('--check <file>', 'check a history written by --history again (no soak)')
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : 2));
 
 program.parse();
-const o = program.opts<{ duration: number; seed: number; workers: number; rate: number; json?: boolean; history?: string; quiet?: boolean }>();
+const o = program.opts<{
+  duration: number; seed: number; workers: number; rate: number; json?: boolean; history?: string; quiet?: boolean; check?: string;
+}>();
+if (o.check) {
+  const saved = JSON.parse(readFileSync(o.check, 'utf8')) as Pick<SoakOutcome, 'options' | 'config' | 'history'>;
+  const outcome: SoakOutcome = { ...saved, result: check(saved.history, saved.config), workerLogs: '' };
+  process.stdout.write(`${o.json ? JSON.stringify(reportJson(outcome), null, 2) : reportText(outcome)}\n`);
+  process.exit(outcome.result.ok ? 0 : 1);
+}
 const t0 = Date.now();
 const log = o.quiet ? () => {} : (line: string) => process.stderr.write(`[chaos +${((Date.now() - t0) / 1000).toFixed(1)}s] ${line}\n`);
 const outcome = await runSoak({ durationS: o.duration, seed: o.seed, workers: o.workers, rate: o.rate, log });

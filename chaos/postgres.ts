@@ -62,8 +62,10 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   };
   await exec('initdb', ['-D', data, '-U', 'chaos', '--auth=trust', '--no-sync', '-E', 'UTF8', '--locale=C']);
   writeFileSync(join(data, 'postgresql.auto.conf'), [
-    `port = ${port}`, `listen_addresses = '127.0.0.1'`, `unix_socket_directories = '${dir}'`, 'fsync = off',
-    'synchronous_commit = off', 'full_page_writes = off', 'max_connections = 200', 'shared_buffers = 128MB', '',
+    `port = ${port}`, `listen_addresses = '127.0.0.1'`, `unix_socket_directories = '${dir}'`,
+    // fsync off only risks an operating-system crash; a commit must still survive `-m immediate`, so
+    // synchronous_commit stays on (off would drop the last commits from shared WAL buffers at the restart).
+    'fsync = off', 'synchronous_commit = on', 'max_connections = 200', 'shared_buffers = 128MB', '',
   ].join('\n'));
   const start = () => exec('pg_ctl', ['-D', data, '-l', log, '-w', '-t', '60', '-o', `-p ${port}`, 'start']);
   await start();

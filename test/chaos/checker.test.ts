@@ -117,6 +117,10 @@ describe('chaos invariant checker', () => {
     h.effects.push({ key: 'k1', fence: '13', at: T0 + 200 });
     expect(only(h, 'duplicate_effect')[0]!.evidence).toMatchObject({ key: 'k1' });
     expect(check(h, cfg).stats.duplicates).toBe(1);
+    // Answered applied twice for one key while the table kept one row (an acknowledged commit lost).
+    const twice = clean();
+    twice.ledger.push({ seq: 3, arrivedAt: T0 + 300, answeredAt: T0 + 310, key: 'k1', fence: '14', worker: 'w2', verdict: 'applied', status: 201 });
+    expect(only(twice, 'duplicate_effect')[0]!.message).toBe('key k1 was answered applied 2 times');
     const missing = clean();
     missing.effects = missing.effects.slice(1);
     expect(only(missing, 'missing_effect')[0]!.message).toMatch(/stage s1/);
