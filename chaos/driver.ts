@@ -54,20 +54,25 @@ export class Driver {
   private readonly inFlight = new Set<Promise<unknown>>();
   private n = 0;
   private retried = new Set<string>();
+  private readonly floodRng: Prng;
+  private readonly retryRng: Prng;
 
-  constructor(private readonly o: DriverOptions) {}
+  constructor(private readonly o: DriverOptions) {
+    this.floodRng = o.rng.fork('flood');
+    this.retryRng = o.rng.fork('retry');
+  }
 
   private track(p: Promise<unknown>): void {
     const q = p.catch((err: unknown) => this.o.log(`driver: ${(err as Error).message}`)).finally(() => this.inFlight.delete(q));
     this.inFlight.add(q);
   }
 
-  private inputFor(workflow: MixWorkflow, i: number, tenant?: string): unknown {
-    const work = this.o.rng.int(20, 300);
+  private inputFor(workflow: MixWorkflow, i: number, rng: Prng, tenant?: string): unknown {
+    const work = rng.int(20, 300);
     switch (workflow) {
       case 'chaos_agent': return { ref: `s${this.o.seed}-${i}` };
       case 'chaos_roll': return { n: i };
-      case 'chaos_tenant': return { tenant: tenant ?? this.o.rng.pick(SMALL_TENANTS), n: i, work };
+      case 'chaos_tenant': return { tenant: tenant ?? rng.pick(SMALL_TENANTS), n: i, work };
       default: return { n: i, work };
     }
   }
@@ -92,12 +97,12 @@ export class Driver {
     return null;
   }
 
-  private async submit(workflow: MixWorkflow, tenant?: string): Promise<void> {
+  /** Every random choice of one submit is drawn before its first await, so the stream's choices follow the seed. */
+  private async submit(workflow: MixWorkflow, rng: Prng, tenant?: string): Promise<void> {
     const i = ++this.n;
     const key = `chaos-${this.o.seed}-${i}`;
-    const input = this.inputFor(workflow, i, tenant);
+    const input = this.inputFor(workflow, i, rng, tenant);
     const version = workflow === 'chaos_roll' ? this.o.deployVersion() : undefined;
-    const rng = this.o.rng;
     const twiceAtOnce = rng.chance(0.02);
     const again = rng.chance(0.06);
     const cancel = rng.chance(0.04);
@@ -134,7 +139,7 @@ export class Driver {
     const max = Math.ceil(((until - Date.now()) / 1000) * this.o.rate * 2) + 10;
     for (let i = 0; i < max && Date.now() < until; i++) {
       while (this.inFlight.size >= MAX_IN_FLIGHT && Date.now() < until) await sleep(20);
-      this.track(this.submit(this.o.rng.weighted(WORKFLOW_MIX)));
+      this.track(this.submit(this.o.rng.weighted(WORKFLOW_MIX), this.o.rng));
       await sleep(gap * (0.5 + this.o.rng.next()));
     }
   }
@@ -142,7 +147,7 @@ export class Driver {
   /** Retries failed runs of this soak through the API, every few seconds, until `until`. */
   async retries(until: number): Promise<void> {
     for (let round = 0; round < 10_000 && Date.now() < until; round++) {
-      await sleep(this.o.rng.int(2000, 4000));
+      await sleep(this.retryRng.int(2000, 4000));
       let failed: string[] = [];
       try {
         failed = (await this.o.client.list({ state: 'failed', limit: 100 })).runs.map((r) => r.id).filter((id) => this.accepted.has(id));
@@ -165,7 +170,7 @@ export class Driver {
 
   /** One tenant floods its concurrency key: `count` submits, 8 at a time. */
   async flood(count: number): Promise<void> {
-    const queue = Array.from({ length: count }, () => () => this.submit('chaos_tenant', FLOOD_TENANT));
+    const queue = Array.from({ length: count }, () => () => this.submit('chaos_tenant', this.floodRng, FLOOD_TENANT));
     await Promise.all(Array.from({ length: 8 }, async () => {
       for (let job = queue.shift(); job; job = queue.shift()) await job();
     }));
