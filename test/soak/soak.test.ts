@@ -30,6 +30,10 @@ function soak(seed: number, durationS: number): Promise<{ code: number | null; r
 
 async function expectClean(seed: number, durationS: number): Promise<void> {
   const { code, report, stdout, stderr } = await soak(seed, durationS);
+  if (report) {
+    const { runs, faults, reclaimAfterKillMs, tenantWaitMs } = report;
+    console.log(`chaos soak seed ${seed}, ${durationS} s: ${JSON.stringify({ runs, faults, reclaimAfterKillMs, tenantWaitMs })}`);
+  }
   const why = `seed ${seed}: ${report ? JSON.stringify({ ...report, violations: (report.violations as unknown[]).slice(0, 5) }, null, 1) : stdout}\n${stderr.slice(-20_000)}`;
   expect(report, why).not.toBeNull();
   expect(report!.ok, why).toBe(true);
