@@ -68,7 +68,7 @@ export class Driver {
   }
 
   private inputFor(workflow: MixWorkflow, i: number, rng: Prng, tenant?: string): unknown {
-    const work = rng.int(20, 300);
+    const work = rng.int(100, 1500); // long enough that a fault usually finds stages in flight
     switch (workflow) {
       case 'chaos_agent': return { ref: `s${this.o.seed}-${i}` };
       case 'chaos_roll': return { n: i };
