@@ -88,6 +88,7 @@ export interface CheckStats {
 /** Initial states a writer may insert. */
 const INITIAL = { stage: ['pending', 'queued'], run: ['queued'] } as const;
 const MAX_EVIDENCE = 5;
+const iso = (t: number | null) => (t === null ? 'null' : new Date(t).toISOString());
 
 export function quantile(sorted: number[], q: number): number | null {
   if (sorted.length === 0) return null;
@@ -136,7 +137,8 @@ export function leaseIntervals(stageLog: StageLogRow[]): LeaseInterval[] {
       if (isClaim(r)) {
         open = {
           stageId: r.stageId, runId: r.runId, fence: r.newFence!, owner: r.newOwner, toolClass: r.toolClass, key: r.concurrencyKey,
-          keyLimit: r.concurrencyLimit, start: r.at, end: Infinity, startTxid: r.txid, endTxid: null, leaseUntil: r.newLeaseUntil ?? Infinity,
+          keyLimit: r.concurrencyLimit, start: r.at, end: Infinity, startTxid: r.txid, endTxid: null,
+            leaseUntil: r.newLeaseUntil ?? Infinity,
         };
       }
     }
@@ -186,7 +188,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   const runOfKey = new Map<string, string>();
   for (const s of accepted) {
     const prev = runOfKey.get(s.key);
-    if (prev !== undefined && prev !== s.runId) add('duplicate_run', `idempotency key ${s.key} answered two runs`, { key: s.key, runs: [prev, s.runId] });
+    if (prev !== undefined && prev !== s.runId) add('duplicate_run', `idempotency key ${s.key} answered two runs`, { key: s.key,
+      runs: [prev, s.runId] });
     if (prev === undefined) runOfKey.set(s.key, s.runId!);
   }
   const submittedAt = new Map<string, number>();
@@ -201,7 +204,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     } else if (!(TERMINAL_RUN_STATES as string[]).includes(run.state)) {
       lostRuns++;
       const stages = h.stageLog.filter((r) => r.runId === id).slice(-10);
-      add('lost_run', `run ${id} (${run.workflow}) is still ${run.state} ${h.endedAt - h.lastFaultEndAt} ms after the last fault`, { run, lastStageWrites: stages });
+      add('lost_run', `run ${id} (${run.workflow}) is still ${run.state} ${h.endedAt - h.lastFaultEndAt} ms after the last fault`,
+        { run, lastStageWrites: stages });
     } else if (run.finishedAt !== null && run.finishedAt > bound) {
       lostRuns++;
       add('lost_run', `run ${id} (${run.workflow}) became ${run.state} ${run.finishedAt - bound} ms past its bound`, { run, bound });
@@ -215,7 +219,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   for (const [key, list] of effectsPerKey) {
     if (list.length > 1) {
       duplicates++;
-      add('duplicate_effect', `key ${key} has ${list.length} applied effects`, { key, effects: list, requests: h.ledger.filter((l) => l.key === key) });
+      add('duplicate_effect', `key ${key} has ${list.length} applied effects`, { key, effects: list,
+        requests: h.ledger.filter((l) => l.key === key) });
     }
   }
   // The receiver answered `applied` twice for one key: two effects as far as any caller can tell,
@@ -225,7 +230,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   for (const [key, n] of appliedAnswers) {
     if (n > 1 && (effectsPerKey.get(key)?.length ?? 0) <= 1) {
       duplicates++;
-      add('duplicate_effect', `key ${key} was answered applied ${n} times`, { key, effects: effectsPerKey.get(key) ?? [], requests: h.ledger.filter((l) => l.key === key) });
+      add('duplicate_effect', `key ${key} was answered applied ${n} times`, { key, effects: effectsPerKey.get(key) ?? [],
+        requests: h.ledger.filter((l) => l.key === key) });
     }
   }
   for (const s of h.stages) {
@@ -267,14 +273,16 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
         const f = BigInt(r.newFence);
         if (highest !== null && f <= highest) add('fence_order', `stage ${stageId}: fence ${r.newFence} after ${highest}`, { row: r });
         const other = fenceOwner.get(r.newFence);
-        if (other !== undefined && other !== stageId) add('fence_order', `fence ${r.newFence} handed to stages ${other} and ${stageId}`, { row: r });
+        if (other !== undefined && other !== stageId) add('fence_order', `fence ${r.newFence} handed to stages ${other} and ${stageId}`,
+          { row: r });
         fenceOwner.set(r.newFence, stageId);
         if (highest === null || f > highest) highest = f;
       }
       if (isClaim(r) && r.oldState === 'running' && r.op === 'update') {
         if (r.oldLeaseUntil === null || r.oldLeaseUntil >= r.txAt) {
-          add('claim_before_lease_end', `stage ${stageId}: fence ${r.newFence} (owner ${r.newOwner}) claimed at ${new Date(r.txAt).toISOString()} ` +
-            `while fence ${r.oldFence} (owner ${r.oldOwner}) held it until ${r.oldLeaseUntil === null ? 'null' : new Date(r.oldLeaseUntil).toISOString()}`,
+          add('claim_before_lease_end',
+            `stage ${stageId}: fence ${r.newFence} (owner ${r.newOwner}) claimed at ${new Date(r.txAt).toISOString()} ` +
+            `while fence ${r.oldFence} (owner ${r.oldOwner}) held it until ${iso(r.oldLeaseUntil)}`,
           { row: r, previous: prev });
         }
       }
@@ -300,7 +308,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     if (!cancel) continue;
     const after = lastWriteOfTx.get(cancel.txid)!;
     const late = h.stageLog.filter((s) => s.runId === runId && s.id > after && isClaim(s));
-    if (late.length) add('claim_after_cancel', `run ${runId}: ${late.length} claim(s) after its cancel`, { cancel, claims: late.slice(0, MAX_EVIDENCE) });
+    if (late.length) add('claim_after_cancel', `run ${runId}: ${late.length} claim(s) after its cancel`, { cancel, claims: late.slice(0,
+      MAX_EVIDENCE) });
   }
 
   // --- limit_exceeded
@@ -325,18 +334,21 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     const over = overLimit(g.ivs, g.limit);
     if (over.length) {
       limitViolations += over.length;
-      add('limit_exceeded', `${group}: ${over.length} moment(s) with more than ${g.limit} live leases`, { group, limit: g.limit, first: over.slice(0, MAX_EVIDENCE) });
+      add('limit_exceeded', `${group}: ${over.length} moment(s) with more than ${g.limit} live leases`, { group, limit: g.limit,
+        first: over.slice(0, MAX_EVIDENCE) });
     }
   }
 
   // --- tenant_wait: due -> claim for keyed stages, outside global faults and their slack
-  const globalWindows = h.faults.filter((f) => cfg.globalFaultKinds.includes(f.kind)).map((f) => [f.at, f.endAt + cfg.globalFaultSlackMs] as const);
+  const globalWindows = h.faults.filter((f) => cfg.globalFaultKinds.includes(f.kind)).map((f) => [f.at,
+    f.endAt + cfg.globalFaultSlackMs] as const);
   const tenantWaits: number[] = [];
   const floodWaits: number[] = [];
   for (const [stageId, rows] of stagesByRun) {
     let due: { at: number; row: StageLogRow } | null = null;
     for (const r of rows) {
-      if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued')) due = { at: Math.max(r.at, r.availableAt ?? r.at), row: r };
+      if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued')) due = { at: Math.max(r.at, r.availableAt ?? r.at),
+        row: r };
       else if (isClaim(r) && due && r.concurrencyKey !== null) {
         const wait = r.at - due.at;
         const start = due.at;
@@ -345,7 +357,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
         else if (!overlapsGlobal) {
           tenantWaits.push(wait);
           if (wait > cfg.tenantWaitBoundMs) {
-            add('tenant_wait', `stage ${stageId} of tenant ${r.concurrencyKey} waited ${wait} ms (bound ${cfg.tenantWaitBoundMs} ms)`, { due: due.row, claim: r });
+            add('tenant_wait', `stage ${stageId} of tenant ${r.concurrencyKey} waited ${wait} ms (bound ${cfg.tenantWaitBoundMs} ms)`,
+              { due: due.row, claim: r });
           }
         }
         due = null;

@@ -84,7 +84,8 @@ export class Driver {
       const at = Date.now();
       try {
         const res = await this.o.client.submit(workflow, input, { idempotencyKey: key, ...(version ? { version } : {}) });
-        this.submits.push({ key, workflow, at, runId: res.id, status: res.status, duplicate, ...(tenant ? { tenant } : {}), ...(version ? { version } : {}) });
+        this.submits.push({ key, workflow, at, runId: res.id, status: res.status, duplicate, ...(tenant ? { tenant } : {}),
+          ...(version ? { version } : {}) });
         return res.id;
       } catch (err) {
         if (!retryable(err) || attempt === SUBMIT_TRIES) {
@@ -188,5 +189,6 @@ export function agentScript(request: { messages: { role: string; content?: unkno
   if (request.messages.some((m) => m.role === 'tool')) return { content: 'filed both cases' };
   const user = request.messages.find((m) => m.role === 'user');
   const ref = /"ref":"([^"]+)"/.exec(String(user?.content ?? ''))?.[1] ?? 'unknown';
-  return { toolCalls: [{ name: 'agent_effect', arguments: { ref: `${ref}-a` } }, { name: 'agent_effect', arguments: { ref: `${ref}-b` } }] };
+  return { toolCalls: [{ name: 'agent_effect', arguments: { ref: `${ref}-a` } }, { name: 'agent_effect',
+    arguments: { ref: `${ref}-b` } }] };
 }

@@ -122,7 +122,8 @@ export class FaultInjector {
         w.rxProxy.setMode('reset');
         w.rxProxy.setMode('pass');
         w.busy = false;
-        return this.record(kind, at, { worker: w.name, owner: w.owner, detail: fired ? 'answer lost after the effect' : 'no request came' });
+        return this.record(kind, at, { worker: w.name, owner: w.owner,
+          detail: fired ? 'answer lost after the effect' : 'no request came' });
       }
       case 'redis_flushall':
         await redis.flushAll().catch(() => {});
@@ -186,7 +187,9 @@ export class FaultInjector {
     let deploy: Promise<void> | null = null;
     for (let i = 0; i < 100_000 && Date.now() < until; i++) {
       await sleep(this.d.rng.int(1500, 5000));
-      if (!deploy && Date.now() >= deployAt) deploy = this.rollingDeploy().catch((err: unknown) => this.d.log(`deploy failed: ${String(err)}`));
+      if (!deploy && Date.now() >= deployAt) {
+        deploy = this.rollingDeploy().catch((err: unknown) => this.d.log(`deploy failed: ${String(err)}`));
+      }
       if (this.active.size >= MAX_ACTIVE || Date.now() >= until) continue;
       const kind = this.d.rng.weighted(WEIGHTS);
       if (GLOBAL.includes(kind) && this.globalActive) continue;

@@ -54,14 +54,16 @@ CREATE TRIGGER chaos_run_log AFTER INSERT OR UPDATE ON ratchet.runs FOR EACH ROW
 const ms = (col: string) => `(extract(epoch from ${col}) * 1000)::float8`;
 
 export const READ_STAGE_LOG_SQL = `
-SELECT id::float8 AS id, ${ms('at')} AS at, ${ms('tx_at')} AS tx_at, txid::text AS txid, op, stage_id::text AS stage_id, run_id::text AS run_id,
+SELECT id::float8 AS id, ${ms('at')} AS at, ${ms('tx_at')} AS tx_at, txid::text AS txid, op, stage_id::text AS stage_id,
+  run_id::text AS run_id,
   tool, tool_class, concurrency_key, concurrency_limit, old_state, new_state, old_fence::text AS old_fence, new_fence::text AS new_fence,
   old_owner, new_owner, ${ms('old_lease_until')} AS old_lease_until, ${ms('new_lease_until')} AS new_lease_until,
   ${ms('available_at')} AS available_at, attempt
 FROM chaos.stage_log ORDER BY id`;
 
 export const READ_RUN_LOG_SQL = `
-SELECT id::float8 AS id, ${ms('at')} AS at, ${ms('tx_at')} AS tx_at, txid::text AS txid, op, run_id::text AS run_id, workflow, old_state, new_state
+SELECT id::float8 AS id, ${ms('at')} AS at, ${ms('tx_at')} AS tx_at, txid::text AS txid, op, run_id::text AS run_id, workflow,
+  old_state, new_state
 FROM chaos.run_log ORDER BY id`;
 
 /** Final stages: a succeeded effect tool's result names the key its effect used. */

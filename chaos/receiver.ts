@@ -42,7 +42,8 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
   pool.on('error', () => {});
   const guard = createFenceGuard(pool);
   await guard.migrate();
-  await pool.query('CREATE TABLE IF NOT EXISTS chaos_effects (id bigserial PRIMARY KEY, key text NOT NULL, fence bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())');
+  await pool.query(`CREATE TABLE IF NOT EXISTS chaos_effects (
+    id bigserial PRIMARY KEY, key text NOT NULL, fence bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`);
   const ledger: LedgerRow[] = [];
   const flakySeen = new Set<string>();
   const cuts = new Map<string, { cut: () => void; fired: (v: boolean) => void }>();
@@ -60,7 +61,8 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       if (req.method !== 'POST' || path !== '/effect') return reply(res, 404, { error: 'not_found' });
       const row: LedgerRow = {
         seq: ++seq, arrivedAt: Date.now(), answeredAt: null, key: String(req.headers['idempotency-key'] ?? ''),
-        fence: String(req.headers['x-execution-fence'] ?? ''), worker: String(req.headers['x-chaos-worker'] ?? ''), verdict: 'pending', status: null,
+        fence: String(req.headers['x-execution-fence'] ?? ''), worker: String(req.headers['x-chaos-worker'] ?? ''), verdict: 'pending',
+          status: null,
       };
       ledger.push(row);
       const raw = await readBody(req);

@@ -12,9 +12,11 @@ export const CI_SOAK = { seed: 13, durationS: 180 };
 /** Seeds that found a bug: seed 1 (40 s) killed the receiver when its database connection died between statements. */
 export const REGRESSION_SEEDS = [{ seed: 1, durationS: 40 }];
 
-function soak(seed: number, durationS: number): Promise<{ code: number | null; report: Record<string, unknown> | null; stdout: string; stderr: string }> {
+function soak(seed: number, durationS: number): Promise<{ code: number | null; report: Record<string,
+  unknown> | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'chaos/main.ts', '--duration', String(durationS), '--seed', String(seed), '--json', '--quiet'],
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'chaos/main.ts', '--duration', String(durationS), '--seed', String(seed),
+      '--json', '--quiet'],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
@@ -34,10 +36,12 @@ async function expectClean(seed: number, durationS: number): Promise<void> {
     const { runs, faults, reclaimAfterKillMs, tenantWaitMs } = report;
     console.log(`chaos soak seed ${seed}, ${durationS} s: ${JSON.stringify({ runs, faults, reclaimAfterKillMs, tenantWaitMs })}`);
   }
-  const why = `seed ${seed}: ${report ? JSON.stringify({ ...report, violations: (report.violations as unknown[]).slice(0, 5) }, null, 1) : stdout}\n${stderr.slice(-20_000)}`;
+  const why = `seed ${seed}: ${report ? JSON.stringify({ ...report, violations: (report.violations as unknown[]).slice(0, 5) }, null,
+    1) : stdout}\n${stderr.slice(-20_000)}`;
   expect(report, why).not.toBeNull();
   expect(report!.ok, why).toBe(true);
-  expect({ duplicates: report!.duplicates, staleWrites: report!.staleWrites, lostRuns: report!.lostRuns, limitViolations: report!.limitViolations }, why)
+  expect({ duplicates: report!.duplicates, staleWrites: report!.staleWrites, lostRuns: report!.lostRuns,
+    limitViolations: report!.limitViolations }, why)
     .toEqual({ duplicates: 0, staleWrites: 0, lostRuns: 0, limitViolations: 0 });
   expect((report!.runs as { accepted: number }).accepted, why).toBeGreaterThan(durationS);
   expect(code, why).toBe(0);
