@@ -19,7 +19,8 @@ type SoakRun = { code: number | null; report: Record<string, unknown> | null; st
 
 function soak(seed: number, durationS: number): Promise<SoakRun> {
   const history = join(tmpdir(), `ratchet-chaos-seed-${seed}-${process.pid}.json`);
-  const args = ['--import', 'tsx', 'chaos/main.ts', '--duration', String(durationS), '--seed', String(seed), '--json', '--quiet', '--history', history];
+  const args = ['--import', 'tsx', 'chaos/main.ts', '--duration', String(durationS), '--seed', String(seed), '--json', '--quiet',
+    '--history', history];
   return new Promise((resolve) => {
     const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -46,7 +47,8 @@ async function expectClean(seed: number, durationS: number): Promise<void> {
   expect(report, why).not.toBeNull();
   expect(report!.ok, why).toBe(true);
   const { duplicates, staleWrites, lostRuns, limitViolations } = report!;
-  expect({ duplicates, staleWrites, lostRuns, limitViolations }, why).toEqual({ duplicates: 0, staleWrites: 0, lostRuns: 0, limitViolations: 0 });
+  expect({ duplicates, staleWrites, lostRuns, limitViolations }, why)
+    .toEqual({ duplicates: 0, staleWrites: 0, lostRuns: 0, limitViolations: 0 });
   expect((report!.runs as { accepted: number }).accepted, why).toBeGreaterThan(durationS);
   expect(code, why).toBe(0);
   rmSync(history, { force: true });
