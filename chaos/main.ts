@@ -35,6 +35,9 @@ const program = new Command('chaos')
   .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : 2));
 
 program.parse();
+// Interrupted: exit through process.exit, so the 'exit' hooks stop the workers, the API, Redis and PostgreSQL.
+process.once('SIGINT', () => process.exit(130));
+process.once('SIGTERM', () => process.exit(143));
 const o = program.opts<{
   duration: number; seed: number; workers: number; rate: number; json?: boolean; history?: string; quiet?: boolean; check?: string;
 }>();

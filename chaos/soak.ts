@@ -95,9 +95,12 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
     const api: Child = spawnTs('chaos/api-process.ts', [], {
       DATABASE_URL: dbUrl, WORKFLOWS_DIR: fileURLToPath(new URL('./workflows/v2', import.meta.url)), API_TOKEN: token,
     });
+    const killApi = () => api.proc.kill('SIGKILL');
+    process.on('exit', killApi); // SIGINT or a crash: not left behind
     cleanups.push(async () => {
-      api.proc.kill('SIGKILL');
+      killApi();
       await api.exit;
+      process.off('exit', killApi);
     });
     const apiUrl = String((await api.line((o) => typeof o.url === 'string', 90_000)).url);
     const client = createClient({ baseUrl: apiUrl, token, timeoutMs: 5000 });

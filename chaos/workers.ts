@@ -36,7 +36,13 @@ export class WorkerPool {
   readonly live: ChaosWorker[] = [];
   private readonly all: ChaosWorker[] = [];
   private count = 0;
-  constructor(private readonly targets: PoolTargets, private readonly log: (line: string) => void) {}
+  /** If the soak's process exits without closeAll (SIGINT, a crash), no worker is left behind. */
+  private readonly onExit = () => {
+    for (const w of this.all) if (!w.exited) w.child.proc.kill('SIGKILL');
+  };
+  constructor(private readonly targets: PoolTargets, private readonly log: (line: string) => void) {
+    process.on('exit', this.onExit);
+  }
 
   async spawn(version: 1 | 2): Promise<ChaosWorker> {
     const name = `w${++this.count}v${version}`;
@@ -118,5 +124,6 @@ export class WorkerPool {
       await w.rxProxy.close();
     }));
     this.live.length = 0;
+    process.off('exit', this.onExit);
   }
 }
