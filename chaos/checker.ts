@@ -160,6 +160,9 @@ function overLimit(intervals: LeaseInterval[], limit: number): LeaseInterval[][]
   for (const iv of intervals) startOfTx.set(iv.startTxid, Math.min(startOfTx.get(iv.startTxid) ?? Infinity, iv.start));
   const points: { t: number; d: 1 | -1; iv: LeaseInterval }[] = [];
   for (const iv of intervals) {
+    // A lease that ended before its claim was written was never live: the claim's transaction
+    // began (its now(), the lease's start) long before, e.g. waiting on a key lock held across a partition.
+    if (iv.end <= iv.start) continue;
     points.push({ t: iv.start, d: 1, iv });
     const sameTx = iv.endTxid !== null ? startOfTx.get(iv.endTxid) : undefined;
     points.push({ t: sameTx !== undefined ? Math.min(iv.end, sameTx) : iv.end, d: -1, iv });

@@ -231,6 +231,24 @@ describe('chaos invariant checker', () => {
     expect(leaseIntervals(lapsed.stageLog).find((iv) => iv.fence === '11')!.end).toBe(T0 + 3010);
   });
 
+  it('limit_exceeded: a lease over before its claim was written (the claim waited on a lock) is never live (seed 30)', () => {
+    // The 30-minute soak, seed 30: a limited claim waited on a key lock held across a partition,
+    // so its lease (from the transaction's start) ended 1.9 s before the claim was written; the
+    // checker counted it live forever and reported 20 false limit violations.
+    const h = clean();
+    const dead = stageLife('s1', 'r1', T0, { key: 't1', limit: 1 }).slice(0, 2);
+    dead[1]!.at = T0 + 5000; // written 5 s after its transaction began
+    dead[1]!.txAt = T0;
+    dead[1]!.newLeaseUntil = T0 + 3000;
+    h.stageLog = [...dead, ...stageLife('s2', 'r2', T0 + 6000, { key: 't1', limit: 1 })];
+    h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', concurrencyKey: 't1', concurrencyLimit: 1, oldState: 'running', newState: 'running',
+      at: T0 + 9000, txAt: T0 + 9000, oldFence: '11', newFence: '80', oldOwner: 'w1', newOwner: 'w2', oldLeaseUntil: T0 + 3000,
+      newLeaseUntil: T0 + 12_000 }));
+    h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 9500, oldFence: '80',
+      newFence: '80' }));
+    expect(check(h, cfg).violations).toEqual([]);
+  });
+
   it('limit_exceeded: an end and a start written by one transaction (the fast path) do not overlap', () => {
     const h = clean();
     const a = stageLife('s1', 'r1', T0, { key: 't1', limit: 1 });
