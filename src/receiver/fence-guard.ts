@@ -100,10 +100,13 @@ const isUnstorable = (err: unknown): boolean => typeof sqlState(err) === 'string
  * receiver's process. Heard here, the client is released as broken (discarded) and the next
  * statement fails with the connection error, so the request fails and nothing is kept.
  */
-function watchConnection(client: pg.PoolClient, lost: (err: Error) => void): (err: Error) => void {
+function watchConnection(client: pg.PoolClient, lost: (err: Error) => void): () => void {
+  // A pool-like wrapper (GuardPool) may lend a client that is no EventEmitter (e.g. over PGlite): nothing to hear then.
+  const emitter = client as Partial<Pick<pg.PoolClient, 'on' | 'off'>>;
+  if (typeof emitter.on !== 'function' || typeof emitter.off !== 'function') return () => {};
   const onLost = (err: Error) => lost(err);
-  client.on('error', onLost);
-  return onLost;
+  emitter.on.call(client, 'error', onLost);
+  return () => emitter.off!.call(client, 'error', onLost);
 }
 
 function replayOf(row: EffectRow, fingerprint: string | undefined): GuardResult {
@@ -119,7 +122,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
   async function migrate(): Promise<void> {
     const client = await db.connect();
     let broken: Error | undefined;
-    const onLost = watchConnection(client, (err) => { broken = err; });
+    const unwatch = watchConnection(client, (err) => { broken = err; });
     try {
       await client.query('BEGIN');
       try {
@@ -131,7 +134,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
         throw err;
       }
     } finally {
-      client.off('error', onLost);
+      unwatch();
       client.release(broken);
     }
   }
@@ -152,7 +155,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
     const client = await db.connect();
     let open = false;
     let broken: Error | undefined;
-    const onLost = watchConnection(client, (err) => { broken = err; });
+    const unwatch = watchConnection(client, (err) => { broken = err; });
     const end = async <T>(statement: 'COMMIT' | 'ROLLBACK', result: T): Promise<T> => {
       await client.query(statement);
       open = false;
@@ -216,7 +219,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
       if (open) await client.query('ROLLBACK').catch((e: Error) => { broken = e; });
       throw err;
     } finally {
-      client.off('error', onLost);
+      unwatch();
       client.release(broken);
     }
 

@@ -66,6 +66,22 @@ describe('fence guard: its connection dies between statements', () => {
     expect(await effects(key)).toBe(1);
   });
 
+  it('a pool-like wrapper whose clients are no EventEmitter (e.g. over PGlite) still works', async () => {
+    const wrapped = createFenceGuard({
+      async connect() {
+        const c = await pool.connect();
+        return { query: c.query.bind(c), release: c.release.bind(c) } as unknown as pg.PoolClient;
+      },
+    });
+    const key = 'case:conn-lost:wrapped';
+    const result = await wrapped.run(key, '3', async (tx) => {
+      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+      return { status: 201, body: { ok: true } };
+    });
+    expect(result.verdict).toBe('applied');
+    expect(await effects(key)).toBe(1);
+  });
+
   it('migrate() on a connection that dies meanwhile fails without killing the process', async () => {
     proxy.setMode('reset');
     await expect(guard.migrate()).rejects.toThrow();
