@@ -97,6 +97,21 @@ const isTransactionEnded = (err: unknown): boolean => ['25P01', '3B001', HANDLER
 /** A value PostgreSQL refused to store (data exception, or a program limit such as nesting depth). */
 const isUnstorable = (err: unknown): boolean => typeof sqlState(err) === 'string' && /^(22|54)/.test(sqlState(err) as string);
 
+/**
+ * A checked-out pg client has no error listener of its pool's: a connection that dies while no
+ * statement runs (the handler awaits something else) emits 'error', and unheard, that kills the
+ * receiver's process. Heard here, the client is released as broken (discarded) and the next
+ * statement fails with the connection error, so the request fails and nothing is kept.
+ */
+function watchConnection(client: pg.PoolClient, lost: (err: Error) => void): () => void {
+  // A pool-like wrapper (GuardPool) may lend a client that is no EventEmitter (e.g. over PGlite): nothing to hear then.
+  const emitter = client as Partial<Pick<pg.PoolClient, 'on' | 'off'>>;
+  if (typeof emitter.on !== 'function' || typeof emitter.off !== 'function') return () => {};
+  const onLost = (err: Error) => lost(err);
+  emitter.on.call(client, 'error', onLost);
+  return () => emitter.off!.call(client, 'error', onLost);
+}
+
 function replayOf(row: EffectRow, fingerprint: string | undefined): GuardResult {
   if (fingerprint !== undefined && row.request_hash !== null && row.request_hash !== fingerprint) return KEY_REUSED;
   return { status: row.response_status ?? 200, body: row.response_body, verdict: 'replayed', replayed: true };
@@ -110,6 +125,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
   async function migrate(): Promise<void> {
     const client = await db.connect();
     let broken: Error | undefined;
+    const unwatch = watchConnection(client, (err) => { broken = err; });
     try {
       await client.query('BEGIN');
       try {
@@ -121,6 +137,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
         throw err;
       }
     } finally {
+      unwatch();
       client.release(broken);
     }
   }
@@ -141,6 +158,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
     const client = await db.connect();
     let open = false;
     let broken: Error | undefined;
+    const unwatch = watchConnection(client, (err) => { broken = err; });
     const end = async <T>(statement: 'COMMIT' | 'ROLLBACK', result: T): Promise<T> => {
       await client.query(statement);
       open = false;
@@ -209,6 +227,7 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
       if (open) await client.query('ROLLBACK').catch((e: Error) => { broken = e; });
       throw err;
     } finally {
+      unwatch();
       client.release(broken);
     }
 

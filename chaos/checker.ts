@@ -1,0 +1,426 @@
+import { canTransition, TERMINAL_RUN_STATES } from '../src/planner/states.js';
+import type { CheckConfig, FaultKind, History, StageLogRow } from './history.js';
+
+/**
+ * The invariant checker (Jepsen's method: the history is recorded while faults happen, the
+ * invariants are checked afterwards over all of it). A pure function of the history: every
+ * violation names its invariant and carries the rows that prove it.
+ */
+
+export const INVARIANTS = [
+  /** Every accepted submit reached a terminal state within the bound after the last fault. */
+  'lost_run',
+  /** One idempotency key of a submit always answered the same run. */
+  'duplicate_run',
+  /** At most one applied effect per idempotency key, and exactly one for a succeeded effect stage. */
+  'duplicate_effect',
+  'missing_effect',
+  /** No effect accepted with a fence lower than one already seen for its key. */
+  'stale_write',
+  /** A stage's fences strictly increase, and no fence is handed out twice. */
+  'fence_order',
+  /** Only transitions of the state table (src/planner/states.ts). */
+  'illegal_transition',
+  /** A new owner never claims before the old lease ended by the database clock. */
+  'claim_before_lease_end',
+  /** Nothing is claimed in a cancelled run after its cancel. */
+  'claim_after_cancel',
+  /** Per-key and per-class limits, from the lease intervals. */
+  'limit_exceeded',
+  /** No run waits behind another tenant's backlog beyond the stated bound. */
+  'tenant_wait',
+  /** A run submitted for a version ran that version's code (rolling deploy). */
+  'wrong_version',
+] as const;
+export type Invariant = (typeof INVARIANTS)[number];
+
+export interface Violation {
+  invariant: Invariant;
+  message: string;
+  evidence: unknown;
+}
+
+export interface LeaseInterval {
+  stageId: string;
+  runId: string;
+  fence: string;
+  owner: string | null;
+  toolClass: string;
+  key: string | null;
+  keyLimit: number | null;
+  start: number;
+  end: number;
+  startTxid: string;
+  endTxid: string | null;
+}
+
+export interface CheckResult {
+  ok: boolean;
+  violations: Violation[];
+  /** Violations per invariant (all invariants listed, zeros included). */
+  counts: Record<Invariant, number>;
+  stats: CheckStats;
+}
+
+export interface CheckStats {
+  submits: number;
+  accepted: number;
+  duplicateSubmits: number;
+  runsByState: Record<string, number>;
+  completed: number;
+  faultsByKind: Partial<Record<FaultKind, number>>;
+  /** Reclaim latency after a SIGKILL: kill -> the next claim of each stage the dead worker held. */
+  reclaimAfterKillMs: { count: number; p50: number | null; p99: number | null; max: number | null };
+  /** Due -> claim of stages of tenants that were not flooding (ms). */
+  tenantWaitMs: { count: number; p50: number | null; p99: number | null; max: number | null };
+  floodWaitMs: { count: number; p50: number | null; p99: number | null; max: number | null };
+  leases: number;
+  reclaims: number;
+  effectsApplied: number;
+  receiverRequests: number;
+  receiverVerdicts: Record<string, number>;
+  duplicates: number;
+  staleWrites: number;
+  lostRuns: number;
+  limitViolations: number;
+}
+
+/** Initial states a writer may insert. */
+const INITIAL = { stage: ['pending', 'queued'], run: ['queued'] } as const;
+const MAX_EVIDENCE = 5;
+const iso = (t: number | null) => (t === null ? 'null' : new Date(t).toISOString());
+
+export function quantile(sorted: number[], q: number): number | null {
+  if (sorted.length === 0) return null;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+function summary(values: number[]) {
+  const s = [...values].sort((a, b) => a - b);
+  return { count: s.length, p50: quantile(s, 0.5), p99: quantile(s, 0.99), max: s.length ? s[s.length - 1]! : null };
+}
+
+const isClaim = (r: StageLogRow): boolean =>
+  r.newState === 'running' && r.newFence !== null && (r.oldState !== 'running' || r.oldFence !== r.newFence || r.op === 'insert');
+
+function byStage(rows: StageLogRow[]): Map<string, StageLogRow[]> {
+  const m = new Map<string, StageLogRow[]>();
+  for (const r of [...rows].sort((a, b) => a.id - b.id)) {
+    let list = m.get(r.stageId);
+    if (!list) m.set(r.stageId, (list = []));
+    list.push(r);
+  }
+  return m;
+}
+
+/**
+ * Lease intervals from the stage log: a lease starts at its claim's write and ends at the
+ * first write that moves the stage off that fence or out of `running`, or when its last
+ * lease_until passed without an extension, whichever is first. An extension only ever moves
+ * lease_until of a lease that has not lapsed (extend.sql.ts), so a lapsed lease stays ended.
+ */
+export function leaseIntervals(stageLog: StageLogRow[]): LeaseInterval[] {
+  const out: LeaseInterval[] = [];
+  for (const rows of byStage(stageLog).values()) {
+    let open: (LeaseInterval & { leaseUntil: number }) | null = null;
+    for (const r of rows) {
+      if (open) {
+        if (r.newState === 'running' && r.newFence === open.fence) {
+          if (r.newLeaseUntil !== null) open.leaseUntil = r.newLeaseUntil;
+          continue;
+        }
+        const { leaseUntil, ...iv } = open;
+        out.push({ ...iv, end: Math.min(r.at, leaseUntil), endTxid: r.at <= leaseUntil ? r.txid : null });
+        open = null;
+      }
+      if (isClaim(r)) {
+        open = {
+          stageId: r.stageId, runId: r.runId, fence: r.newFence!, owner: r.newOwner, toolClass: r.toolClass, key: r.concurrencyKey,
+          keyLimit: r.concurrencyLimit, start: r.at, end: Infinity, startTxid: r.txid, endTxid: null,
+            leaseUntil: r.newLeaseUntil ?? Infinity,
+        };
+      }
+    }
+    if (open) {
+      const { leaseUntil, ...iv } = open;
+      out.push({ ...iv, end: leaseUntil });
+    }
+  }
+  return out;
+}
+
+/**
+ * Sweeps the intervals of one group; reports each moment more than `limit` are live. An end
+ * and a start written by one transaction (the fast path: finish n and claim n + 1 together)
+ * count as end-before-start.
+ */
+function overLimit(intervals: LeaseInterval[], limit: number): LeaseInterval[][] {
+  const startOfTx = new Map<string, number>();
+  for (const iv of intervals) startOfTx.set(iv.startTxid, Math.min(startOfTx.get(iv.startTxid) ?? Infinity, iv.start));
+  const points: { t: number; d: 1 | -1; iv: LeaseInterval }[] = [];
+  for (const iv of intervals) {
+    // A lease that ended before its claim was written was never live: the claim's transaction
+    // began (its now(), the lease's start) long before, e.g. waiting on a key lock held across a partition.
+    if (iv.end <= iv.start) continue;
+    points.push({ t: iv.start, d: 1, iv });
+    const sameTx = iv.endTxid !== null ? startOfTx.get(iv.endTxid) : undefined;
+    points.push({ t: sameTx !== undefined ? Math.min(iv.end, sameTx) : iv.end, d: -1, iv });
+  }
+  points.sort((a, b) => a.t - b.t || a.d - b.d);
+  const live = new Set<LeaseInterval>();
+  const found: LeaseInterval[][] = [];
+  for (const p of points) {
+    if (p.d === -1) live.delete(p.iv);
+    else {
+      live.add(p.iv);
+      if (live.size > limit) found.push([...live]);
+    }
+  }
+  return found;
+}
+
+export function check(h: History, cfg: CheckConfig): CheckResult {
+  const violations: Violation[] = [];
+  const add = (invariant: Invariant, message: string, evidence: unknown) => violations.push({ invariant, message, evidence });
+  const runs = new Map(h.runs.map((r) => [r.id, r]));
+  const stagesByRun = byStage(h.stageLog);
+
+  // --- lost_run, duplicate_run
+  const accepted = h.submits.filter((s) => s.runId !== null);
+  const runOfKey = new Map<string, string>();
+  for (const s of accepted) {
+    const prev = runOfKey.get(s.key);
+    if (prev !== undefined && prev !== s.runId) add('duplicate_run', `idempotency key ${s.key} answered two runs`, { key: s.key,
+      runs: [prev, s.runId] });
+    if (prev === undefined) runOfKey.set(s.key, s.runId!);
+  }
+  const submittedAt = new Map<string, number>();
+  for (const s of accepted) if (!submittedAt.has(s.runId!)) submittedAt.set(s.runId!, s.at);
+  let lostRuns = 0;
+  for (const [id, at] of submittedAt) {
+    const run = runs.get(id);
+    const bound = Math.max(at, h.lastFaultEndAt) + cfg.terminalBoundMs;
+    if (!run) {
+      lostRuns++;
+      add('lost_run', `accepted run ${id} is unknown to the API at the end`, { id, submittedAt: at });
+    } else if (!(TERMINAL_RUN_STATES as string[]).includes(run.state)) {
+      lostRuns++;
+      const stages = h.stageLog.filter((r) => r.runId === id).slice(-10);
+      add('lost_run', `run ${id} (${run.workflow}) is still ${run.state} ${h.endedAt - h.lastFaultEndAt} ms after the last fault`,
+        { run, lastStageWrites: stages });
+    } else if (run.finishedAt !== null && run.finishedAt > bound) {
+      lostRuns++;
+      add('lost_run', `run ${id} (${run.workflow}) became ${run.state} ${run.finishedAt - bound} ms past its bound`, { run, bound });
+    }
+  }
+
+  // --- duplicate_effect, missing_effect
+  const effectsPerKey = new Map<string, typeof h.effects>();
+  for (const e of h.effects) effectsPerKey.set(e.key, [...(effectsPerKey.get(e.key) ?? []), e]);
+  let duplicates = 0;
+  for (const [key, list] of effectsPerKey) {
+    if (list.length > 1) {
+      duplicates++;
+      add('duplicate_effect', `key ${key} has ${list.length} applied effects`, { key, effects: list,
+        requests: h.ledger.filter((l) => l.key === key) });
+    }
+  }
+  // The receiver answered `applied` twice for one key: two effects as far as any caller can tell,
+  // even if its table kept one (a commit it acknowledged and then lost).
+  const appliedAnswers = new Map<string, number>();
+  for (const l of h.ledger) if (l.verdict === 'applied') appliedAnswers.set(l.key, (appliedAnswers.get(l.key) ?? 0) + 1);
+  for (const [key, n] of appliedAnswers) {
+    if (n > 1 && (effectsPerKey.get(key)?.length ?? 0) <= 1) {
+      duplicates++;
+      add('duplicate_effect', `key ${key} was answered applied ${n} times`, { key, effects: effectsPerKey.get(key) ?? [],
+        requests: h.ledger.filter((l) => l.key === key) });
+    }
+  }
+  for (const s of h.stages) {
+    if (s.state !== 'succeeded' || !cfg.effectTools.includes(s.tool)) continue;
+    if (s.effectKey === null || !effectsPerKey.has(s.effectKey)) {
+      add('missing_effect', `succeeded stage ${s.id} (${s.tool}) has no applied effect for key ${String(s.effectKey)}`,
+        { stage: s, requests: h.ledger.filter((l) => l.key === s.effectKey) });
+    }
+  }
+
+  // --- stale_write
+  let staleWrites = 0;
+  const highestSeen = new Map<string, { fence: bigint; seq: number }>();
+  for (const l of [...h.ledger].sort((a, b) => a.seq - b.seq)) {
+    const f = BigInt(l.fence);
+    const seen = highestSeen.get(l.key);
+    if (l.verdict === 'applied' && seen !== undefined && f < seen.fence) {
+      staleWrites++;
+      add('stale_write', `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was seen (request ${seen.seq})`,
+        { applied: l, requests: h.ledger.filter((x) => x.key === l.key) });
+    }
+    if (seen === undefined || f > seen.fence) highestSeen.set(l.key, { fence: f, seq: l.seq });
+  }
+
+  // --- fence_order, illegal_transition, claim_before_lease_end
+  const fenceOwner = new Map<string, string>();
+  for (const [stageId, rows] of stagesByRun) {
+    let highest: bigint | null = null;
+    let prev: StageLogRow | null = null;
+    for (const r of rows) {
+      if (r.op === 'insert') {
+        if (!(INITIAL.stage as readonly string[]).includes(r.newState) && r.newState !== 'running') {
+          add('illegal_transition', `stage ${stageId} inserted as ${r.newState}`, { row: r });
+        }
+      } else if (r.oldState !== r.newState && !canTransition('stage', r.oldState ?? '', r.newState)) {
+        add('illegal_transition', `stage ${stageId}: ${r.oldState} -> ${r.newState}`, { row: r, previous: prev });
+      }
+      if (r.newFence !== null && r.newFence !== (r.op === 'insert' ? null : r.oldFence)) {
+        const f = BigInt(r.newFence);
+        if (highest !== null && f <= highest) add('fence_order', `stage ${stageId}: fence ${r.newFence} after ${highest}`, { row: r });
+        const other = fenceOwner.get(r.newFence);
+        if (other !== undefined && other !== stageId) add('fence_order', `fence ${r.newFence} handed to stages ${other} and ${stageId}`,
+          { row: r });
+        fenceOwner.set(r.newFence, stageId);
+        if (highest === null || f > highest) highest = f;
+      }
+      if (isClaim(r) && r.oldState === 'running' && r.op === 'update') {
+        if (r.oldLeaseUntil === null || r.oldLeaseUntil >= r.txAt) {
+          add('claim_before_lease_end',
+            `stage ${stageId}: fence ${r.newFence} (owner ${r.newOwner}) claimed at ${new Date(r.txAt).toISOString()} ` +
+            `while fence ${r.oldFence} (owner ${r.oldOwner}) held it until ${iso(r.oldLeaseUntil)}`,
+          { row: r, previous: prev });
+        }
+      }
+      prev = r;
+    }
+  }
+  const runRows = new Map<string, typeof h.runLog>();
+  for (const r of [...h.runLog].sort((a, b) => a.id - b.id)) runRows.set(r.runId, [...(runRows.get(r.runId) ?? []), r]);
+  for (const [runId, rows] of runRows) {
+    for (const r of rows) {
+      if (r.op === 'insert' ? !(INITIAL.run as readonly string[]).includes(r.newState)
+        : r.oldState !== r.newState && !canTransition('run', r.oldState ?? '', r.newState)) {
+        add('illegal_transition', `run ${runId}: ${r.op === 'insert' ? 'inserted as' : `${r.oldState} ->`} ${r.newState}`, { row: r });
+      }
+    }
+  }
+
+  // --- claim_after_cancel: no claim in a run written after the last write of its cancel's transaction
+  const lastWriteOfTx = new Map<string, number>();
+  for (const r of [...h.stageLog, ...h.runLog]) lastWriteOfTx.set(r.txid, Math.max(lastWriteOfTx.get(r.txid) ?? -Infinity, r.id));
+  for (const [runId, rows] of runRows) {
+    const cancel = rows.find((r) => r.newState === 'cancelled' && r.oldState !== 'cancelled');
+    if (!cancel) continue;
+    const after = lastWriteOfTx.get(cancel.txid)!;
+    const late = h.stageLog.filter((s) => s.runId === runId && s.id > after && isClaim(s));
+    if (late.length) add('claim_after_cancel', `run ${runId}: ${late.length} claim(s) after its cancel`, { cancel, claims: late.slice(0,
+      MAX_EVIDENCE) });
+  }
+
+  // --- limit_exceeded
+  const intervals = leaseIntervals(h.stageLog);
+  let limitViolations = 0;
+  const groups = new Map<string, { limit: number; ivs: LeaseInterval[] }>();
+  for (const iv of intervals) {
+    const classLimit = cfg.classLimits[iv.toolClass];
+    if (classLimit !== undefined) {
+      const g = groups.get(`class:${iv.toolClass}`) ?? { limit: classLimit, ivs: [] };
+      g.ivs.push(iv);
+      groups.set(`class:${iv.toolClass}`, g);
+    }
+    if (iv.key !== null && iv.keyLimit !== null) {
+      const g = groups.get(`key:${iv.key}`) ?? { limit: iv.keyLimit, ivs: [] };
+      g.limit = Math.min(g.limit, iv.keyLimit);
+      g.ivs.push(iv);
+      groups.set(`key:${iv.key}`, g);
+    }
+  }
+  for (const [group, g] of groups) {
+    const over = overLimit(g.ivs, g.limit);
+    if (over.length) {
+      limitViolations += over.length;
+      add('limit_exceeded', `${group}: ${over.length} moment(s) with more than ${g.limit} live leases`, { group, limit: g.limit,
+        first: over.slice(0, MAX_EVIDENCE) });
+    }
+  }
+
+  // --- tenant_wait: due -> claim for keyed stages, outside global faults and their slack
+  const globalWindows = h.faults.filter((f) => cfg.globalFaultKinds.includes(f.kind)).map((f) => [f.at,
+    f.endAt + cfg.globalFaultSlackMs] as const);
+  const tenantWaits: number[] = [];
+  const floodWaits: number[] = [];
+  for (const [stageId, rows] of stagesByRun) {
+    let due: { at: number; row: StageLogRow } | null = null;
+    for (const r of rows) {
+      if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued')) due = { at: Math.max(r.at, r.availableAt ?? r.at),
+        row: r };
+      else if (isClaim(r) && due && r.concurrencyKey !== null) {
+        const wait = r.at - due.at;
+        const start = due.at;
+        const overlapsGlobal = globalWindows.some(([a, b]) => start <= b && r.at >= a);
+        if (r.concurrencyKey === cfg.floodTenant) floodWaits.push(wait);
+        else if (!overlapsGlobal) {
+          tenantWaits.push(wait);
+          if (wait > cfg.tenantWaitBoundMs) {
+            add('tenant_wait', `stage ${stageId} of tenant ${r.concurrencyKey} waited ${wait} ms (bound ${cfg.tenantWaitBoundMs} ms)`,
+              { due: due.row, claim: r });
+          }
+        }
+        due = null;
+      } else if (r.newState !== 'queued') due = null;
+    }
+  }
+
+  // --- wrong_version
+  for (const [id, version] of Object.entries(h.versions)) {
+    const run = runs.get(id);
+    if (run && run.state === 'succeeded' && run.resultVersion !== version) {
+      add('wrong_version', `run ${id} was submitted for version ${version} and ran version ${String(run.resultVersion)}`, { run });
+    }
+  }
+
+  // --- stats
+  const runsByState: Record<string, number> = {};
+  for (const id of submittedAt.keys()) {
+    const s = runs.get(id)?.state ?? 'unknown';
+    runsByState[s] = (runsByState[s] ?? 0) + 1;
+  }
+  const faultsByKind: Partial<Record<FaultKind, number>> = {};
+  for (const f of h.faults) faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
+  const reclaim: number[] = [];
+  for (const f of h.faults) {
+    if (f.kind !== 'sigkill' || !f.owner) continue;
+    for (const iv of intervals) {
+      if (iv.owner !== f.owner || iv.start > f.at || iv.end <= f.at) continue;
+      const next = stagesByRun.get(iv.stageId)?.find((r) => r.at > f.at && isClaim(r));
+      if (next) reclaim.push(next.at - f.at);
+    }
+  }
+  const verdicts: Record<string, number> = {};
+  for (const l of h.ledger) verdicts[l.verdict] = (verdicts[l.verdict] ?? 0) + 1;
+  const counts = Object.fromEntries(INVARIANTS.map((i) => [i, 0])) as Record<Invariant, number>;
+  for (const v of violations) counts[v.invariant]++;
+  return {
+    ok: violations.length === 0,
+    violations,
+    counts,
+    stats: {
+      submits: h.submits.length,
+      accepted: submittedAt.size,
+      duplicateSubmits: h.submits.filter((s) => s.duplicate).length,
+      runsByState,
+      completed: [...submittedAt.keys()].filter((id) => (TERMINAL_RUN_STATES as string[]).includes(runs.get(id)?.state ?? '')).length,
+      faultsByKind,
+      reclaimAfterKillMs: summary(reclaim),
+      tenantWaitMs: summary(tenantWaits),
+      floodWaitMs: summary(floodWaits),
+      leases: intervals.length,
+      reclaims: h.stageLog.filter((r) => isClaim(r) && r.oldState === 'running').length,
+      effectsApplied: h.effects.length,
+      receiverRequests: h.ledger.length,
+      receiverVerdicts: verdicts,
+      duplicates: duplicates + counts.duplicate_run,
+      staleWrites,
+      lostRuns,
+      limitViolations,
+    },
+  };
+}

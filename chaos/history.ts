@@ -1,0 +1,157 @@
+/**
+ * The recorded history of one chaos soak: what the invariant checker reads. Everything here is
+ * plain data (times are epoch milliseconds), so the checker is a pure function testable on
+ * synthetic histories, and a failing soak's history can be written out and checked again.
+ *
+ * Sources:
+ * - stageLog / runLog: every INSERT and UPDATE of ratchet.stages / ratchet.runs, written by a
+ *   trigger the harness installs on its private database (chaos/history.sql.ts), with the
+ *   writing transaction's id, its start (now(), the database clock the lease SQL uses) and the
+ *   wall time of the write (clock_timestamp()).
+ * - ledger / effects: the fenced receiver's record of every request (arrival order, key,
+ *   fence, verdict) and the effects it applied (its own table, written in the guard's transaction).
+ * - submits / runs: the API's answers to the driver (ids, duplicate submits) and the final
+ *   state of each run read through the API.
+ * - faults: what the fault injector did, when, to whom.
+ */
+
+export interface StageLogRow {
+  /** Write order (a sequence taken by the trigger). Writes to one row are in true order. */
+  id: number;
+  /** clock_timestamp() of the write. */
+  at: number;
+  /** now() of the writing transaction (the database clock of the lease statements). */
+  txAt: number;
+  txid: string;
+  op: 'insert' | 'update';
+  stageId: string;
+  runId: string;
+  tool: string;
+  toolClass: string;
+  concurrencyKey: string | null;
+  concurrencyLimit: number | null;
+  oldState: string | null;
+  newState: string;
+  oldFence: string | null;
+  newFence: string | null;
+  oldOwner: string | null;
+  newOwner: string | null;
+  oldLeaseUntil: number | null;
+  newLeaseUntil: number | null;
+  availableAt: number | null;
+  attempt: number;
+}
+
+export interface RunLogRow {
+  id: number;
+  at: number;
+  txAt: number;
+  txid: string;
+  op: 'insert' | 'update';
+  runId: string;
+  workflow: string;
+  oldState: string | null;
+  newState: string;
+}
+
+export interface LedgerRow {
+  /** Arrival order at the receiver. */
+  seq: number;
+  arrivedAt: number;
+  answeredAt: number | null;
+  key: string;
+  fence: string;
+  worker: string;
+  /** The guard's verdict, or `error` when the guard threw (its database went away mid-request). */
+  verdict: string;
+  status: number | null;
+}
+
+export interface EffectRow {
+  key: string;
+  fence: string;
+  at: number;
+}
+
+export interface SubmitRecord {
+  key: string;
+  workflow: string;
+  at: number;
+  /** The run id the API answered (null: no answer, e.g. the API was down; then it was not accepted). */
+  runId: string | null;
+  /** 202 new run, 200 same run again (a duplicate), or the error code. */
+  status: number | string;
+  duplicate: boolean;
+  /** Tenant of a keyed workflow (the concurrency key). */
+  tenant?: string;
+  version?: number;
+}
+
+export interface RunFinal {
+  id: string;
+  workflow: string;
+  state: string;
+  createdAt: number;
+  finishedAt: number | null;
+  /** For versioned workflows: the version the run's result says its code ran. */
+  resultVersion?: number | null;
+}
+
+export interface StageFinal {
+  id: string;
+  runId: string;
+  tool: string;
+  state: string;
+  /** The effect key a succeeded effect tool reported in its output. */
+  effectKey: string | null;
+}
+
+export type FaultKind =
+  | 'sigkill' | 'sigstop' | 'pg_blackhole' | 'receiver_cut' | 'redis_flushall' | 'redis_restart'
+  | 'pg_restart' | 'loop_block' | 'rolling_deploy' | 'tenant_flood' | 'duplicate_submit' | 'cancel' | 'retry';
+
+export interface FaultRecord {
+  kind: FaultKind;
+  at: number;
+  endAt: number;
+  /** The worker it hit (name and owner id), when it hit one. */
+  worker?: string;
+  owner?: string;
+  detail?: string;
+}
+
+export interface CheckConfig {
+  /** Every accepted run is terminal by max(its submit, the last fault's end) + this. */
+  terminalBoundMs: number;
+  /** A stage of a tenant that is not flooding waits at most this long from due to claim. */
+  tenantWaitBoundMs: number;
+  /** The tenant that floods its key (its own waits are not bounded). */
+  floodTenant: string;
+  /** Global concurrency limit per tool class (classes without one are absent). */
+  classLimits: Record<string, number>;
+  /** Tools whose succeeded stages applied exactly one effect (their output names the key). */
+  effectTools: string[];
+  /** Faults that stop every worker at once (excluded from the tenant wait bound). */
+  globalFaultKinds: FaultKind[];
+  /** Slack for a global fault's aftermath (reconnects, backoff) in the tenant wait bound. */
+  globalFaultSlackMs: number;
+}
+
+export interface History {
+  seed: number;
+  startedAt: number;
+  /** When the last fault ended (faults stop at the end of the duration). */
+  lastFaultEndAt: number;
+  /** When the driver stopped waiting for runs to end. */
+  endedAt: number;
+  stageLog: StageLogRow[];
+  runLog: RunLogRow[];
+  ledger: LedgerRow[];
+  effects: EffectRow[];
+  submits: SubmitRecord[];
+  runs: RunFinal[];
+  stages: StageFinal[];
+  faults: FaultRecord[];
+  /** Runs submitted with an explicit version (rolling deploy): id -> version. */
+  versions: Record<string, number>;
+}

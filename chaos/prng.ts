@@ -1,0 +1,46 @@
+/**
+ * The soak's only source of randomness: mulberry32, seeded from --seed, so one seed replays
+ * the same choices (what to submit, which fault, whom it hits, how long). Timing of the
+ * processes themselves still varies between runs; the choices do not.
+ */
+export class Prng {
+  private state: number;
+  constructor(seed: number) {
+    this.state = seed >>> 0;
+  }
+  /** [0, 1) */
+  next(): number {
+    this.state = (this.state + 0x6d2b79f5) >>> 0;
+    let t = this.state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  }
+  /** An integer in [min, max]. */
+  int(min: number, max: number): number {
+    return min + Math.floor(this.next() * (max - min + 1));
+  }
+  chance(p: number): boolean {
+    return this.next() < p;
+  }
+  pick<T>(items: readonly T[]): T {
+    if (items.length === 0) throw new RangeError('pick from an empty list');
+    return items[Math.floor(this.next() * items.length)]!;
+  }
+  /** One of the keys, by weight. */
+  weighted<K extends string>(weights: Readonly<Record<K, number>>): K {
+    const entries = Object.entries(weights) as [K, number][];
+    const total = entries.reduce((s, [, w]) => s + w, 0);
+    let x = this.next() * total;
+    for (const [k, w] of entries) {
+      if ((x -= w) < 0) return k;
+    }
+    return entries[entries.length - 1]![0];
+  }
+  /** An independent generator for another concern (faults vs submits), so one does not shift the other. */
+  fork(label: string): Prng {
+    let h = this.state ^ 0x9e3779b9;
+    for (const c of label) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
+    return new Prng(h);
+  }
+}

@@ -1,0 +1,62 @@
+import { INVARIANTS } from './checker.js';
+import { LEASE_MS } from './faults.js';
+import type { SoakOutcome } from './soak.js';
+
+/** The reclaim goal of issue 13: p99 of kill -> reclaim within the lease plus one second. */
+export const RECLAIM_GOAL_MS = LEASE_MS + 1000;
+
+export function reportJson(o: SoakOutcome) {
+  const s = o.result.stats;
+  return {
+    ok: o.result.ok,
+    options: o.options,
+    bounds: { terminalBoundMs: o.config.terminalBoundMs, tenantWaitBoundMs: o.config.tenantWaitBoundMs, reclaimGoalMs: RECLAIM_GOAL_MS },
+    runs: { submitted: s.submits, accepted: s.accepted, duplicateSubmits: s.duplicateSubmits, completed: s.completed,
+      byState: s.runsByState },
+    faults: s.faultsByKind,
+    reclaimAfterKillMs: { ...s.reclaimAfterKillMs,
+      goalMet: s.reclaimAfterKillMs.p99 === null || s.reclaimAfterKillMs.p99 <= RECLAIM_GOAL_MS },
+    tenantWaitMs: s.tenantWaitMs,
+    floodWaitMs: s.floodWaitMs,
+    duplicates: s.duplicates,
+    staleWrites: s.staleWrites,
+    lostRuns: s.lostRuns,
+    limitViolations: s.limitViolations,
+    leases: s.leases,
+    reclaims: s.reclaims,
+    receiver: { requests: s.receiverRequests, verdicts: s.receiverVerdicts, effectsApplied: s.effectsApplied },
+    invariants: o.result.counts,
+    violations: o.result.violations.slice(0, 50).map((v) => ({ ...v, evidence: truncate(v.evidence) })),
+  };
+}
+
+function truncate(v: unknown): unknown {
+  const s = JSON.stringify(v);
+  return s.length > 4000 ? `${s.slice(0, 4000)}…` : v;
+}
+
+const ms = (x: number | null) => (x === null ? '-' : `${Math.round(x)} ms`);
+
+export function reportText(o: SoakOutcome): string {
+  const j = reportJson(o);
+  const lines = [
+    `Ratchet chaos soak: seed ${j.options.seed}, ${j.options.durationS} s, ${j.options.workers} workers, ${j.options.rate} submits/s`,
+    `runs: ${j.runs.accepted} accepted of ${j.runs.submitted} submits (${j.runs.duplicateSubmits} duplicate submits), ` +
+      `${j.runs.completed} terminal: ` +
+      Object.entries(j.runs.byState).map(([k, v]) => `${k} ${v}`).join(', '),
+    `faults: ${Object.entries(j.faults).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`,
+    `reclaim after SIGKILL: p50 ${ms(j.reclaimAfterKillMs.p50)}, p99 ${ms(j.reclaimAfterKillMs.p99)}, ` +
+      `max ${ms(j.reclaimAfterKillMs.max)} ` +
+      `(${j.reclaimAfterKillMs.count} stages; goal p99 <= ${RECLAIM_GOAL_MS} ms: ${j.reclaimAfterKillMs.goalMet ? 'met' : 'MISSED'})`,
+    `wait due -> claim, small tenants: p50 ${ms(j.tenantWaitMs.p50)}, p99 ${ms(j.tenantWaitMs.p99)}, max ${ms(j.tenantWaitMs.max)} ` +
+      `(bound ${j.bounds.tenantWaitBoundMs} ms); flooding tenant: p50 ${ms(j.floodWaitMs.p50)}, max ${ms(j.floodWaitMs.max)}`,
+    `leases ${j.leases}, reclaims ${j.reclaims}; receiver: ${j.receiver.requests} requests ` +
+      `(${Object.entries(j.receiver.verdicts).map(([k, v]) => `${k} ${v}`).join(', ')}), ${j.receiver.effectsApplied} effects applied`,
+    `duplicates ${j.duplicates} · stale writes accepted ${j.staleWrites} · lost runs ${j.lostRuns} · limit violations ${j.limitViolations}`,
+    `invariants: ${INVARIANTS.map((i) => `${i} ${j.invariants[i] === 0 ? 'ok' : `${j.invariants[i]} VIOLATED`}`).join(', ')}`,
+    j.ok ? 'PASS' : `FAIL: ${o.result.violations.length} violation(s)`,
+  ];
+  for (const v of o.result.violations.slice(0,
+    20)) lines.push(`- [${v.invariant}] ${v.message}\n  evidence: ${JSON.stringify(truncate(v.evidence))}`);
+  return lines.join('\n');
+}

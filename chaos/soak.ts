@@ -1,0 +1,184 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { startScriptedModel } from '../src/agent/scripted-model.js';
+import { createClient } from '../src/client/index.js';
+import { openStore } from '../src/store/index.js';
+import { spawnTs, type Child } from '../test/helpers/child.js';
+import { startPrivateRedis } from '../test/helpers/redis-server.js';
+import { check, type CheckResult } from './checker.js';
+import { agentScript, Driver, FLOOD_TENANT } from './driver.js';
+import { FaultInjector, LEASE_MS } from './faults.js';
+import type { CheckConfig, FaultRecord, History, RunFinal, StageFinal } from './history.js';
+import { INSTALL_HISTORY_SQL, READ_RUN_LOG_SQL, READ_STAGE_LOG_SQL, READ_STAGES_SQL } from './history.sql.js';
+import { startPrivatePostgres } from './postgres.js';
+import { Prng } from './prng.js';
+import { startReceiver } from './receiver.js';
+import { WorkerPool } from './workers.js';
+import { CHAOS_LIMITED_CONCURRENCY, EFFECT_TOOLS } from './workflows/_tools.js';
+import { fileURLToPath } from 'node:url';
+
+export interface SoakOptions {
+  durationS: number;
+  seed: number;
+  workers: number;
+  /** Submits per second (default 3). */
+  rate?: number;
+  log?: (line: string) => void;
+}
+
+export interface SoakOutcome {
+  options: Required<Omit<SoakOptions, 'log'>>;
+  history: History;
+  result: CheckResult;
+  config: CheckConfig;
+  /** The tail of every worker's log, for a failing soak. */
+  workerLogs: string;
+}
+
+/** The bounds the checker holds the soak to (stated in the report and the README). */
+export const SOAK_CONFIG: CheckConfig = {
+  terminalBoundMs: 90_000,
+  tenantWaitBoundMs: 15_000,
+  floodTenant: FLOOD_TENANT,
+  classLimits: { chaos_limited: CHAOS_LIMITED_CONCURRENCY },
+  effectTools: EFFECT_TOOLS,
+  globalFaultKinds: ['pg_restart', 'redis_restart'],
+  globalFaultSlackMs: 10_000,
+};
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const toMs = (v: string | null) => (v === null ? null : Date.parse(v));
+
+/** Numbers from pg arrive as text for bigint; the log queries cast to float8, so they are numbers. */
+function rowsOf<T>(rows: Record<string, unknown>[], map: (r: Record<string, unknown>) => T): T[] {
+  return rows.map(map);
+}
+
+/**
+ * One soak: a private PostgreSQL and Redis, the fenced receiver, the scripted model, the HTTP
+ * API and `workers` worker processes; the driver's submits and the injector's faults for
+ * `durationS`; then every fault healed, the runs drained (bounded), the history read, every
+ * process and directory removed, and the history checked.
+ */
+export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
+  const log = opts.log ?? (() => {});
+  const options = { durationS: opts.durationS, seed: opts.seed, workers: opts.workers, rate: opts.rate ?? 3 };
+  const rng = new Prng(options.seed);
+  const cleanups: (() => Promise<unknown>)[] = [];
+  const faults: FaultRecord[] = [];
+  let pool: WorkerPool | null = null;
+  try {
+    const cluster = await startPrivatePostgres();
+    cleanups.push(() => cluster.close());
+    log(`private PostgreSQL on port ${cluster.port}`);
+    const admin = new pg.Client({ connectionString: cluster.url() });
+    await admin.connect();
+    await admin.query('CREATE DATABASE ratchet');
+    await admin.query('CREATE DATABASE receiver');
+    await admin.end();
+    const dbUrl = cluster.url('ratchet');
+    const store = await openStore({ databaseUrl: dbUrl, poolSize: 1 }); // migrates
+    await store.close();
+    const history = new pg.Pool({ connectionString: dbUrl, max: 2 });
+    history.on('error', () => {});
+    cleanups.push(() => history.end());
+    await history.query(INSTALL_HISTORY_SQL);
+
+    const redis = await startPrivateRedis();
+    cleanups.push(() => redis.close());
+    const receiver = await startReceiver(cluster.url('receiver'));
+    cleanups.push(() => receiver.close());
+    const model = await startScriptedModel({ script: (req) => agentScript(req) });
+    cleanups.push(() => model.close());
+
+    const token = randomBytes(16).toString('hex');
+    const api: Child = spawnTs('chaos/api-process.ts', [], {
+      DATABASE_URL: dbUrl, WORKFLOWS_DIR: fileURLToPath(new URL('./workflows/v2', import.meta.url)), API_TOKEN: token,
+    });
+    const killApi = () => api.proc.kill('SIGKILL');
+    process.on('exit', killApi); // SIGINT or a crash: not left behind
+    cleanups.push(async () => {
+      killApi();
+      await api.exit;
+      process.off('exit', killApi);
+    });
+    const apiUrl = String((await api.line((o) => typeof o.url === 'string', 90_000)).url);
+    const client = createClient({ baseUrl: apiUrl, token, timeoutMs: 5000 });
+
+    pool = new WorkerPool({ pgUrl: dbUrl, redisUrl: redis.url, receiverUrl: receiver.url, modelUrl: model.baseURL }, log);
+    const p = pool;
+    cleanups.push(() => p.closeAll());
+    await Promise.all(Array.from({ length: options.workers }, () => p.spawn(1)));
+
+    const version = { current: 1 as 1 | 2 };
+    const driver = new Driver({ client, rng: rng.fork('driver'), seed: options.seed, rate: options.rate,
+      deployVersion: () => version.current, faults, log });
+    const injector = new FaultInjector({ rng: rng.fork('faults'), pool, receiver, redis, pg: cluster, driver, faults, log, version });
+    const startedAt = Date.now();
+    const until = startedAt + options.durationS * 1000;
+    const deployAt = startedAt + options.durationS * 1000 * (0.3 + 0.3 * rng.next());
+    log(`soak: seed ${options.seed}, ${options.durationS} s, ${options.workers} workers, ${options.rate} submits/s`);
+    await Promise.all([driver.stream(until), driver.retries(until), injector.run(until, deployAt)]);
+    await driver.settle(60_000);
+    const lastFaultEndAt = Math.max(until, ...faults.map((f) => f.endAt));
+    log(`faults over (${faults.length}); draining`);
+
+    // Drain: wait (bounded) until every accepted run is terminal, read from the database.
+    const ids = [...driver.accepted.keys()];
+    const drainUntil = lastFaultEndAt + SOAK_CONFIG.terminalBoundMs;
+    for (;;) {
+      const { rows } = await history.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state IN ('queued', 'running')`,
+          [ids]).catch(() => ({ rows: [{ n: -1 }] }));
+      if (rows[0]!.n === 0 || Date.now() > drainUntil) break;
+      await sleep(500);
+    }
+    const endedAt = Date.now();
+    log(`drained in ${endedAt - lastFaultEndAt} ms`);
+
+    // The API's answers: every run's final state (paged), and the result of versioned runs.
+    const runs: RunFinal[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 10_000; page++) {
+      const list = await client.list({ limit: 500, ...(cursor ? { cursor } : {}) });
+      for (const r of list.runs) {
+        runs.push({ id: r.id, workflow: r.workflow, state: r.state, createdAt: Date.parse(r.createdAt), finishedAt: toMs(r.finishedAt) });
+      }
+      if (!list.nextCursor) break;
+      cursor = list.nextCursor;
+    }
+    for (const r of runs) {
+      if (driver.versions[r.id] === undefined || r.state !== 'succeeded') continue;
+      const view = await client.get(r.id);
+      r.resultVersion = (view.result as { version?: number } | null)?.version ?? null;
+    }
+    const stageLog = rowsOf((await history.query(READ_STAGE_LOG_SQL)).rows, (r) => ({
+      id: r.id as number, at: r.at as number, txAt: r.tx_at as number, txid: r.txid as string, op: r.op as 'insert' | 'update',
+      stageId: r.stage_id as string, runId: r.run_id as string, tool: r.tool as string, toolClass: r.tool_class as string,
+      concurrencyKey: r.concurrency_key as string | null, concurrencyLimit: r.concurrency_limit as number | null,
+      oldState: r.old_state as string | null, newState: r.new_state as string, oldFence: r.old_fence as string | null,
+        newFence: r.new_fence as string | null,
+      oldOwner: r.old_owner as string | null, newOwner: r.new_owner as string | null, oldLeaseUntil: r.old_lease_until as number | null,
+      newLeaseUntil: r.new_lease_until as number | null, availableAt: r.available_at as number | null, attempt: r.attempt as number,
+    }));
+    const runLog = rowsOf((await history.query(READ_RUN_LOG_SQL)).rows, (r) => ({
+      id: r.id as number, at: r.at as number, txAt: r.tx_at as number, txid: r.txid as string, op: r.op as 'insert' | 'update',
+      runId: r.run_id as string, workflow: r.workflow as string, oldState: r.old_state as string | null, newState: r.new_state as string,
+    }));
+    const stages: StageFinal[] = rowsOf((await history.query(READ_STAGES_SQL)).rows, (r) => ({
+      id: r.id as string, runId: r.run_id as string, tool: r.tool as string, state: r.state as string,
+        effectKey: r.effect_key as string | null,
+    }));
+    const h: History = {
+      seed: options.seed, startedAt, lastFaultEndAt, endedAt, stageLog, runLog, ledger: receiver.ledger, effects: await receiver.effects(),
+      submits: driver.submits, runs, stages, faults, versions: driver.versions,
+    };
+    const workerLogs = pool.logs();
+    const result = check(h, SOAK_CONFIG);
+    return { options, history: h, result, config: SOAK_CONFIG, workerLogs };
+  } finally {
+    for (const c of cleanups.reverse()) await c().catch((err: unknown) => log(`cleanup: ${String(err)}`));
+  }
+}
+
+export { LEASE_MS };
