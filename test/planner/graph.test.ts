@@ -252,3 +252,14 @@ describe('an agent answer as a graph', () => {
     expect(planAgentAnswer(ag(), 3, []).map((s) => [s.seq, s.state, s.depsLeft])).toEqual([[4, 'queued', 0]]);
   });
 });
+
+describe('a failed tool call told to the model', () => {
+  it('is the error\'s code and message (the last attempt\'s when the budget ran out)', async () => {
+    const { toolAnswer } = await import('../../src/agent/messages.js');
+    expect(toolAnswer({ state: 'succeeded', result: { text: 'x' } })).toBe('{"text":"x"}');
+    expect(JSON.parse(toolAnswer({ state: 'failed', result: null, error: { code: 'not_found', message: 'no such page', stack: 'at x' } })))
+      .toEqual({ error: 'tool_failed', code: 'not_found', message: 'no such page' });
+    expect(JSON.parse(toolAnswer({ state: 'failed', result: null, error: { code: 'attempts_exhausted', lastError: { code: 'http_503', message: 'busy' } } })))
+      .toEqual({ error: 'tool_failed', code: 'http_503', message: 'busy' });
+  });
+});
