@@ -37,6 +37,8 @@ export function toolFingerprint(t: Tool): Record<string, unknown> {
     output: schemaFingerprint(t.output, 'output'),
     hasReconcile: typeof t.reconcile === 'function',
     hasIdempotencyKey: typeof t.idempotencyKey === 'function',
+    // Only on workflow tools, so every other tool's fingerprint (and the hashes that contain it) stays what it was.
+    ...(t.childWorkflow ? { childWorkflow: { name: t.childWorkflow.name, version: t.childWorkflow.version } } : {}),
   };
 }
 

@@ -15,6 +15,8 @@ export {
 export type { StepOptions, ToolStepOptions, MapStepOptions, ChildStepOptions, WorkflowOptions } from './workflow.js';
 export { CONTROL_CLASS, CONTROL_CLASS_NAME, CHILD_RUN_TOOL, CHILD_RUN_TOOL_NAME } from './builtin.js';
 export { resolveAfter, checkGraph } from './graph.js';
+export { defineWorkflowTool, workflowToolOptionsSchema } from './workflow-tool.js';
+export type { WorkflowToolOptions } from './workflow-tool.js';
 export { toolJsonSchema, schemaFingerprint, nonJsonParts } from './json-schema.js';
 export { canonicalJson, workflowHash, toolFingerprint, toolClassFingerprint } from './fingerprint.js';
 export { isTool, isToolClass, isWorkflow, isZodSchema } from './guards.js';

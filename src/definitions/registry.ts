@@ -107,16 +107,19 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
 }
 
 /**
- * Every child-run step names a loaded workflow (and version, when it names one), and no workflow
+ * Every child-run step (and every workflow tool of an agent) names a loaded workflow (and version, when it names one), and no workflow
  * starts itself through its children (a cycle would start runs without end): refused at load,
  * naming the step and the path of the cycle.
  */
 function checkChildWorkflows(workflows: readonly Workflow[], versions: Map<string, Map<number, Workflow>>): void {
-  const children = (w: Workflow) => w.steps.flatMap((s, j) => (s.workflow ? [{ spec: s.workflow, at: j }] : []));
+  const children = (w: Workflow) => [
+    ...w.steps.flatMap((s, j) => (s.workflow ? [{ spec: s.workflow, at: `steps[${j}].workflow` }] : [])),
+    ...(w.agent?.tools ?? []).flatMap((t, j) => (t.childWorkflow ? [{ spec: t.childWorkflow, at: `tools[${j}]` }] : [])),
+  ];
   workflows.forEach((w, i) => {
     for (const { spec, at } of children(w)) {
       const ofName = versions.get(spec.name);
-      const where = `workflows[${i}].steps[${at}].workflow`;
+      const where = `workflows[${i}].${at}`;
       if (!ofName) {
         throw new InvalidDefinitionError(`${origin(w)} starts child workflow "${spec.name}", which is not loaded ` +
           `(loaded: ${[...versions.keys()].sort().join(', ')})`, where, { workflow: w.name, child: spec.name });
@@ -141,7 +144,7 @@ function checkChildWorkflows(workflows: readonly Workflow[], versions: Map<strin
         if (s === 'open') {
           const cycle = [...path.slice(path.indexOf(spec.name)), spec.name];
           throw new InvalidDefinitionError(`child runs would start each other without end: ${cycle.join(' -> ')}`,
-            `workflows[${workflows.indexOf(w)}].steps[${at}].workflow`, { cycle });
+            `workflows[${workflows.indexOf(w)}].${at}`, { cycle });
         }
         if (s === undefined) visit(spec.name);
       }

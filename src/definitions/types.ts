@@ -79,6 +79,11 @@ export interface Tool<I = unknown, O = unknown> {
   readonly retry: RetryPolicy;
   /** Derives the key from what the operation means, e.g. `invoice:42:create`. */
   readonly idempotencyKey?: (input: I) => string;
+  /**
+   * Set on a tool made by defineWorkflowTool: calling it starts a child run of this workflow
+   * (keyed by the calling stage) and answers with the child's result. Nothing calls run().
+   */
+  readonly childWorkflow?: ChildWorkflowSpec;
 }
 
 export interface StepInputArgs {

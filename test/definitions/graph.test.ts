@@ -6,6 +6,8 @@ import {
 } from '../../src/definitions/index.js';
 import { planStaticRun } from '../../src/planner/plan.js';
 import { defineAgent } from '../../src/definitions/agent.js';
+import { defineWorkflowTool } from '../../src/definitions/workflow-tool.js';
+import { assertRunnable } from '../../src/planner/plan.js';
 import { makeClass, makeTool } from './fixtures.js';
 
 const io = makeClass();
@@ -155,5 +157,37 @@ describe('agent options for tool calls', () => {
   it('refuses bad values with the path', () => {
     expect(refusal(() => agent({ onToolError: 'ignore' })).path).toBe('agent[ag].onToolError');
     expect(refusal(() => agent({ maxToolErrors: -1 })).path).toBe('agent[ag].maxToolErrors');
+  });
+});
+
+describe('a workflow offered to an agent as a tool (a child run)', () => {
+  const child = defineWorkflow({ name: 'research', input: z.object({ topic: z.string() }), steps: [{ tool: d }] });
+  const model = { name: 'm', class: io };
+  const agent = (tools: ReturnType<typeof defineWorkflowTool>[]) =>
+    defineAgent({ name: 'boss', input: z.object({}), model, instructions: 'x', tools: [a, ...tools] });
+
+  it('takes the workflow\'s input schema (or its own), runs in $control, and is part of the agent\'s hash', () => {
+    const t = defineWorkflowTool({ workflow: child, description: 'researches a topic' });
+    expect(t).toMatchObject({ name: 'research', childWorkflow: { name: 'research', version: 1 }, class: { name: '$control' } });
+    expect(t.input.safeParse({ topic: 'x' }).success).toBe(true);
+    expect(t.input.safeParse({}).success).toBe(false);
+    const named = defineWorkflowTool({ workflow: 'research', name: 'ask_research', description: 'd', input: z.object({ topic: z.string() }) });
+    expect(named.childWorkflow).toEqual({ name: 'research', version: null });
+    expect(agent([t]).hash).not.toBe(agent([named]).hash);
+    expect(agent([]).hash).toBe(agent([]).hash);
+  });
+
+  it('refuses a name without input, a version with a definition, a bad description', () => {
+    expect(refusal(() => defineWorkflowTool({ workflow: 'research', description: 'd' })).path).toBe('workflowTool[research].input');
+    expect(refusal(() => defineWorkflowTool({ workflow: child, version: 2, description: 'd' })).path).toBe('workflowTool[research].version');
+    expect(refusal(() => defineWorkflowTool({ workflow: child, description: '' })).path).toBe('workflowTool[research].description');
+  });
+
+  it('the registry checks the workflow is loaded; this version refuses to submit the agent', () => {
+    const boss = agent([defineWorkflowTool({ workflow: child, description: 'd' })]);
+    expect(createRegistry([boss, child]).get('boss')).toBe(boss);
+    expect(refusal(() => createRegistry([boss])).path).toBe('workflows[0].tools[1]');
+    expect(refusal(() => assertRunnable(boss)).details).toMatchObject({ reason: 'graph_not_runnable', path: 'agent[boss].tools[1]' });
+    expect(() => assertRunnable(agent([]))).not.toThrow();
   });
 });
