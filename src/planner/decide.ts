@@ -1,7 +1,9 @@
-import type { ChildWorkflowSpec, StepInputArgs, Workflow } from '../definitions/types.js';
+import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
+import type { AgentSpec, ChildWorkflowSpec, StepInputArgs, Workflow } from '../definitions/types.js';
 import type { GraphErrorCode } from '../errors.js';
 import { toJsonText } from '../store/json.js';
 import { runGraph, type GraphNode, type GraphStageSpec } from './graph.js';
+import { failedToolCalls, toolErrorsOver } from './failure.js';
 import { expandMap, gatherMap } from './map.js';
 import { guarded, plannerFailure, type PlannerError, type PlannerFailure } from './planner-error.js';
 
@@ -18,6 +20,8 @@ export interface PersistedStage {
   itemIndex: number | null;
   groupSeq: number | null;
   input?: unknown;
+  /** The stage's tool (agents tell model calls and tool calls apart by it). */
+  tool?: string;
 }
 
 /** A child run as persisted, for the parent stage that started it. */
@@ -103,8 +107,9 @@ function asJson(code: GraphErrorCode, what: string, value: unknown): { ok: true;
  * User code that throws (input, when, items) fails the stage for good with a planner error code.
  */
 export function decideAtClaim(q: ClaimQuestion): ClaimDecision {
-  const graph = runGraph(q.workflow);
   const self = q.stages.find((s) => s.seq === q.seq);
+  if (q.workflow.agent) return decideAgentStage(q.workflow.agent, q, self);
+  const graph = runGraph(q.workflow);
   if (self && self.groupSeq !== null) return { kind: 'run', input: self.input ?? null };
   const node = graph.bySeq.get(q.seq);
   if (!node) throw new Error(`workflow ${q.workflow.name} has no step for stage ${q.seq}`);
@@ -136,6 +141,23 @@ export function decideAtClaim(q: ClaimQuestion): ClaimDecision {
   if (!json.ok) return json.fail;
   if (step.kind === 'workflow') return { kind: 'start_child', workflow: step.workflow!, input: json.value };
   return { kind: 'run', input: json.value };
+}
+
+/**
+ * An agent's stage at its claim: a model call first checks the bound on tool errors told to
+ * the model (every failure of the run is persisted by now, so the bound holds exactly here); a
+ * workflow tool starts its child run (with the input the planner validated when the model
+ * proposed it) or takes the child's outcome; any other tool runs with its stored input.
+ */
+function decideAgentStage(agent: AgentSpec, q: ClaimQuestion, self: PersistedStage | undefined): ClaimDecision {
+  if (!self) throw new Error(`stage ${q.seq} is not among the run's stages`);
+  if (self.tool === MODEL_STAGE_TOOL) {
+    const over = toolErrorsOver(agent, failedToolCalls(q.stages.map((s) => ({ tool: s.tool ?? '', state: s.state }))));
+    return over ?? { kind: 'run', input: self.input ?? {} };
+  }
+  const tool = agent.tools.find((t) => t.name === self.tool);
+  if (tool?.childWorkflow) return q.child ? childOutcome(q.child) : { kind: 'start_child', workflow: tool.childWorkflow, input: self.input ?? null };
+  return { kind: 'run', input: self.input ?? null };
 }
 
 const CHILD_ENDS: Record<string, GraphErrorCode> = { failed: 'child_run_failed', cancelled: 'child_run_cancelled', expired: 'child_run_expired' };

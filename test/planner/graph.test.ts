@@ -8,6 +8,7 @@ import { linearSuccessor, planGraphRun, runGraph } from '../../src/planner/graph
 import { ITEM_SEQ_STRIDE } from '../../src/planner/map.js';
 import { decideFailure, failedToolCalls, toolErrorsOver } from '../../src/planner/failure.js';
 import { planAgentAnswer } from '../../src/planner/agent-plan.js';
+import { defineWorkflowTool } from '../../src/definitions/workflow-tool.js';
 import { makeClass, makeTool } from '../definitions/fixtures.js';
 
 const io = makeClass();
@@ -261,5 +262,31 @@ describe('a failed tool call told to the model', () => {
       .toEqual({ error: 'tool_failed', code: 'not_found', message: 'no such page' });
     expect(JSON.parse(toolAnswer({ state: 'failed', result: null, error: { code: 'attempts_exhausted', lastError: { code: 'http_503', message: 'busy' } } })))
       .toEqual({ error: 'tool_failed', code: 'http_503', message: 'busy' });
+  });
+});
+
+describe('an agent stage at its claim', () => {
+  const child = defineWorkflow({ name: 'research', input: z.object({ topic: z.string() }), steps: [{ tool: d }] });
+  const ag = defineAgent({
+    name: 'ag', input: z.object({}), model: { name: 'm', class: io }, instructions: 'x', maxToolErrors: 1,
+    tools: [a, defineWorkflowTool({ workflow: child, description: 'researches' })],
+  });
+  const st = (seq: number, tool: string, state: string, input: unknown = null) => row(seq, tool, state, null, { tool, input });
+
+  it('a model call past maxToolErrors fails with too_many_tool_errors; under it, it runs', () => {
+    const one = [st(1, MODEL_STAGE_TOOL, 'succeeded'), st(2, 'a', 'failed'), st(3, 'a', 'succeeded'), st(4, MODEL_STAGE_TOOL, 'running', {})];
+    expect(decideAtClaim({ workflow: ag, runId: RUN, runInput: {}, seq: 4, stages: one })).toEqual({ kind: 'run', input: {} });
+    const two = [...one.slice(0, 3), st(4, 'a', 'failed'), st(5, MODEL_STAGE_TOOL, 'running', {})];
+    expect(decideAtClaim({ workflow: ag, runId: RUN, runInput: {}, seq: 5, stages: two }))
+      .toMatchObject({ kind: 'fail', error: { code: 'too_many_tool_errors', details: { failedToolCalls: 2, maxToolErrors: 1 } } });
+  });
+
+  it('a workflow tool starts its child with the validated input, then takes its outcome; a tool runs with its stored input', () => {
+    const stages = [st(1, MODEL_STAGE_TOOL, 'succeeded'), st(2, 'research', 'running', { topic: 't' }), st(3, 'a', 'running', { url: 'u' })];
+    expect(decideAtClaim({ workflow: ag, runId: RUN, runInput: {}, seq: 2, stages }))
+      .toEqual({ kind: 'start_child', workflow: { name: 'research', version: 1 }, input: { topic: 't' } });
+    expect(decideAtClaim({ workflow: ag, runId: RUN, runInput: {}, seq: 2, stages, child: { id: 'c', state: 'succeeded', result: 'R', error: null } }))
+      .toEqual({ kind: 'done', result: 'R' });
+    expect(decideAtClaim({ workflow: ag, runId: RUN, runInput: {}, seq: 3, stages })).toEqual({ kind: 'run', input: { url: 'u' } });
   });
 });
