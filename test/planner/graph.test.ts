@@ -290,3 +290,34 @@ describe('an agent stage at its claim', () => {
     expect(decideAtClaim({ workflow: ag, runId: RUN, runInput: {}, seq: 3, stages })).toEqual({ kind: 'run', input: { url: 'u' } });
   });
 });
+
+describe('settleStage and the fast path input', () => {
+  it('maps each decision to the finish the store writes; failures go through the group rule', async () => {
+    const { settleStage } = await import('../../src/planner/settle.js');
+    const w = wf([{ tool: a }, { tool: b, continueOnError: true }, { tool: c }]);
+    const at = (seq: number) => ({ seq, tool: 'x', groupSeq: null });
+    expect(settleStage(w, at(1), { kind: 'run', input: {} }, { kind: 'succeeded', output: { text: 'A' } })).toEqual({ outcome: 'succeeded', result: { text: 'A' } });
+    expect(settleStage(w, at(1), { kind: 'skip', reason: 'when_false' })).toEqual({ outcome: 'skipped', reason: 'when_false' });
+    expect(settleStage(w, at(2), { kind: 'run', input: {} }, { kind: 'failed_for_good', error: { code: 'e' } }))
+      .toEqual({ outcome: 'failed', error: { code: 'e' }, asValue: true });
+    expect(settleStage(w, at(3), { kind: 'run', input: {} }, { kind: 'failed_for_good', error: { code: 'e' } }))
+      .toEqual({ outcome: 'failed', error: { code: 'e' }, asValue: false, runError: { code: 'e' } });
+    const fail = { kind: 'fail' as const, error: { code: 'map_too_large' as const, message: 'm', kind: 'permanent' as const } };
+    expect(settleStage(w, at(1), fail)).toMatchObject({ outcome: 'failed', asValue: false, runError: { code: 'map_too_large' } });
+    expect(settleStage(w, at(1), { kind: 'expand', items: [] })).toEqual({ outcome: 'waiting', waitFor: 0, plan: [] });
+    expect(settleStage(w, at(1), { kind: 'start_child', workflow: { name: 'x', version: null }, input: 1 }))
+      .toEqual({ outcome: 'waiting', startChild: { workflow: { name: 'x', version: null }, input: 1 } });
+    expect(settleStage(w, at(1), { kind: 'wait' })).toEqual({ outcome: 'hand_back' });
+  });
+
+  it('the fast path computes a linear successor\'s input with the fresh result; not for a fan-out or a conditional successor', async () => {
+    const { fastPathInput } = await import('../../src/planner/settle.js');
+    const lin = wf([{ tool: a }, { tool: b, input: ({ results }) => ({ url: (results.a as { text: string }).text }) }]);
+    const q = { runId: RUN, runInput: {}, seq: 1, stages: [row(1, 'a', 'running')] };
+    expect(fastPathInput(lin, q, { text: 'fresh' })).toEqual({ seq: 2, input: { url: 'fresh' } });
+    const cond = wf([{ tool: a }, { tool: b, when: () => false }]);
+    expect(fastPathInput(cond, q, { text: 'x' })).toBeNull();
+    const fan = wf([{ tool: a }, { tool: b, after: ['a'] }, { tool: c, after: ['a'] }]);
+    expect(fastPathInput(fan, q, { text: 'x' })).toBeNull();
+  });
+});
