@@ -191,3 +191,18 @@ describe('a workflow offered to an agent as a tool (a child run)', () => {
     expect(() => assertRunnable(agent([]))).not.toThrow();
   });
 });
+
+describe('the example (examples/graph/research-digest.ts)', () => {
+  it('loads: fan-out of three, a join, a map bounded to 3, a merge and a child run; the child is loaded beside it', async () => {
+    const { researchDigest, publishDigest } = await import('../../examples/graph/research-digest.js');
+    const r = createRegistry([researchDigest, publishDigest]);
+    const w = r.require('research-digest');
+    expect(w.steps.map((s) => [s.name, s.kind, s.after])).toEqual([
+      ['search_news', 'tool', []], ['search_papers', 'tool', []], ['search_forums', 'tool', []],
+      ['pick_articles', 'tool', ['search_news', 'search_papers', 'search_forums']],
+      ['summaries', 'map', ['pick_articles']], ['merge', 'tool', ['summaries']], ['publish', 'workflow', ['merge']],
+    ]);
+    expect(w.steps[4]!.map!.maxParallel).toBe(3);
+    expect(r.toolClasses().map((c) => c.name)).toEqual(['$control', 'digest-io']);
+  });
+});
