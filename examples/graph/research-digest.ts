@@ -73,10 +73,10 @@ export const researchDigest = defineWorkflow({
   input: z.object({ topic: z.string(), digestId: z.string(), forums: z.boolean().default(false) }),
   steps: [
     // Three searches start with the run; the forum one only when asked (else `skipped`).
-    { tool: search('news'), input: ({ input }) => ({ topic: (input as { topic: string }).topic }) },
-    { tool: search('papers'), after: [], input: ({ input }) => ({ topic: (input as { topic: string }).topic }) },
-    { tool: search('forums'), after: [], when: ({ input }) => (input as { forums: boolean }).forums,
-      input: ({ input }) => ({ topic: (input as { topic: string }).topic }) },
+    { tool: search('news'), input: ({ input }) => ({ topic: input.topic }) },
+    { tool: search('papers'), after: [], input: ({ input }) => ({ topic: input.topic }) },
+    { tool: search('forums'), after: [], when: ({ input }) => input.forums,
+      input: ({ input }) => ({ topic: input.topic }) },
     // The join: once, after all three (a skipped search is absent from `results`).
     { tool: pick, after: ['search_news', 'search_papers', 'search_forums'],
       input: ({ results }) => ({ lists: ['search_news', 'search_papers', 'search_forums'].flatMap((k) => (results[k] ? [results[k] as Hits] : [])) }) },
@@ -86,7 +86,7 @@ export const researchDigest = defineWorkflow({
     { tool: merge, input: ({ results }) => ({ parts: results.summaries }) },
     // A child run, started once (keyed by this stage) and waited for without a lease.
     { name: 'publish', workflow: publishDigest,
-      input: ({ input, results }) => ({ digestId: (input as { digestId: string }).digestId, text: (results.merge as { text: string }).text }) },
+      input: ({ input, results }) => ({ digestId: input.digestId, text: (results.merge as { text: string }).text }) },
   ],
 });
 

@@ -86,9 +86,9 @@ export interface Tool<I = unknown, O = unknown> {
   readonly childWorkflow?: ChildWorkflowSpec;
 }
 
-export interface StepInputArgs {
+export interface StepInputArgs<I = unknown> {
   /** The run's input. */
-  input: unknown;
+  input: I;
   /** Earlier steps' outputs by step name. */
   results: Record<string, unknown>;
 }

@@ -65,32 +65,32 @@ export const workflowOptionsSchema = z.strictObject({
 });
 
 /** What every kind of step may say about its place in the graph. */
-interface GraphOptions {
+interface GraphOptions<I = unknown> {
   /** Defaults to the tool's (map: the item tool's; child run: the workflow's) name; a tool used twice needs explicit names. */
   name?: string;
   /** The steps this one waits for (fan-in); default: the previous step. `[]` starts it with the run (fan-out). */
   after?: string[];
   /** A false answer skips the step (state `skipped`); steps that wait only for skipped steps are skipped too. */
-  when?: (args: StepInputArgs) => boolean;
+  when?: (args: StepInputArgs<I>) => boolean;
   /** Its failure for good becomes `{ ok: false, error }` in `results`, instead of failing the run and cancelling the rest. */
   continueOnError?: boolean;
 }
 
-export interface ToolStepOptions extends GraphOptions {
+export interface ToolStepOptions<I = unknown> extends GraphOptions<I> {
   // Tool<any, any>: a Tool<{ url: string }> is not assignable to Tool<unknown> (its functions take I).
   tool: Tool<any, any>;
   /** Computes the tool's input from the run's input and earlier results; without it the run's input is passed on. */
-  input?: (args: StepInputArgs) => unknown;
+  input?: (args: StepInputArgs<I>) => unknown;
 }
 
-export interface MapStepOptions extends GraphOptions {
+export interface MapStepOptions<I = unknown> extends GraphOptions<I> {
   map: {
     /** The list, from the run's input and earlier results. */
-    items: (args: StepInputArgs) => unknown[];
+    items: (args: StepInputArgs<I>) => unknown[];
     /** The tool each item runs (one stage per item, each with its own idempotency key). */
     tool: Tool<any, any>;
     /** Each item's tool input; default: the item. */
-    input?: (item: any, index: number, args: StepInputArgs) => unknown;
+    input?: (item: any, index: number, args: StepInputArgs<I>) => unknown;
     /** At most this many items hold a lease at once for one run, across all workers. */
     maxParallel?: number;
     /** A longer list fails the step with map_too_large (default 10,000). */
@@ -98,23 +98,23 @@ export interface MapStepOptions extends GraphOptions {
   };
 }
 
-export interface ChildStepOptions extends GraphOptions {
+export interface ChildStepOptions<I = unknown> extends GraphOptions<I> {
   /** The workflow (or agent) a child run starts: by name (the newest loaded version), or the definition itself. */
   workflow: string | Workflow<any>;
   /** The version to start (by name only). */
   version?: number;
   /** The child run's input; without it the run's input is passed on. */
-  input?: (args: StepInputArgs) => unknown;
+  input?: (args: StepInputArgs<I>) => unknown;
 }
 
-export type StepOptions = ToolStepOptions | MapStepOptions | ChildStepOptions;
+export type StepOptions<I = unknown> = ToolStepOptions<I> | MapStepOptions<I> | ChildStepOptions<I>;
 
 export interface WorkflowOptions<I> {
   name: string;
   /** Default 1. Keep the old version loaded beside a new one until its runs have finished. */
   version?: number;
   input: z.ZodType<I>;
-  steps: StepOptions[];
+  steps: StepOptions<I>[];
   /** A run deadline relative to submit. */
   deadline?: Duration;
   /** Bound the stages running at once per key (a user, a tenant): `{ key: (input) => input.userId, limit: 1 }`. */
