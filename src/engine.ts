@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { resolveDuration } from './definitions/duration.js';
-import { loadWorkflows } from './definitions/loader.js';
+import { loadDefinitions } from './definitions/loader.js';
 import { createRegistry, type Registry } from './definitions/registry.js';
 import type { Workflow } from './definitions/types.js';
 import { workflowVersionSchema } from './definitions/workflow.js';
@@ -24,6 +24,9 @@ import { laneOf } from './transport/lane.js';
 import { Worker, type WorkerOptions } from './worker/worker.js';
 import type { ToolRunner } from './worker/executor.js';
 import { assertThreadSources, createThreadRunner } from './worker/thread-runner.js';
+import type { Schedule } from './schedules/define.js';
+import { fireDueSchedules } from './schedules/fire.js';
+import { checkCodeSchedules, createScheduleService, syncCodeSchedules, type ScheduleService } from './schedules/service.js';
 
 const ratchetOptions = z.object({
   /** PostgreSQL URL; default DATABASE_URL; unset = embedded PGlite. */
@@ -34,6 +37,8 @@ const ratchetOptions = z.object({
   redisUrl: z.string().min(1).optional(),
   workflows: z.array(z.custom<Workflow>()).optional(),
   workflowsDir: z.string().min(1).optional(),
+  /** Schedules made by defineSchedule (those exported from files under workflowsDir are added). */
+  schedules: z.array(z.custom<Schedule>()).optional(),
   logger: z.custom<Logger>().optional(),
   poolSize: z.number().int().min(1).max(1000).optional(),
   /** Client-side limit on one statement's answer (default 10 s). */
@@ -90,6 +95,8 @@ export interface Ratchet {
   explain(id: string): Promise<Explanation>;
   /** Runs, newest first, filtered, one page at a time. */
   listRuns(filter?: ListRunsFilter): Promise<RunPage>;
+  /** Cron schedules: create / replace, list, delete (src/schedules/); workers fire them. */
+  readonly schedules: ScheduleService;
 }
 
 /** A duration given to submit: bad input (InvalidInputError naming its path), not a bad definition. */
@@ -108,8 +115,11 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
   const opts = parseInput(ratchetOptions, options, 'createRatchet');
   if (!opts.workflows && !opts.workflowsDir) throw new InvalidInputError('give `workflows` or `workflowsDir`', 'createRatchet.workflows');
   const logger = opts.logger ?? defaultLogger();
-  const workflows = [...(opts.workflows ?? []), ...(opts.workflowsDir ? await loadWorkflows(opts.workflowsDir) : [])];
+  const loaded = opts.workflowsDir ? await loadDefinitions(opts.workflowsDir) : { workflows: [], schedules: [] };
+  const workflows = [...(opts.workflows ?? []), ...loaded.workflows];
   const registry = createRegistry(workflows);
+  const codeSchedules = [...(opts.schedules ?? []), ...loaded.schedules];
+  checkCodeSchedules(codeSchedules, registry);
   // Tools of isolation: 'thread' classes need a thread runner (without one they would run inline): make one unless given; close() closes it.
   const ownThreadRunner = !opts.threadRunner && registry.toolClasses().some((c) => c.isolation === 'thread') ? createThreadRunner({ logger }) : null;
   const threadRunner = opts.threadRunner ?? ownThreadRunner ?? undefined;
@@ -127,6 +137,15 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     ? createBullmqTransport({ redisUrl, logger, dueIn: (stageId) => store.dueIn(stageId) })
     : createInProcessTransport());
   const workers = new Set<Worker>();
+  if (codeSchedules.length > 0) {
+    try {
+      await syncCodeSchedules(store.db, codeSchedules);
+    } catch (err) {
+      await transport.close().catch(() => {});
+      await store.close().catch(() => {});
+      throw err;
+    }
+  }
 
   const ratchet: Ratchet = {
     store,
@@ -176,7 +195,11 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     },
     events: (id) => store.listEvents(id),
     worker(workerOpts) {
-      const w = new Worker({ store, registry, transport, logger, threadRunner, retention: opts.retention }, workerOpts);
+      const workflowNames = [...new Set(registry.list().map((wf) => wf.name))];
+      const fireSchedules = (owner: string) => fireDueSchedules({
+        db: store.db, owner, workflows: () => workflowNames, submit: (name, input, o) => ratchet.submit(name, input, o), logger,
+      }).then(() => undefined);
+      const w = new Worker({ store, registry, transport, logger, threadRunner, retention: opts.retention, fireSchedules }, workerOpts);
       if (ownThreadRunner) assertThreadSources(registry.list(), w.classes);
       workers.add(w);
       return w;
@@ -197,6 +220,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     },
     explain: (id) => explainRun({ store, registry }, id),
     listRuns: (filter) => store.listRuns(filter),
+    schedules: createScheduleService(store.db, registry),
   };
   return ratchet;
 }

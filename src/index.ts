@@ -9,6 +9,10 @@ export type {
   ToolClassOptions, ToolOptions, WorkflowOptions, StepOptions, ToolClass, Tool, Workflow, Step, StepInputArgs, ToolContext,
   ReconcileResult, RetryOptions, RetryPolicy, Duration,
 } from './definitions/index.js';
+export { defineSchedule } from './schedules/define.js';
+export type { Schedule, ScheduleOptions } from './schedules/define.js';
+export type { ScheduleService, ScheduleView } from './schedules/service.js';
+export type { CatchUp, Overlap } from './schedules/spec.js';
 export { createRatchet } from './engine.js';
 export type { Ratchet, RatchetOptions, RunView, SubmitOptions } from './engine.js';
 export {

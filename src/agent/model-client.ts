@@ -3,6 +3,7 @@ import type { ModelSpec, Tool } from '../definitions/types.js';
 import { toolJsonSchema } from '../definitions/json-schema.js';
 import { PermanentError, TransientError } from '../errors.js';
 import { toJsonText } from '../store/json.js';
+import { noteUsage } from '../observability/model-usage.js';
 import type { ChatMessage } from './messages.js';
 import { assistantMessageSchema, type AssistantMessage } from './model-output.js';
 
@@ -61,5 +62,6 @@ export async function callModel(spec: ModelSpec, messages: ChatMessage[], tools:
   } catch (err) {
     throw new PermanentError(`the model's answer cannot be stored: ${(err as Error).message}`, { code: 'invalid_model_output' });
   }
+  noteUsage(parsed.data, completion.usage);
   return parsed.data;
 }

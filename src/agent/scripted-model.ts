@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 
 /** One scripted answer: text, tool calls (arguments as an object or raw string), or an HTTP error. */
 export type ScriptedAnswer =
-  | { content?: string; toolCalls?: { name: string; arguments: unknown; id?: string }[]; delayMs?: number }
+  | { content?: string; toolCalls?: { name: string; arguments: unknown; id?: string }[]; delayMs?: number; usage?: { prompt_tokens: number; completion_tokens: number } }
   | { status: number; body?: unknown };
 
 export interface ScriptedModelOptions {
@@ -78,7 +78,7 @@ export async function startScriptedModel(opts: ScriptedModelOptions): Promise<Sc
           message: { role: 'assistant', content: answer.content ?? null, ...(toolCalls?.length ? { tool_calls: toolCalls } : {}) },
           finish_reason: toolCalls?.length ? 'tool_calls' : 'stop',
         }],
-        usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+        usage: answer.usage ? { ...answer.usage, total_tokens: answer.usage.prompt_tokens + answer.usage.completion_tokens } : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
       }));
     })().catch((err: unknown) => {
       res.writeHead(500);

@@ -10,8 +10,12 @@ import { ApiError, issuePath } from './errors.js';
 import {
   cancelRoute, eventsRoute, explainRoute, getRunRoute, healthRoute, listRunsRoute, readyRoute, retryRoute, submitRoute,
 } from './routes.js';
+import { mountScheduleRoutes } from './schedules.js';
 import { createRunService } from './service.js';
 import { toApiError } from './to-api-error.js';
+import { streamHandler } from './stream-route.js';
+import type { EventHub } from '../live/hub.js';
+import { registerDashboard } from '../dashboard/routes.js';
 
 export interface AppOptions {
   ratchet: Ratchet;
@@ -22,6 +26,10 @@ export interface AppOptions {
   /** Seconds a 503 tells the client to wait (Retry-After). */
   retryAfterSeconds: number;
   logger: Logger;
+  /** The process's event hub (one LISTEN connection for every stream); its owner closes it. */
+  hub: EventHub;
+  /** A heartbeat comment on a quiet stream after this long (default 15 s). */
+  streamHeartbeatMs?: number;
 }
 
 const TARGET_PATH: Record<string, string[]> = { json: [], query: [], param: [], header: [] };
@@ -133,12 +141,16 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   app.openapi(explainRoute, async (c) => c.json(await service.explain(c.req.valid('param').id), 200));
   app.openapi(cancelRoute, async (c) => c.json(await service.cancel(c.req.valid('param').id), 200));
   app.openapi(retryRoute, async (c) => c.json(await service.retry(c.req.valid('param').id), 200));
+  mountScheduleRoutes(app, opts.ratchet);
+  app.get('/v1/runs/:id/stream', streamHandler({ ratchet: opts.ratchet, hub: opts.hub, heartbeatMs: opts.streamHeartbeatMs, logger: log }));
 
   // Prometheus text format, behind the same bearer auth (Prometheus sends it with `authorization`).
   app.get('/v1/metrics', async (c) => {
     const registry = processMetrics().registry;
     return c.body(await registry.metrics(), 200, { 'content-type': registry.contentType });
   });
+
+  registerDashboard(app, { ratchet: opts.ratchet, service, hub: opts.hub, tokens: opts.tokens, heartbeatMs: opts.streamHeartbeatMs, logger: log });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
   app.doc('/v1/openapi.json', {

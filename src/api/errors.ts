@@ -8,7 +8,7 @@ import { RatchetError } from '../errors.js';
  */
 export const API_ERROR_CODES = [
   'unauthorized', 'invalid_json', 'invalid_request', 'unsupported_media_type', 'body_too_large', 'invalid_input', 'unknown_workflow',
-  'unknown_run', 'idempotency_conflict', 'not_retryable', 'already_terminal', 'not_found', 'database_unavailable', 'internal',
+  'unknown_run', 'unknown_schedule', 'idempotency_conflict', 'not_retryable', 'already_terminal', 'not_found', 'database_unavailable', 'internal',
   'read_timeout', 'network_error', 'invalid_response',
 ] as const;
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];

@@ -77,6 +77,8 @@ export const runViewSchema = z.object({
   updatedAt: ts,
   finishedAt: ts.nullable(),
   stages: z.array(stageViewSchema),
+  /** Model tokens of the run's model stages (from the provider's usage), summed. */
+  usage: z.object({ inputTokens: z.number().int(), outputTokens: z.number().int(), modelCalls: z.number().int() }).strict().optional(),
 }).strict().meta({ id: 'Run' });
 export type RunJson = z.infer<typeof runViewSchema>;
 

@@ -9,6 +9,7 @@ import { InvalidInputError } from '../errors.js';
 import { parseInput } from '../store/validate.js';
 import { createApp } from './app.js';
 import { isLoopback } from './auth.js';
+import { createEventHub } from '../live/hub.js';
 
 export const DEFAULT_API_HOST = '127.0.0.1';
 export const DEFAULT_API_PORT = 7700;
@@ -31,6 +32,8 @@ const serverOptions = z.object({
   ratchet: z.custom<Ratchet>((v) => typeof v === 'object' && v !== null && 'submit' in v, 'a Ratchet from createRatchet'),
   ...listenFields,
   retryAfterSeconds: z.number().int().min(1).max(3600).optional(),
+  /** A heartbeat comment on a quiet run stream after this long, ms (default 15 s). */
+  streamHeartbeatMs: z.number().int().min(10).max(600_000).optional(),
   logger: z.custom<Logger>().optional(),
 }).strict();
 export type ServerOptions = z.input<typeof serverOptions>;
@@ -65,7 +68,11 @@ export async function createServer(options: ServerOptions): Promise<ApiServer> {
   const host = o.host ?? DEFAULT_API_HOST;
   const tokens = o.tokens ?? [];
   const logger = o.logger ?? o.ratchet.logger;
-  const app = createApp({ ratchet: o.ratchet, tokens, bodyLimit: o.bodyLimit ?? DEFAULT_BODY_LIMIT, retryAfterSeconds: o.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS, logger });
+  const hub = createEventHub(o.ratchet.store.db, { logger });
+  const app = createApp({
+    ratchet: o.ratchet, tokens, bodyLimit: o.bodyLimit ?? DEFAULT_BODY_LIMIT, retryAfterSeconds: o.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS, logger,
+    hub, streamHeartbeatMs: o.streamHeartbeatMs,
+  });
   const server = await new Promise<Server>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, hostname: host, port: o.port ?? DEFAULT_API_PORT }) as Server;
     s.once('error', reject);
@@ -82,11 +89,12 @@ export async function createServer(options: ServerOptions): Promise<ApiServer> {
   return {
     url, host, port, app,
     close() {
-      closed ??= new Promise<void>((resolve) => {
+      // Open streams end first, so their connections do not hold the close.
+      closed ??= hub.close().then(() => new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
         setTimeout(() => server.closeAllConnections(), 2000).unref();
-      });
+      }));
       return closed;
     },
   };

@@ -5,6 +5,7 @@ import type { RunState } from '../planner/states.js';
 import { resolveDuration } from '../definitions/duration.js';
 import { InvalidInputError } from '../errors.js';
 import { STORABLE_TIME_RANGE } from '../store/limits.js';
+import { runUsage } from '../store/usage.js';
 import { cancelToJson, eventToJson, retryToJson, runSummaryToJson, runToJson } from './present.js';
 import { requestTimestampSchema } from './schemas.js';
 import type {
@@ -70,7 +71,8 @@ export function createRunService(ratchet: Ratchet): RunService {
       return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };
     },
     async get(id) {
-      return runToJson(await requireRun(id));
+      const run = runToJson(await requireRun(id));
+      return { ...run, usage: await runUsage(ratchet.store.db, id) };
     },
     async list(q = {}) {
       const page = await ratchet.listRuns({

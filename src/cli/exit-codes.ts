@@ -4,7 +4,7 @@
  *   1 unexpected error
  *   2 bad usage or input (bad JSON, unknown workflow, input the workflow's schema refuses,
  *     a locked data directory): nothing was persisted
- *   3 unknown run
+ *   3 unknown run (or schedule)
  *   4 database unavailable
  *   5 `run`: the run ended failed, cancelled or expired
  *   6 `run`: the run did not end within --timeout (it is left as it is, not cancelled)
@@ -26,7 +26,7 @@ export function exitCodeFor(code: string): number {
     case 'invalid_input': case 'invalid_definition': case 'data_dir_locked': case 'invalid_request': case 'invalid_json':
     case 'unknown_workflow': case 'body_too_large': case 'unsupported_media_type':
       return EXIT.invalidInput;
-    case 'unknown_run': return EXIT.unknownRun;
+    case 'unknown_run': case 'unknown_schedule': return EXIT.unknownRun;
     case 'database_unavailable': return EXIT.databaseUnavailable;
     case 'not_retryable': case 'already_terminal': case 'idempotency_conflict': case 'illegal_transition': return EXIT.conflict;
     case 'unauthorized': return EXIT.unauthorized;

@@ -8,11 +8,13 @@ import { registerDevCommand } from './commands/dev.js';
 import { registerStatusCommand } from './commands/status.js';
 import { registerListCommand } from './commands/list.js';
 import { registerEventsCommand } from './commands/events.js';
+import { registerWatchCommand } from './commands/watch.js';
 import { registerExplainCommand } from './commands/explain.js';
 import { registerCancelCommand } from './commands/cancel.js';
 import { registerRetryCommand } from './commands/retry.js';
 import { registerInitCommand } from './commands/init.js';
 import { registerPruneCommand } from './commands/prune.js';
+import { registerSchedulesCommand } from './commands/schedules.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
@@ -63,10 +65,12 @@ registerDevCommand(program);
 registerStatusCommand(program);
 registerListCommand(program);
 registerEventsCommand(program);
+registerWatchCommand(program);
 registerExplainCommand(program);
 registerCancelCommand(program);
 registerRetryCommand(program);
 registerPruneCommand(program);
+registerSchedulesCommand(program);
 
 try {
   await program.parseAsync(process.argv);

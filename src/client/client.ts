@@ -5,11 +5,16 @@ import {
   cancelResponseSchema, eventListSchema, explanationSchema, idempotencyKeySchema, retryResponseSchema, runListSchema, runViewSchema,
   submitResponseSchema, type CancelResponse, type EventListJson, type RetryResponse, type RunJson, type RunListJson, type SubmitResponse,
 } from '../api/schemas.js';
+import {
+  scheduleDeleteResponseSchema, scheduleDetailSchema, scheduleListSchema, schedulePutResponseSchema, type ScheduleBody, type ScheduleDetailJson,
+  type ScheduleJson,
+} from '../api/schedule-schemas.js';
 import { RUN_STATES, type RunState } from '../planner/states.js';
 import { parseInput } from '../store/validate.js';
 import { systemClock, type Clock } from './clock.js';
 import { request, type HttpOptions } from './http.js';
 import { waitForRun, type WaitOptions, type WaitOutcome } from './wait.js';
+import { watchRunEvents, type EventJson, type WatchEnd, type WatchOptions } from './watch.js';
 
 const clientOptions = z.object({
   /** The server, e.g. http://127.0.0.1:7700 */
@@ -53,8 +58,20 @@ export interface RatchetClient {
   cancel(id: string): Promise<CancelResponse>;
   retry(id: string): Promise<RetryResponse>;
   explain(id: string): Promise<Explanation>;
+  /** Creates or replaces a cron schedule (POST /v1/schedules): `created` false when the name existed. */
+  putSchedule(spec: ScheduleBody): Promise<{ schedule: ScheduleJson; created: boolean }>;
+  listSchedules(): Promise<ScheduleJson[]>;
+  /** One schedule with its latest decided ticks; ApiError `unknown_schedule` (404) for an unknown name. */
+  getSchedule(name: string): Promise<ScheduleDetailJson>;
+  deleteSchedule(name: string): Promise<{ name: string; deleted: true }>;
   /** Polls until the run ends, the deadline passes or polls run out (src/client/wait.ts). */
   wait(id: string, opts?: WaitOptions): Promise<WaitOutcome>;
+  /**
+   * The run's events as they are committed (server-sent events; reconnects with Last-Event-ID;
+   * falls back to the bounded poller), each once, in order, until its terminal event
+   * (src/client/watch.ts). The iterator's return value says how the watch ended.
+   */
+  watch(id: string, opts?: WatchOptions): AsyncGenerator<EventJson, WatchEnd>;
   /** Watches many runs with this one client; their first reads are spread over the first interval. */
   waitAll(ids: string[], opts?: WaitOptions): Promise<WaitOutcome[]>;
 }
@@ -117,8 +134,24 @@ export function createClient(options: ClientOptions): RatchetClient {
     async explain(id) {
       return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/explain`, schema: explanationSchema, timeoutMs })).data;
     },
+    async putSchedule(spec) {
+      return (await request(http, { method: 'POST', path: '/v1/schedules', schema: schedulePutResponseSchema, timeoutMs, body: spec })).data;
+    },
+    async listSchedules() {
+      return (await request(http, { method: 'GET', path: '/v1/schedules', schema: scheduleListSchema, timeoutMs })).data.schedules;
+    },
+    async getSchedule(name) {
+      return (await request(http, { method: 'GET', path: `/v1/schedules/${enc(name)}`, schema: scheduleDetailSchema, timeoutMs })).data;
+    },
+    async deleteSchedule(name) {
+      return (await request(http, { method: 'DELETE', path: `/v1/schedules/${enc(name)}`, schema: scheduleDeleteResponseSchema, timeoutMs })).data;
+    },
     wait(id, opts = {}) {
       return waitForRun(id, (readTimeout) => client.get(id, { timeoutMs: readTimeout, signal: opts.signal }), clock, random, opts);
+    },
+    watch(id, opts = {}) {
+      return watchRunEvents(http, id, clock, random, (runId, t, signal) => client.get(runId, { timeoutMs: t, signal }),
+        (runId, after) => client.events(runId, { ...(after ? { after } : {}), limit: 1000 }), opts);
     },
     waitAll(ids, opts = {}) {
       const first = typeof opts.initialInterval === 'number' ? opts.initialInterval : 1000;

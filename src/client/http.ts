@@ -8,7 +8,7 @@ export interface HttpOptions {
 }
 
 export interface RequestArgs<S extends z.ZodType> {
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'DELETE';
   path: string;
   schema: S;
   body?: unknown;

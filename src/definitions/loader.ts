@@ -5,6 +5,7 @@ import { register } from 'tsx/esm/api';
 import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
 import { isWorkflow } from './guards.js';
 import type { Workflow } from './types.js';
+import { isSchedule, withSourceFile, type Schedule } from '../schedules/define.js';
 
 const SOURCE = /\.(ts|mts|js|mjs)$/;
 const SKIP = /\.d\.m?ts$|\.test\./;
@@ -61,11 +62,17 @@ function enableTypeScript(): void {
  * the price is that a file is evaluated once per process (no reload).
  */
 export async function loadWorkflows(dir: string): Promise<Workflow[]> {
+  return (await loadDefinitions(dir)).workflows;
+}
+
+/** The workflows of loadWorkflows, and the schedules (defineSchedule) exported beside them. */
+export async function loadDefinitions(dir: string): Promise<{ workflows: Workflow[]; schedules: Schedule[] }> {
   const root = resolve(dir);
   await requireFolder(root);
   const files = await sourceFiles(root);
-  if (files.length === 0) return [];
+  if (files.length === 0) return { workflows: [], schedules: [] };
   enableTypeScript();
+  const schedules = new Map<Schedule, Schedule>();
   const seen = new Set<Workflow>();
   const byVersion = new Map<string, Workflow>();
   for (const file of files) {
@@ -76,6 +83,7 @@ export async function loadWorkflows(dir: string): Promise<Workflow[]> {
       throw new WorkflowLoadError(file, err);
     }
     for (const value of Object.values(exports)) {
+      if (isSchedule(value) && !schedules.has(value)) schedules.set(value, withSourceFile(value, file));
       if (!isWorkflow(value) || seen.has(value)) continue;
       seen.add(value);
       const version = value.version ?? 1; // a workflow made by an older copy of Ratchet has none
@@ -89,5 +97,5 @@ export async function loadWorkflows(dir: string): Promise<Workflow[]> {
       byVersion.set(id, Object.freeze({ ...value, version, sourceFile: file }));
     }
   }
-  return [...byVersion.values()];
+  return { workflows: [...byVersion.values()], schedules: [...schedules.values()] };
 }

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { DatabaseUnavailableError, isConnectionError } from './db-errors.js';
 import { StatementTimeLimitError, withTimeLimit, type Db, type DbSession, type QueryOptions, type Queryable, type Row } from './db.js';
+import { createPgListener } from './listener.js';
 import { migratePostgres } from './migrate.js';
 
 export interface PostgresOptions {
@@ -173,6 +174,9 @@ export function createPostgresDb(opts: PostgresOptions): Db {
       // cancelled after the pool's answer limit, so an abandoned one cannot linger.
       return createSession({ ...connection, application_name: `${connection.application_name}:${label}`,
         statement_timeout: opts.statementTimeoutMs ?? opts.queryTimeoutMs ?? 10_000 });
+    },
+    listen(channel, on) {
+      return createPgListener({ ...connection, application_name: `${connection.application_name}:listen` }, channel, on);
     },
     async migrate() {
       const client = await connect();

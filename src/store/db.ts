@@ -2,6 +2,8 @@
  * The one interface the store speaks: a PostgreSQL pool or an embedded PGlite, same SQL.
  * Hot statements pass a `name` so the pg driver prepares them once per connection.
  */
+import type { ListenHandlers, Listener } from './listener.js';
+
 export type Row = Record<string, unknown>;
 
 export interface QueryOptions {
@@ -36,6 +38,11 @@ export interface Db extends Queryable {
   withConnection<T>(fn: (conn: Queryable) => Promise<T>): Promise<T>;
   /** A connection of its own, outside the pool (see DbSession); `label` names it to the server. */
   session(label: string): DbSession;
+  /**
+   * LISTEN on `channel` over a connection of its own (PostgreSQL only; absent on PGlite, whose
+   * readers poll). See ./listener.ts.
+   */
+  listen?(channel: string, on: ListenHandlers): Listener;
   /** Applies the committed migrations under an advisory lock. */
   migrate(): Promise<void>;
   close(): Promise<void>;

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { bigint, check, index, integer, jsonb, pgSchema, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
+import { bigint, check, customType, index, integer, jsonb, pgSchema, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
 
 /**
  * The persisted model. Everything lives in the `ratchet` schema so Ratchet can share a
@@ -12,6 +12,9 @@ export const ratchet = pgSchema('ratchet');
 export const fenceSeq = ratchet.sequence('fence_seq', { startWith: 1, increment: 1, cache: 1 });
 
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+
+/** A 64-bit transaction id (PostgreSQL 13+), read as a decimal string. */
+const xid8 = customType<{ data: string; driverData: string }>({ dataType: () => 'xid8' });
 
 export const runs = ratchet.table('runs', {
   id: uuid('id').primaryKey(),
@@ -104,6 +107,12 @@ export const events = ratchet.table('events', {
   attempt: integer('attempt'),
   at: ts('at').notNull().default(sql`now()`),
   data: jsonb('data'),
+  /**
+   * The writing transaction's id. Live streams read a run's events in (tx, id) order, only up
+   * to the oldest transaction still running (src/store/stream.sql.ts), so an event committed
+   * late with a lower id is never skipped. Null on rows written before migration 0007.
+   */
+  tx: xid8('tx').default(sql`pg_current_xact_id()`),
 }, (t) => [
   index('events_run_idx').on(t.runId, t.id),
 ]);

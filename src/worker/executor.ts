@@ -15,6 +15,8 @@ import type { LeaseKeeper } from './lease-keeper.js';
 import type { StageReady } from '../transport/transport.js';
 import { runGuarded } from './run-guarded.js';
 import type { Metrics } from '../observability/metrics.js';
+import { logPayload } from '../observability/log-payload.js';
+import { recordModelUsage } from '../observability/model-usage.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -111,7 +113,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
       const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
       const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      row = onModelAnswer(step.agent, stage, answer, history, data());
+      row = onModelAnswer(step.agent, stage, answer, history,
+        { ...data(), ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer) });
     } else {
       const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
       const output = await produce(deps, log, workflow, step.tool, ready, attempt);
@@ -354,7 +357,8 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
   if (row.outcome === 'queued') {
     deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   }
-  log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state }, 'stage finished');
+  log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state,
+    ...logPayload('result', row.result) }, 'stage finished');
   return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
 }
 

@@ -41,6 +41,8 @@ export class Sweeper {
     private readonly failUnservedAfterMs: number | null = null,
     /** The retention policy (createRatchet({ retention })), applied each tick in bounded batches (null: keep every run). */
     private readonly retention: RetentionAges | null = null,
+    /** Fires the cron schedules that have a tick due (src/schedules/fire.ts); null: none. */
+    private readonly fireSchedules: (() => Promise<void>) | null = null,
   ) {}
 
   start(): void {
@@ -65,6 +67,7 @@ export class Sweeper {
   private tick(): Promise<void> {
     this.running = (async () => {
       await this.expireRuns();
+      await this.fireSchedules?.().catch((err: Error) => this.logger.warn({ event: 'schedules_failed', err: err.message }, 'firing schedules failed'));
       try {
         const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
         await this.store.upsertWorker(this.owner, [...this.definitions.keys()], [...new Set(lanes.map((l) => l.definitionHash))]);

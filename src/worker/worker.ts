@@ -47,6 +47,8 @@ export interface WorkerDeps {
   metrics?: Metrics;
   /** The retention policy its sweeper applies (createRatchet({ retention })). */
   retention?: RetentionAges;
+  /** One firing pass of the cron schedules (src/schedules/fire.ts), run by the sweeper each tick. */
+  fireSchedules?: (owner: string) => Promise<void>;
 }
 
 /**
@@ -124,7 +126,7 @@ export class Worker {
     this.keeper = new LeaseKeeper(this.extender, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
     this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.definitions, known, this.opts.sweepIntervalMs, logger, metrics,
-      o.failUnservedAfterMs ?? null, deps.retention ?? null);
+      o.failUnservedAfterMs ?? null, deps.retention ?? null, deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null);
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,

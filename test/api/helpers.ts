@@ -17,10 +17,10 @@ export interface Api {
 }
 
 /** A Ratchet on the given database (embedded in memory by default), the task API on a free loopback port, and a client. */
-export async function startApi(opts: Partial<RatchetOptions> & { bodyLimit?: number; tokens?: string[]; clock?: Clock; fetch?: typeof fetch } = {}): Promise<Api> {
-  const { bodyLimit, tokens, clock, fetch: f, ...ratchetOpts } = opts;
+export async function startApi(opts: Partial<RatchetOptions> & { bodyLimit?: number; tokens?: string[]; clock?: Clock; fetch?: typeof fetch; streamHeartbeatMs?: number } = {}): Promise<Api> {
+  const { bodyLimit, tokens, clock, fetch: f, streamHeartbeatMs, ...ratchetOpts } = opts;
   const ratchet = await createRatchet({ dataDir: ':memory:', workflows: apiWorkflows, logger: silentLogger(), ...ratchetOpts });
-  const server = await createServer({ ratchet, tokens: tokens ?? [TOKEN], port: 0, ...(bodyLimit ? { bodyLimit } : {}), retryAfterSeconds: 2 });
+  const server = await createServer({ ratchet, tokens: tokens ?? [TOKEN], port: 0, ...(bodyLimit ? { bodyLimit } : {}), retryAfterSeconds: 2, ...(streamHeartbeatMs ? { streamHeartbeatMs } : {}) });
   const client = createClient({ baseUrl: server.url, token: TOKEN, ...(clock ? { clock } : {}), ...(f ? { fetch: f } : {}) });
   return {
     ratchet, server, client,

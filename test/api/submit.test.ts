@@ -91,7 +91,8 @@ describe('POST /v1/runs', () => {
   it('serves the OpenAPI document with every route and schema', async () => {
     const doc = await api.http('/v1/openapi.json');
     expect(doc.status).toBe(200);
-    expect(Object.keys(doc.body.paths).sort()).toEqual(['/healthz', '/readyz', '/v1/runs', '/v1/runs/{id}', '/v1/runs/{id}/cancel', '/v1/runs/{id}/events', '/v1/runs/{id}/explain', '/v1/runs/{id}/retry']);
+    expect(Object.keys(doc.body.paths).sort()).toEqual(['/healthz', '/readyz', '/v1/runs', '/v1/runs/{id}', '/v1/runs/{id}/cancel', '/v1/runs/{id}/events', '/v1/runs/{id}/explain', '/v1/runs/{id}/retry',
+      '/v1/schedules', '/v1/schedules/{name}']);
     expect(Object.keys(doc.body.paths['/v1/runs'].post.responses).sort()).toEqual(['200', '202', '400', '401', '404', '409', '413', '415', '422', '503']);
     expect(doc.body.components.schemas).toHaveProperty('Run');
     expect(doc.body.components.schemas).toHaveProperty('Explanation');

@@ -18,6 +18,7 @@ export function formatRun(r: RunJson): string {
     if (s.lastError && s.state !== 'succeeded') line += `  (${errorText(s.lastError)})`;
     lines.push(line);
   }
+  if (r.usage && r.usage.modelCalls > 0) lines.push(`model usage: ${r.usage.inputTokens} tokens in, ${r.usage.outputTokens} out, ${r.usage.modelCalls} calls`);
   if (r.state === 'succeeded') lines.push(`result: ${JSON.stringify(r.result)}`);
   else if (r.error) lines.push(`error: ${errorText(r.error)}`);
   return lines.join('\n');

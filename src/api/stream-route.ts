@@ -1,0 +1,106 @@
+import { once } from 'node:events';
+import type { ServerResponse } from 'node:http';
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
+import type { Context } from 'hono';
+import { streamSSE } from 'hono/streaming';
+import type { Logger } from 'pino';
+import type { Ratchet } from '../engine.js';
+import type { EventHub } from '../live/hub.js';
+import { openRunStream, type StreamedEvent, type StreamItem } from '../live/run-stream.js';
+import { ApiError } from './errors.js';
+import { eventToJson } from './present.js';
+
+/** How long an EventSource waits before reconnecting (the SSE `retry:` field). */
+export const STREAM_RETRY_MS = 1000;
+
+/**
+ * One event's SSE message, made once however many watchers send it (their reads are shared,
+ * so they hold the same event objects).
+ */
+const messages = new WeakMap<StreamedEvent, string>();
+function messageOf(e: StreamedEvent): string {
+  let m = messages.get(e);
+  if (m === undefined) {
+    m = `id: ${e.id}\ndata: ${JSON.stringify(eventToJson(e))}\n\n`;
+    messages.set(e, m);
+  }
+  return m;
+}
+const textOf = (item: StreamItem) => (item.kind === 'heartbeat' ? ': heartbeat\n\n' : messageOf(item.event));
+
+/**
+ * Writes the stream straight to Node's response (no web-stream layers between: with 50
+ * watchers every event is 50 writes), waiting for 'drain' when a watcher reads slowly, so a
+ * slow watcher holds only its own stream back.
+ */
+async function pipeToNode(out: ServerResponse, stream: AsyncGenerator<StreamItem, void>, ac: AbortController): Promise<void> {
+  out.on('close', () => ac.abort());
+  out.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+  out.write(`retry: ${STREAM_RETRY_MS}\n\n`);
+  try {
+    for await (const item of stream) {
+      if (ac.signal.aborted) break;
+      if (!out.write(textOf(item))) await once(out, 'drain', { signal: ac.signal }).catch(() => {});
+    }
+  } finally {
+    ac.abort();
+    await stream.return(undefined);
+    out.end();
+  }
+}
+
+export interface StreamRouteOptions {
+  ratchet: Ratchet;
+  hub: EventHub;
+  heartbeatMs?: number;
+  logger: Logger;
+}
+
+/**
+ * GET /v1/runs/:id/stream (and the dashboard's cookie twin): server-sent events of the run's
+ * events as they are committed. Each message is one event as JSON (the shape of GET
+ * /v1/runs/:id/events) with `id:` its event id; a client reconnecting with `Last-Event-ID`
+ * (or `?after=<event id>`) gets every later event once, in order. The stream ends after the
+ * run's terminal event; a reconnect after that gets 204 (EventSource stops retrying). Comment
+ * lines (`: heartbeat`) keep idle proxies from closing it.
+ */
+export function streamHandler(opts: StreamRouteOptions) {
+  return async (c: Context) => {
+    const runId = c.req.param('id') ?? '';
+    const resume = c.req.header('last-event-id')?.trim() || c.req.query('after') || undefined;
+    if (resume !== undefined && !/^\d{1,19}$/.test(resume)) {
+      throw new ApiError(400, 'invalid_request', 'Last-Event-ID (or ?after) must be an event id of this run', { path: 'Last-Event-ID' });
+    }
+    const ac = new AbortController();
+    const stream = await openRunStream(opts.ratchet.store.db, opts.hub, runId, {
+      ...(resume !== undefined ? { afterEventId: resume } : {}), heartbeatMs: opts.heartbeatMs, signal: ac.signal,
+    });
+    if (!stream) return c.body(null, 204);
+    const outgoing = (c.env as { outgoing?: ServerResponse } | undefined)?.outgoing;
+    if (outgoing) {
+      pipeToNode(outgoing, stream, ac).catch((err: unknown) => {
+        if (!ac.signal.aborted) opts.logger.warn({ event: 'stream_failed', runId, err: (err as Error).message }, 'a run stream ended early');
+      });
+      return RESPONSE_ALREADY_SENT;
+    }
+    // Another runtime than Node: hono's own SSE helper.
+    c.header('X-Accel-Buffering', 'no'); // nginx: pass each message on as it comes
+    return streamSSE(c, async (sse) => {
+      sse.onAbort(() => ac.abort());
+      await sse.write(`retry: ${STREAM_RETRY_MS}\n\n`);
+      try {
+        for await (const item of stream) {
+          if (sse.aborted || sse.closed) break;
+          await sse.write(textOf(item));
+        }
+      } catch (err) {
+        if (!ac.signal.aborted) {
+          opts.logger.warn({ event: 'stream_failed', runId, err: (err as Error).message }, 'a run stream ended early');
+        }
+      } finally {
+        ac.abort();
+        await stream.return(undefined);
+      }
+    });
+  };
+}

@@ -1,0 +1,135 @@
+/** The dashboard's script and style, served from /assets/ (no build step; CSP allows 'self' only). */
+export const DASHBOARD_JS = String.raw`(() => {
+  'use strict';
+  const TERMINAL = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'];
+  const FACTS = ['owner', 'previousOwner', 'previousFence', 'reason', 'code', 'error', 'lastError', 'delayMs', 'availableAt', 'leaseUntil',
+    'fastPath', 'requestId', 'stages', 'outcome', 'currentFence', 'currentState', 'durationMs', 'resultHash', 'resultBytes', 'effectKey'];
+  const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || '';
+  const root = document.getElementById('run');
+  let refresh = () => location.reload();
+
+  // Buttons: posted with fetch (CSRF token in a header); the live stream shows what follows.
+  document.addEventListener('submit', async (ev) => {
+    const form = ev.target;
+    if (!(form instanceof HTMLFormElement) || !form.classList.contains('action')) return;
+    ev.preventDefault();
+    const button = form.querySelector('button');
+    if (button) button.disabled = true;
+    try {
+      const res = await fetch(form.action, { method: 'POST', credentials: 'same-origin', headers: { 'x-csrf-token': csrf, accept: 'application/json' } });
+      const body = await res.json().catch(() => null);
+      notice(res.ok ? (body && body.note) || 'done' : (body && body.error && body.error.message) || 'HTTP ' + res.status, !res.ok);
+    } catch (err) {
+      notice(String(err), true);
+    }
+    refresh();
+  });
+
+  function notice(text, bad) {
+    let n = document.getElementById('notice');
+    if (!n) {
+      n = document.createElement('p');
+      n.id = 'notice';
+      n.setAttribute('role', 'status');
+      document.querySelector('main').prepend(n);
+    }
+    n.className = bad ? 'error' : 'ok';
+    n.textContent = text;
+  }
+
+  if (!root) return;
+  const id = root.dataset.runId;
+  const tbody = document.getElementById('events');
+  const live = document.getElementById('live');
+  const seen = new Set(Array.from(tbody.querySelectorAll('tr[data-event-id]'), (r) => r.dataset.eventId));
+  let stages = JSON.parse(root.dataset.stages || '{}');
+  let timer = null;
+  refresh = () => {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const res = await fetch('/runs/' + id + '/panel', { credentials: 'same-origin' });
+      if (!res.ok) return;
+      const panel = document.getElementById('panel');
+      panel.outerHTML = await res.text();
+      const fresh = document.getElementById('panel');
+      if (fresh.dataset.stages) stages = JSON.parse(fresh.dataset.stages);
+    }, 120);
+  };
+
+  function cell(tr, text, cls) {
+    const td = document.createElement('td');
+    td.textContent = text;
+    if (cls) td.className = cls;
+    tr.appendChild(td);
+  }
+  function show(k, v) {
+    if ((k === 'error' || k === 'lastError') && v && typeof v === 'object') return (v.code ? v.code + ': ' : '') + (v.message || '');
+    return typeof v === 'string' ? v : JSON.stringify(v);
+  }
+  function append(e) {
+    const tr = document.createElement('tr');
+    tr.dataset.eventId = e.id;
+    tr.className = 'fresh';
+    const data = e.data && typeof e.data === 'object' ? e.data : {};
+    const facts = Object.keys(data).filter((k) => FACTS.includes(k)).map((k) => k + '=' + show(k, data[k])).join(' ').slice(0, 300);
+    [e.id, e.at.replace('T', ' ').replace(/\.\d+Z$/, 'Z'), e.type, e.stageId ? String(stages[e.stageId] || e.stageId) : '', e.attempt === null ? '' : String(e.attempt), e.fence || '']
+      .forEach((t) => cell(tr, t));
+    cell(tr, facts, 'facts');
+    tbody.appendChild(tr);
+  }
+
+  if ((document.getElementById('panel') || {}).dataset.state && ['succeeded', 'failed', 'cancelled', 'expired'].includes(document.getElementById('panel').dataset.state)) {
+    live.textContent = 'finished';
+  }
+  const es = new EventSource('/runs/' + id + '/stream');
+  es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
+  es.onmessage = (m) => {
+    const e = JSON.parse(m.data);
+    if (!seen.has(e.id)) {
+      seen.add(e.id);
+      append(e);
+    }
+    refresh();
+    if (TERMINAL.includes(e.type)) {
+      es.close();
+      live.textContent = 'finished';
+      live.className = 'live';
+    }
+  };
+  es.onerror = () => {
+    live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
+    live.className = 'live';
+  };
+})();
+`;
+
+export const DASHBOARD_CSS = `
+*{box-sizing:border-box}body{margin:0;font:14px/1.4 system-ui,sans-serif;color:#1d2330;background:#f6f7f9}
+header{display:flex;align-items:center;gap:1rem;padding:.6rem 1.2rem;background:#1d2330;color:#fff}header a{color:#fff;text-decoration:none;font-weight:600}
+.spacer{flex:1}button.link{background:none;border:0;color:#cfd6e4;cursor:pointer}main{padding:1rem 1.4rem;max-width:1400px}
+h1{font-size:1.3rem}h2{font-size:1.05rem;margin-top:1.4rem}code{font-size:.95em}
+table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:.3rem .5rem;border-bottom:1px solid #e3e6eb;text-align:left;vertical-align:top}
+th{background:#eef0f4;font-weight:600}td.err{color:#a1262b}td.facts{font-family:ui-monospace,monospace;font-size:12px;color:#4a5263}
+.muted{color:#778}.error{color:#a1262b}.ok{color:#176b2c}.filters{display:flex;gap:1rem;align-items:end;margin-bottom:1rem}
+.state{display:inline-block;padding:0 .45rem;border-radius:.6rem;font-size:12px;background:#dde2ea}.state.big{font-size:15px;padding:.15rem .7rem}
+.s-running{background:#cfe0ff}.s-succeeded{background:#cdebd3}.s-failed{background:#f7cfd1}.s-cancelled{background:#e2e2e2}.s-expired{background:#f3ddb8}.s-queued{background:#fff0c2}
+.summary{display:flex;gap:2rem;align-items:flex-start;background:#fff;padding:.8rem;border:1px solid #e3e6eb}
+.facts{display:grid;grid-template-columns:auto auto;gap:.1rem .8rem;margin:0}dt{color:#667}dd{margin:0}
+.actions{display:flex;gap:.5rem;margin-left:auto}.actions button{padding:.35rem .8rem;cursor:pointer}.danger{background:#b3261e;color:#fff;border:0;border-radius:3px}
+.timeline{background:#fff;border:1px solid #e3e6eb;padding:.6rem}.axis{display:flex;justify-content:space-between;color:#778;font-size:12px;margin-left:220px}
+.lane{display:flex;align-items:center;height:30px}.lane-label{width:220px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis;font-size:13px}
+.lane-track{position:relative;flex:1;height:22px;background:#f1f3f6;border-radius:3px}
+.bar{position:absolute;top:2px;height:18px;border-radius:3px;color:#fff;font-size:11px;overflow:hidden;white-space:nowrap;padding-left:3px;min-width:4px}
+.o-running{background:#2f6fe0}.o-succeeded{background:#2e8b45}.o-failed{background:#c2372f}.o-retried{background:#e08a1e}
+.o-lease_lost{background:repeating-linear-gradient(45deg,#7d5ba6,#7d5ba6 4px,#a48bc4 4px,#a48bc4 8px)}.o-cancelled{background:#8a8f99}.o-released,.o-unknown{background:#b0b6c2}
+.bar.reclaimed{outline:2px solid #7d5ba6;outline-offset:-2px}
+.wait{position:absolute;top:9px;height:4px;border-top:2px dashed #e08a1e}
+.mark{position:absolute;top:-3px;width:2px;height:28px;background:#333}.m-reclaim{background:#7d5ba6}.m-retry{background:#e08a1e}.m-lease_lost{background:#c2372f}
+.m-ownership_unknown{background:#d4a017}.m-result_rejected{background:#000}.m-request{background:#2f6fe0;width:1px}
+.legend{display:flex;gap:.6rem;margin-top:.5rem;font-size:11px;flex-wrap:wrap}.legend .bar{position:static;display:inline-block;padding:0 .4rem}
+.wait-key{border-top:2px dashed #e08a1e;padding:0 .4rem}.mark-key{border-left:3px solid;padding-left:.3rem}.mark-key.m-reclaim{border-color:#7d5ba6;background:none}.mark-key.m-retry{border-color:#e08a1e;background:none}
+.explain{background:#fff;border:1px solid #e3e6eb;padding:.6rem}.explain dl{display:grid;grid-template-columns:max-content auto;gap:.1rem 1rem}
+.live{font-size:12px;color:#778}.live.on{color:#176b2c}.live.on::before{content:"● "}tr.fresh{animation:fresh 1.5s}@keyframes fresh{from{background:#fff7c2}to{background:#fff}}
+.login{max-width:420px;background:#fff;padding:1rem 1.4rem;border:1px solid #e3e6eb}.login input{width:100%;margin:.4rem 0 .8rem;padding:.4rem}
+.pager{margin:1rem 0}.approvals{background:#fff;border:1px solid #e3e6eb;padding:.2rem .8rem;margin-bottom:1rem}
+`;

@@ -1,0 +1,127 @@
+import type { OpenAPIHono } from '@hono/zod-openapi';
+import type { Context, MiddlewareHandler } from 'hono';
+import { deleteCookie, setCookie } from 'hono/cookie';
+import type { Logger } from 'pino';
+import type { RunService } from '../api/service.js';
+import { streamHandler } from '../api/stream-route.js';
+import type { Ratchet } from '../engine.js';
+import { UnknownRunError } from '../errors.js';
+import type { EventHub } from '../live/hub.js';
+import { RUN_STATES, type RunState } from '../planner/states.js';
+import { DASHBOARD_CSS, DASHBOARD_JS } from './assets.js';
+import { html, layout } from './html.js';
+import { listPage, loginPage, runPage, runPanel } from './pages.js';
+import { createDashboardSession, SESSION_COOKIE, SESSION_MAX_AGE_S } from './session.js';
+
+export interface DashboardOptions {
+  ratchet: Ratchet;
+  service: RunService;
+  hub: EventHub;
+  tokens: readonly string[];
+  heartbeatMs?: number;
+  logger: Logger;
+}
+
+/** Runs per page of the list: a thousand runs are twenty pages, each one indexed read. */
+export const DASHBOARD_PAGE_SIZE = 50;
+/** Events shown on a run page (the newest are added live). */
+const EVENTS_SHOWN = 2000;
+
+/** Inline style attributes carry the timeline's positions (numbers the server computed); scripts stay 'self' only. */
+const SECURITY_HEADERS: Record<string, string> = {
+  'Content-Security-Policy': "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'same-origin',
+  'Cache-Control': 'no-store',
+};
+
+/**
+ * The dashboard at `/` (DESIGN.md "Observability"): server-rendered pages with one small script,
+ * same auth as the API (the token entered once, kept in an HttpOnly cookie; CSRF token and
+ * Origin checked on every button), live updates from the run's stream. Never shows inputs,
+ * results or model answers: sizes and hashes only.
+ */
+export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): void {
+  const session = createDashboardSession(opts.tokens);
+  const page = (c: Context, title: string, body: Parameters<typeof layout>[1], status = 200) =>
+    c.html(layout(title, body, { csrf: session.csrf(c), signedIn: opts.tokens.length > 0 && session.signedIn(c) }), status as 200, SECURITY_HEADERS);
+
+  const signedIn: MiddlewareHandler = async (c, next) => {
+    if (session.signedIn(c)) return next();
+    if (c.req.method === 'GET' && c.req.header('accept')?.includes('text/html')) return page(c, 'Sign in', loginPage(null), 401);
+    return c.json({ error: { code: 'unauthorized', message: 'sign in first (POST /login with the token)', path: null, details: {} } }, 401);
+  };
+  const csrf: MiddlewareHandler = async (c, next) => {
+    const sent = c.req.header('x-csrf-token') ?? (c.req.header('content-type')?.includes('form') ? String((await c.req.parseBody()).csrf ?? '') : undefined);
+    if (!session.checkCsrf(c, sent)) {
+      return c.json({ error: { code: 'unauthorized', message: 'the CSRF token or the Origin does not match this session: reload the page', path: null, details: {} } }, 403);
+    }
+    return next();
+  };
+
+  app.get('/assets/dashboard.js', (c) => c.body(DASHBOARD_JS, 200, { 'content-type': 'text/javascript; charset=utf-8', 'cache-control': 'no-cache' }));
+  app.get('/assets/dashboard.css', (c) => c.body(DASHBOARD_CSS, 200, { 'content-type': 'text/css; charset=utf-8', 'cache-control': 'no-cache' }));
+
+  app.get('/favicon.ico', (c) => c.body(null, 204));
+  app.get('/login', (c) => page(c, 'Sign in', loginPage(null)));
+  app.post('/login', async (c) => {
+    const origin = c.req.header('origin');
+    if (origin && origin !== new URL(c.req.url).origin) return page(c, 'Sign in', loginPage('This sign-in did not come from this server.'), 403);
+    const body = await c.req.parseBody();
+    const token = typeof body.token === 'string' ? body.token.trim() : '';
+    if (opts.tokens.length > 0 && !session.accepts(token)) return page(c, 'Sign in', loginPage('That token is not accepted.'), 401);
+    setCookie(c, SESSION_COOKIE, token, {
+      httpOnly: true, sameSite: 'Strict', path: '/', maxAge: SESSION_MAX_AGE_S, secure: new URL(c.req.url).protocol === 'https:',
+    });
+    return c.redirect('/', 303);
+  });
+  app.post('/logout', signedIn, csrf, (c) => {
+    deleteCookie(c, SESSION_COOKIE, { path: '/' });
+    return c.redirect('/login', 303);
+  });
+
+  app.get('/', signedIn, async (c) => {
+    const state = c.req.query('state') ?? '';
+    const workflow = (c.req.query('workflow') ?? '').trim();
+    const cursor = c.req.query('cursor') || undefined;
+    const page1 = await opts.ratchet.listRuns({
+      ...(RUN_STATES.includes(state as RunState) ? { states: [state as RunState] } : {}), ...(workflow ? { workflow } : {}),
+      ...(cursor ? { cursor } : {}), limit: DASHBOARD_PAGE_SIZE,
+    }).catch(() => ({ runs: [], nextCursor: null }));
+    return page(c, 'Runs', listPage({
+      runs: page1.runs, nextCursor: page1.nextCursor, state: RUN_STATES.includes(state as RunState) ? state : '', workflow,
+      workflows: opts.ratchet.registry.list().map((w) => w.name), awaitingApproval: [],
+    }));
+  });
+
+  const loadRun = async (id: string) => {
+    const run = await opts.ratchet.store.getRun(id);
+    if (!run) throw new UnknownRunError(id);
+    const [events, explanation] = await Promise.all([opts.ratchet.store.listEvents(id, { limit: EVENTS_SHOWN }), opts.ratchet.explain(id).catch(() => null)]);
+    return { run, events, explanation };
+  };
+  app.get('/runs/:id', signedIn, async (c) => {
+    const id = c.req.param('id');
+    try {
+      const { run, events, explanation } = await loadRun(id);
+      return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c)));
+    } catch (err) {
+      if (err instanceof UnknownRunError) return page(c, 'Unknown run', html`<h1>Unknown run</h1><p>No run ${id} here (never submitted, or pruned).</p><p><a href="/">← runs</a></p>`, 404);
+      throw err;
+    }
+  });
+  app.get('/runs/:id/panel', signedIn, async (c) => {
+    const { run, events, explanation } = await loadRun(c.req.param('id'));
+    return c.html(runPanel(run, events, explanation, session.csrf(c)).text, 200, SECURITY_HEADERS);
+  });
+  app.get('/runs/:id/stream', signedIn, streamHandler({ ratchet: opts.ratchet, hub: opts.hub, heartbeatMs: opts.heartbeatMs, logger: opts.logger }));
+
+  const action = (name: 'cancel' | 'retry') => async (c: Context) => {
+    const id = c.req.param('id')!;
+    const res = await opts.service[name](id);
+    opts.logger.info({ event: `dashboard_${name}`, runId: id }, `run ${name} from the dashboard`);
+    return c.req.header('accept')?.includes('application/json') ? c.json(res, 200) : c.redirect(`/runs/${id}`, 303);
+  };
+  app.post('/runs/:id/cancel', signedIn, csrf, action('cancel'));
+  app.post('/runs/:id/retry', signedIn, csrf, action('retry'));
+}

@@ -1,0 +1,53 @@
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Context } from 'hono';
+import { getCookie } from 'hono/cookie';
+import { createTokenCheck } from '../api/auth.js';
+
+/** The cookie that keeps the API token the operator entered once (HttpOnly, SameSite=Strict). */
+export const SESSION_COOKIE = 'ratchet_token';
+/** Twelve hours, then the token is asked for again. */
+export const SESSION_MAX_AGE_S = 12 * 3600;
+
+export interface DashboardSession {
+  /** Is the request signed in (a token cookie the API accepts, or no tokens configured: loopback only)? */
+  signedIn(c: Context): boolean;
+  /** Does `token` pass as a bearer token? */
+  accepts(token: string): boolean;
+  /** The CSRF token for this request's session (empty when not signed in). */
+  csrf(c: Context): string;
+  /** Is a state-changing request genuine: its CSRF token matches the session's, and Origin (if sent) is this server? */
+  checkCsrf(c: Context, sent: string | undefined): boolean;
+}
+
+/**
+ * Same auth as the API: the token, entered once on the sign-in page, kept in an HttpOnly
+ * cookie (scripts cannot read it; SameSite=Strict keeps other sites from sending it). Buttons
+ * carry a CSRF token derived from the session (HMAC of the token), checked on every POST with
+ * the Origin header, so a page elsewhere cannot press them.
+ */
+export function createDashboardSession(tokens: readonly string[]): DashboardSession {
+  const check = createTokenCheck(tokens);
+  const open = tokens.length === 0;
+  // With no tokens (loopback only) the CSRF key is this process's own secret.
+  const processKey = randomBytes(32);
+  const tokenOf = (c: Context) => getCookie(c, SESSION_COOKIE);
+  const signedIn = (c: Context) => open || (tokenOf(c) !== undefined && check(`Bearer ${tokenOf(c)}`));
+  const csrf = (c: Context) => {
+    if (!signedIn(c)) return '';
+    return createHmac('sha256', open ? processKey : Buffer.from(tokenOf(c)!, 'utf8')).update('ratchet-dashboard-csrf').digest('base64url');
+  };
+  return {
+    signedIn,
+    accepts: (token) => check(`Bearer ${token}`),
+    csrf,
+    checkCsrf(c, sent) {
+      const origin = c.req.header('origin');
+      if (origin && origin !== new URL(c.req.url).origin) return false;
+      const want = csrf(c);
+      if (!want || !sent) return false;
+      const a = Buffer.from(want);
+      const b = Buffer.from(sent);
+      return a.length === b.length && timingSafeEqual(a, b);
+    },
+  };
+}

@@ -1,0 +1,114 @@
+import { setMaxListeners } from 'node:events';
+import type { Logger } from 'pino';
+import type { Db } from '../store/db.js';
+import type { Listener } from '../store/listener.js';
+import { eventsSince, lastEventId } from '../store/stream.js';
+
+/** The channel migration 0004's trigger notifies, once per statement per run (payload: the run id). */
+export const EVENTS_CHANNEL = 'ratchet_events';
+/** How often the embedded store is polled for new events while someone watches (no LISTEN there). */
+export const DEFAULT_POLL_MS = 200;
+
+export interface EventHub {
+  /** 'listen': PostgreSQL LISTEN/NOTIFY; 'poll': one shared poll (embedded PGlite). */
+  readonly mode: 'listen' | 'poll';
+  /**
+   * Calls `wake` whenever run `runId` may have new events: a notification for it, the
+   * listening connection (re)established, or the poll finding some. A wake is only a hint
+   * to read the table; it carries no data. Returns the unsubscribe.
+   */
+  subscribe(runId: string, wake: () => void): () => void;
+  /**
+   * Single flight: while a read under `key` is in flight, callers asking for the same key share
+   * its answer. Watchers of one run woken by one notification all stand at the same position,
+   * so 50 watchers cost one read, not 50.
+   */
+  shared<T>(key: string, read: () => Promise<T>): Promise<T>;
+  /** Aborted when the hub closes: streams end. */
+  readonly closed: AbortSignal;
+  close(): Promise<void>;
+}
+
+/**
+ * One per API process: a single LISTEN connection (or a single poll) fanned out to every
+ * watcher of every run, so 50 watchers cost one connection, not 50. Opened at the first
+ * subscription, kept until close().
+ */
+export function createEventHub(db: Db, opts: { logger?: Logger; pollMs?: number } = {}): EventHub {
+  const subscribers = new Map<string, Set<() => void>>();
+  const ac = new AbortController();
+  setMaxListeners(0, ac.signal); // every open stream listens for the hub's close
+  const log = opts.logger?.child({ component: 'event-hub' });
+  const wakeRun = (runId: string) => { for (const w of subscribers.get(runId) ?? []) w(); };
+  const wakeAll = () => { for (const set of subscribers.values()) for (const w of set) w(); };
+
+  let listener: Listener | null = null;
+  let pollTimer: NodeJS.Timeout | null = null;
+  let pollLastId: string | null = null;
+  const mode = db.listen ? 'listen' : 'poll';
+
+  const poll = async () => {
+    pollTimer = null;
+    if (ac.signal.aborted || subscribers.size === 0) return;
+    try {
+      if (pollLastId === null) {
+        pollLastId = await lastEventId(db);
+        wakeAll(); // whatever came before the poll started, each watcher reads it itself
+      } else {
+        const r = await eventsSince(db, pollLastId, [...subscribers.keys()]);
+        pollLastId = r.lastId;
+        for (const id of r.runIds) wakeRun(id);
+      }
+    } catch (err) {
+      log?.warn({ event: 'stream_poll_failed', err: (err as Error).message }, 'polling for events failed; trying again');
+    }
+    schedulePoll();
+  };
+  const schedulePoll = () => {
+    if (pollTimer || ac.signal.aborted || subscribers.size === 0) return;
+    pollTimer = setTimeout(() => void poll(), opts.pollMs ?? DEFAULT_POLL_MS);
+    pollTimer.unref();
+  };
+
+  const start = () => {
+    if (mode === 'poll') return schedulePoll();
+    listener ??= db.listen!(EVENTS_CHANNEL, {
+      notify: wakeRun,
+      connected: () => {
+        log?.debug({ event: 'stream_listening', channel: EVENTS_CHANNEL }, 'listening for events');
+        wakeAll();
+      },
+      lost: (err, retryInMs) => log?.warn({ event: 'stream_listen_lost', err: err.message, retryInMs }, 'the LISTEN connection failed; reconnecting'),
+    });
+  };
+
+  const inFlight = new Map<string, Promise<unknown>>();
+  return {
+    mode,
+    closed: ac.signal,
+    shared<T>(key: string, read: () => Promise<T>): Promise<T> {
+      const running = inFlight.get(key) as Promise<T> | undefined;
+      if (running) return running;
+      const p = read().finally(() => inFlight.delete(key));
+      inFlight.set(key, p);
+      return p;
+    },
+    subscribe(runId, wake) {
+      if (ac.signal.aborted) return () => {};
+      let set = subscribers.get(runId);
+      if (!set) subscribers.set(runId, (set = new Set()));
+      set.add(wake);
+      start();
+      return () => {
+        set.delete(wake);
+        if (set.size === 0 && subscribers.get(runId) === set) subscribers.delete(runId);
+      };
+    },
+    async close() {
+      ac.abort();
+      if (pollTimer) clearTimeout(pollTimer);
+      subscribers.clear();
+      await listener?.close();
+    },
+  };
+}

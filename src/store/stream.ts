@@ -1,0 +1,57 @@
+import type { Queryable } from './db.js';
+import type { EventRow } from './runs.js';
+import { EVENT_POSITION_SQL, EVENTS_SINCE_SQL, LAST_EVENT_ID_SQL, END_CHECK_SQL, STREAM_EVENTS_SQL } from './stream.sql.js';
+
+/** Where a live stream stands: after event `id`, whose transaction was `tx` (see stream.sql.ts). */
+export interface StreamPosition { tx: string; id: string }
+export const STREAM_START: StreamPosition = { tx: '0', id: '0' };
+
+export interface StreamBatch {
+  /** Events after the position that no running transaction can precede any more, in stream order. */
+  events: (EventRow & { position: StreamPosition })[];
+  /** Committed events held back behind a transaction still running: read again soon. */
+  heldBack: boolean;
+  /** The batch was full: more may be waiting. */
+  full: boolean;
+}
+
+const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+
+export async function readStreamBatch(q: Queryable, runId: string, after: StreamPosition, limit: number): Promise<StreamBatch> {
+  const rows = await q.query(STREAM_EVENTS_SQL, [runId, after.tx, after.id, limit], 'ratchet_stream_events');
+  const events: StreamBatch['events'] = [];
+  for (const e of rows) {
+    if (e.final !== true) break; // rows after the first held-back one are not final either (ordered by tx)
+    events.push({
+      id: e.id as string, runId: e.run_id as string, stageId: (e.stage_id as string | null) ?? null, type: e.type as string,
+      fence: (e.fence as string | null) ?? null, attempt: (e.attempt as number | null) ?? null, at: e.at as Date, data: e.data ?? null,
+      position: { tx: e.tx as string, id: e.id as string },
+    });
+  }
+  return { events, heldBack: events.length < rows.length, full: rows.length === limit };
+}
+
+/** The position of event `eventId` of run `runId` (a Last-Event-ID), or null when the run has no such event. */
+export async function eventPosition(q: Queryable, runId: string, eventId: string): Promise<StreamPosition | null> {
+  if (!isUuid(runId) || !/^\d{1,19}$/.test(eventId)) return null;
+  const [r] = await q.query(EVENT_POSITION_SQL, [runId, eventId], 'ratchet_event_position');
+  return r ? { tx: r.tx as string, id: eventId } : null;
+}
+
+/** The run's state and whether it was retried after `at` (see END_CHECK_SQL), or null for an unknown run. */
+export async function endCheck(q: Queryable, runId: string, at: StreamPosition): Promise<{ state: string; retriedAfter: boolean } | null> {
+  if (!isUuid(runId)) return null;
+  const [r] = await q.query(END_CHECK_SQL, [runId, at.tx, at.id], 'ratchet_stream_end_check');
+  return r ? { state: r.state as string, retriedAfter: r.retried_after === true } : null;
+}
+
+/** Which of `runIds` have events after `afterId` (polling where there is no LISTEN), and the newest id. */
+export async function eventsSince(q: Queryable, afterId: string, runIds: string[]): Promise<{ lastId: string; runIds: string[] }> {
+  const [r] = await q.query(EVENTS_SINCE_SQL, [afterId, runIds], 'ratchet_events_since');
+  return { lastId: (r?.last_id as string | undefined) ?? afterId, runIds: (r?.run_ids as string[] | undefined) ?? [] };
+}
+
+export async function lastEventId(q: Queryable): Promise<string> {
+  const [r] = await q.query(LAST_EVENT_ID_SQL);
+  return (r?.last_id as string | undefined) ?? '0';
+}
