@@ -8,7 +8,7 @@ import type { Workflow } from './definitions/types.js';
 import { workflowVersionSchema } from './definitions/workflow.js';
 import { InvalidInputError } from './errors.js';
 import { defaultLogger } from './logger.js';
-import { planStaticRun } from './planner/plan.js';
+import { assertRunnable, planStaticRun } from './planner/plan.js';
 import { planAgentRun } from './dispatcher/agent.js';
 import type { RunState, StageState } from './planner/states.js';
 import { openStore, retentionPolicySchema, type CancelResult, type EventRow, type Store } from './store/index.js';
@@ -168,6 +168,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       const deadline = so.deadline instanceof Date ? { deadline: so.deadline }
         : so.deadline !== undefined ? { deadlineInMs: submitDuration(so.deadline, 'submit.options.deadline') }
         : workflow.deadlineMs !== null ? { deadlineInMs: workflow.deadlineMs } : {};
+      assertRunnable(workflow);
       const created = await store.createRun({
         workflow: workflow.name,
         definitionHash: workflow.hash,

@@ -24,6 +24,36 @@ export const ERROR_CODES = [
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
+/**
+ * Codes of the errors a stage (and its run) fails with when the run graph's planner decides,
+ * not the tool: stored in the stage's and the run's `error.code`.
+ */
+export const GRAPH_ERROR_CODES = [
+  /** A step's input() threw or returned what is not JSON. */
+  'step_input_failed',
+  /** A step's when() threw or did not return a boolean. */
+  'when_failed',
+  /** A map's items() threw or did not return an array. */
+  'map_items_failed',
+  /** A map's list is longer than its maxItems (default 10,000). */
+  'map_too_large',
+  /** A map's input(item, i) threw for one item (the whole map fails: no item stage is inserted). */
+  'map_item_input_failed',
+  /** A child run failed, was cancelled or expired: the parent stage fails with it (its error in details). */
+  'child_run_failed',
+  'child_run_cancelled',
+  'child_run_expired',
+  /** A child-run step names a workflow (or version) this worker has not loaded. */
+  'unknown_child_workflow',
+  /** A child run's input does not pass the child workflow's input schema. */
+  'child_input_invalid',
+  /** An agent's tools failed for good more than maxToolErrors times in one run. */
+  'too_many_tool_errors',
+  /** Another stage of the run failed for good: this one was cancelled with it. */
+  'sibling_failed',
+] as const;
+export type GraphErrorCode = (typeof GRAPH_ERROR_CODES)[number];
+
 export class RatchetError extends Error {
   readonly code: ErrorCode;
   readonly details: Record<string, unknown>;

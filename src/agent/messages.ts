@@ -34,8 +34,20 @@ export function buildMessages(agent: AgentSpec, runInput: unknown, stages: reado
         if (calls.length === 0) messages.push({ role: 'user', content: `Your answer was refused: ${r.invalid.map((e) => e.message).join('; ')}` });
       }
     } else {
-      messages.push({ role: 'tool', tool_call_id: s.name, content: JSON.stringify(s.result ?? null) });
+      messages.push({ role: 'tool', tool_call_id: s.name, content: toolAnswer(s) });
     }
   }
   return messages;
+}
+
+/**
+ * What the model hears of one tool call: its result; or, for a call that failed for good (the
+ * agent tells tool errors to the model), the error's code and message, never a stack.
+ */
+export function toolAnswer(stage: Pick<RunStageRow, 'state' | 'result' | 'error'>): string {
+  if (stage.state !== 'failed') return JSON.stringify(stage.result ?? null);
+  const e = (stage.error ?? {}) as { code?: unknown; message?: unknown; lastError?: { code?: unknown; message?: unknown } };
+  const last = e.lastError ?? e;
+  return JSON.stringify({ error: 'tool_failed', code: typeof last.code === 'string' ? last.code : 'unknown',
+    message: typeof last.message === 'string' ? last.message : 'the tool failed' });
 }

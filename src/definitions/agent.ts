@@ -12,6 +12,9 @@ import { definitionPath, parseDefinition } from './validate.js';
 /** The stage tool name of a model call (not a valid tool name, so it can never clash with one). */
 export const MODEL_STAGE_TOOL = '$model';
 
+/** Tool failures told to the model in one run, at most, unless the agent says otherwise. */
+export const DEFAULT_MAX_TOOL_ERRORS = 5;
+
 export const agentOptionsSchema = z.strictObject({
   name: z.string().regex(WORKFLOW_NAME, 'must be a letter then up to 63 letters, digits, "_" or "-"'),
   version: workflowVersionSchema.optional(),
@@ -28,6 +31,9 @@ export const agentOptionsSchema = z.strictObject({
   maxSteps: z.int().min(1).max(1000).default(10),
   maxReplans: z.int().min(0).max(100).default(2),
   maxActions: z.int().min(1).max(100).default(10),
+  parallelToolCalls: z.boolean().default(true),
+  onToolError: z.enum(['tell_model', 'fail']).default('tell_model'),
+  maxToolErrors: z.int().min(0).max(1000).default(DEFAULT_MAX_TOOL_ERRORS),
   deadline: positiveDurationSchema.optional(),
   priority: prioritySchema.optional(),
 });
@@ -49,6 +55,12 @@ export interface AgentOptions<I> {
   maxActions?: number;
   /** The priority of its runs when the submitter gives none (README "Priorities"); default 0. */
   priority?: number;
+  /** The tool calls of one answer run as parallel stages (default true); the next model call waits for all of them. */
+  parallelToolCalls?: boolean;
+  /** A tool that fails after its retries: told to the model as the tool's answer ('tell_model', default) or fails the run ('fail'). */
+  onToolError?: 'tell_model' | 'fail';
+  /** Tool failures told to the model in one run, at most (default 5); one more fails the run with too_many_tool_errors. */
+  maxToolErrors?: number;
   deadline?: Duration;
 }
 
@@ -63,6 +75,10 @@ function agentHash(name: string, version: number, agent: AgentSpec): string {
     maxSteps: agent.maxSteps,
     maxReplans: agent.maxReplans,
     maxActions: agent.maxActions,
+    // Only when not the default, so the hashes of agents that do not set them (and their runs) stay what they were.
+    ...(agent.parallelToolCalls ? {} : { parallelToolCalls: false }),
+    ...(agent.onToolError === 'tell_model' ? {} : { onToolError: agent.onToolError }),
+    ...(agent.maxToolErrors === DEFAULT_MAX_TOOL_ERRORS ? {} : { maxToolErrors: agent.maxToolErrors }),
   };
   return createHash('sha256').update(canonicalJson(structure)).digest('hex');
 }
@@ -92,6 +108,9 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
     maxSteps: o.maxSteps,
     maxReplans: o.maxReplans,
     maxActions: o.maxActions,
+    parallelToolCalls: o.parallelToolCalls,
+    onToolError: o.onToolError,
+    maxToolErrors: o.maxToolErrors,
   });
   return Object.freeze({
     kind: 'workflow',
@@ -104,6 +123,7 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
     hash: agentHash(o.name, o.version ?? 1, agent),
     concurrencyKey: null,
     agent,
+    graph: false,
   });
 }
 

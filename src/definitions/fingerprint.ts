@@ -37,6 +37,8 @@ export function toolFingerprint(t: Tool): Record<string, unknown> {
     output: schemaFingerprint(t.output, 'output'),
     hasReconcile: typeof t.reconcile === 'function',
     hasIdempotencyKey: typeof t.idempotencyKey === 'function',
+    // Only on workflow tools, so every other tool's fingerprint (and the hashes that contain it) stays what it was.
+    ...(t.childWorkflow ? { childWorkflow: { name: t.childWorkflow.name, version: t.childWorkflow.version } } : {}),
   };
 }
 
@@ -47,15 +49,31 @@ export function toolFingerprint(t: Tool): Record<string, unknown> {
 export const versionField = (version: number): { workflowVersion?: number } => (version === 1 ? {} : { workflowVersion: version });
 
 /**
+ * A step's place in a graph (only for workflows that use one, so a plain sequence keeps the
+ * hash it always had): its kind, what it waits for, whether it has a condition, and a map's or
+ * child run's own settings.
+ */
+function graphFingerprint(s: Step): Record<string, unknown> {
+  return {
+    kind: s.kind,
+    after: s.after,
+    hasWhen: typeof s.when === 'function',
+    continueOnError: s.continueOnError,
+    ...(s.map ? { map: { maxParallel: s.map.maxParallel, maxItems: s.map.maxItems, hasInput: typeof s.map.input === 'function' } } : {}),
+    ...(s.workflow ? { childWorkflow: { name: s.workflow.name, version: s.workflow.version } } : {}),
+  };
+}
+
+/**
  * sha256 (hex) of a workflow's structure and declared version: what a run records, so it is only
  * ever resumed by a worker that loaded this very definition.
  */
-export function workflowHash(name: string, steps: readonly Step[], version = 1): string {
+export function workflowHash(name: string, steps: readonly Step[], version = 1, graph = false): string {
   const structure = {
     version: 1,
     workflow: name,
     ...versionField(version),
-    steps: steps.map((s) => ({ name: s.name, hasInput: typeof s.input === 'function', tool: toolFingerprint(s.tool) })),
+    steps: steps.map((s) => ({ name: s.name, hasInput: typeof s.input === 'function', tool: toolFingerprint(s.tool), ...(graph ? graphFingerprint(s) : {}) })),
   };
   return createHash('sha256').update(canonicalJson(structure)).digest('hex');
 }

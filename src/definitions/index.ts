@@ -8,8 +8,15 @@ export {
 export type { ToolClassOptions } from './tool-class.js';
 export { defineTool, toolOptionsSchema, TOOL_NAME } from './tool.js';
 export type { ToolOptions } from './tool.js';
-export { defineWorkflow, workflowOptionsSchema, WORKFLOW_NAME } from './workflow.js';
-export type { StepOptions, WorkflowOptions } from './workflow.js';
+export {
+  defineWorkflow, workflowOptionsSchema, toolStepSchema, mapStepSchema, childStepSchema, WORKFLOW_NAME, MAX_STEPS, MAP_DEFAULT_MAX_ITEMS,
+  MAP_MAX_ITEMS_LIMIT,
+} from './workflow.js';
+export type { StepOptions, ToolStepOptions, MapStepOptions, ChildStepOptions, WorkflowOptions } from './workflow.js';
+export { CONTROL_CLASS, CONTROL_CLASS_NAME, CHILD_RUN_TOOL, CHILD_RUN_TOOL_NAME } from './builtin.js';
+export { resolveAfter, checkGraph } from './graph.js';
+export { defineWorkflowTool, workflowToolOptionsSchema } from './workflow-tool.js';
+export type { WorkflowToolOptions } from './workflow-tool.js';
 export { toolJsonSchema, schemaFingerprint, nonJsonParts } from './json-schema.js';
 export { canonicalJson, workflowHash, toolFingerprint, toolClassFingerprint } from './fingerprint.js';
 export { isTool, isToolClass, isWorkflow, isZodSchema } from './guards.js';
@@ -17,5 +24,5 @@ export { loadWorkflows, WorkflowLoadError } from './loader.js';
 export { createRegistry } from './registry.js';
 export type { Registry } from './registry.js';
 export type {
-  Duration, Backoff, RetryPolicy, ToolClass, ToolContext, ReconcileResult, Tool, StepInputArgs, Step, Workflow,
+  Duration, Backoff, RetryPolicy, ToolClass, ToolContext, ReconcileResult, Tool, StepInputArgs, Step, StepKind, MapSpec, ChildWorkflowSpec, Workflow, AgentSpec,
 } from './types.js';

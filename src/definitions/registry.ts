@@ -77,6 +77,8 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
     }
   }
 
+  checkChildWorkflows(workflows, versions);
+
   const get = (name: string, version?: number): Workflow | undefined => {
     const ofName = versions.get(name);
     if (!ofName) return undefined;
@@ -102,4 +104,53 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
     tool: (name: string) => tools.get(name)?.tool,
     toolClasses: () => [...classes.values()].map((c) => c.cls).sort((a, b) => a.name.localeCompare(b.name)),
   });
+}
+
+/**
+ * Every child-run step (and every workflow tool of an agent) names a loaded workflow (and version, when it names one), and no workflow
+ * starts itself through its children (a cycle would start runs without end): refused at load,
+ * naming the step and the path of the cycle.
+ */
+function checkChildWorkflows(workflows: readonly Workflow[], versions: Map<string, Map<number, Workflow>>): void {
+  const children = (w: Workflow) => [
+    ...w.steps.flatMap((s, j) => (s.workflow ? [{ spec: s.workflow, at: `steps[${j}].workflow` }] : [])),
+    ...(w.agent?.tools ?? []).flatMap((t, j) => (t.childWorkflow ? [{ spec: t.childWorkflow, at: `tools[${j}]` }] : [])),
+  ];
+  workflows.forEach((w, i) => {
+    for (const { spec, at } of children(w)) {
+      const ofName = versions.get(spec.name);
+      const where = `workflows[${i}].${at}`;
+      if (!ofName) {
+        throw new InvalidDefinitionError(`${origin(w)} starts child workflow "${spec.name}", which is not loaded ` +
+          `(loaded: ${[...versions.keys()].sort().join(', ')})`, where, { workflow: w.name, child: spec.name });
+      }
+      if (spec.version !== null && !ofName.has(spec.version)) {
+        throw new InvalidDefinitionError(`${origin(w)} starts version ${spec.version} of "${spec.name}", which is not loaded ` +
+          `(loaded: ${[...ofName.keys()].sort((a, b) => a - b).join(', ')})`, where, { workflow: w.name, child: spec.name, version: spec.version });
+      }
+    }
+  });
+  // A cycle by name (any version): depth-first over "starts a child of" edges.
+  const byName = new Map<string, Workflow[]>();
+  for (const w of workflows) byName.set(w.name, [...(byName.get(w.name) ?? []), w]);
+  const state = new Map<string, 'open' | 'done'>();
+  const path: string[] = [];
+  const visit = (name: string): void => {
+    state.set(name, 'open');
+    path.push(name);
+    for (const w of byName.get(name) ?? []) {
+      for (const { spec, at } of children(w)) {
+        const s = state.get(spec.name);
+        if (s === 'open') {
+          const cycle = [...path.slice(path.indexOf(spec.name)), spec.name];
+          throw new InvalidDefinitionError(`child runs would start each other without end: ${cycle.join(' -> ')}`,
+            `workflows[${workflows.indexOf(w)}].${at}`, { cycle });
+        }
+        if (s === undefined) visit(spec.name);
+      }
+    }
+    path.pop();
+    state.set(name, 'done');
+  };
+  for (const name of byName.keys()) if (!state.has(name)) visit(name);
 }

@@ -79,21 +79,65 @@ export interface Tool<I = unknown, O = unknown> {
   readonly retry: RetryPolicy;
   /** Derives the key from what the operation means, e.g. `invoice:42:create`. */
   readonly idempotencyKey?: (input: I) => string;
+  /**
+   * Set on a tool made by defineWorkflowTool: calling it starts a child run of this workflow
+   * (keyed by the calling stage) and answers with the child's result. Nothing calls run().
+   */
+  readonly childWorkflow?: ChildWorkflowSpec;
 }
 
-export interface StepInputArgs {
+export interface StepInputArgs<I = unknown> {
   /** The run's input. */
-  input: unknown;
+  input: I;
   /** Earlier steps' outputs by step name. */
   results: Record<string, unknown>;
 }
 
-export interface Step {
-  /** Defaults to the tool's name; unique within the workflow. */
+/** What a step is: one tool call, a map over a list (one stage per item), or a child run of another workflow. */
+export type StepKind = 'tool' | 'map' | 'workflow';
+
+/** A map step: one stage per item of a list computed from earlier results, the outputs gathered in item order. */
+export interface MapSpec {
+  /** The list (from the run's input and the results of the steps before it); must return an array. */
+  readonly items: (args: StepInputArgs) => unknown;
+  /** Each item's tool input; without it the item itself is the input. */
+  readonly input?: (item: unknown, index: number, args: StepInputArgs) => unknown;
+  /** At most this many item stages hold a lease at once for one run, across all workers (null: no bound). */
+  readonly maxParallel: number | null;
+  /** A list longer than this fails the step with `map_too_large` (default MAP_DEFAULT_MAX_ITEMS). */
+  readonly maxItems: number;
+}
+
+/** A child-run step: starts a run of another workflow keyed by the parent stage and takes its result or error. */
+export interface ChildWorkflowSpec {
   readonly name: string;
+  /** The version to start; null: the newest loaded when the child starts. */
+  readonly version: number | null;
+}
+
+export interface Step {
+  /** Defaults to the tool's (or child workflow's) name; unique within the workflow. */
+  readonly name: string;
+  readonly kind: StepKind;
+  /**
+   * The tool a stage of this step runs: the step's tool; a map's item tool (the map's own stage
+   * runs in its class); for a child-run step the built-in CHILD_RUN_TOOL, which the planner handles.
+   */
   readonly tool: Tool;
-  /** Computes the tool's input; without it the run's input is passed on. */
+  /** Computes the tool's (or the child run's) input; without it the run's input is passed on. */
   readonly input?: (args: StepInputArgs) => unknown;
+  /**
+   * The steps this one waits for, resolved: its `after`, or else the previous step (plus what
+   * that step waits for when it has a `when`, so a skipped condition does not skip the rest of
+   * a sequence). Empty: it starts with the run.
+   */
+  readonly after: readonly string[];
+  /** A false answer makes the stage `skipped`; a stage whose dependencies were all skipped is skipped too. */
+  readonly when?: (args: StepInputArgs) => boolean;
+  /** A failure for good becomes the value `{ ok: false, error }` that later steps see, instead of failing the run. */
+  readonly continueOnError: boolean;
+  readonly map?: MapSpec;
+  readonly workflow?: ChildWorkflowSpec;
 }
 
 export interface Workflow<I = unknown> {
@@ -123,6 +167,11 @@ export interface Workflow<I = unknown> {
   readonly concurrencyKey: { key(input: I): string; limit: number } | null;
   /** An agent (made by defineAgent): a model proposes the tool calls; `steps` is empty. */
   readonly agent: AgentSpec | null;
+  /**
+   * False when the steps are a plain sequence of tool calls (no `after`, `when`, map, child run or
+   * continueOnError): such a workflow keeps the hash and the plan it always had.
+   */
+  readonly graph: boolean;
 }
 
 /** The model an agent calls: an OpenAI-compatible chat-completions endpoint. */
@@ -149,4 +198,13 @@ export interface AgentSpec {
   readonly maxReplans: number;
   /** Tool calls in one model answer, at most. */
   readonly maxActions: number;
+  /** The tool calls of one answer run as parallel stages (true), or one after another (false). */
+  readonly parallelToolCalls: boolean;
+  /**
+   * A tool that fails after its retries: 'tell_model' answers the model with the error as the
+   * tool's result (at most maxToolErrors per run, then the run fails with too_many_tool_errors);
+   * 'fail' fails the run.
+   */
+  readonly onToolError: 'tell_model' | 'fail';
+  readonly maxToolErrors: number;
 }

@@ -3,55 +3,188 @@ import { InvalidDefinitionError } from '../errors.js';
 import { positiveDurationSchema } from './duration.js';
 import { prioritySchema } from './priority.js';
 import { workflowHash } from './fingerprint.js';
-import { functionField, isTool, zodSchemaField } from './guards.js';
+import { CHILD_RUN_TOOL } from './builtin.js';
+import { checkGraph, resolveAfter } from './graph.js';
+import { functionField, isTool, isWorkflow, zodSchemaField } from './guards.js';
 import { TOOL_NAME } from './tool.js';
-import type { Duration, Step, StepInputArgs, Tool, ToolClass, Workflow } from './types.js';
+import type { ChildWorkflowSpec, Duration, MapSpec, Step, StepInputArgs, Tool, ToolClass, Workflow } from './types.js';
 import { definitionPath, parseDefinition } from './validate.js';
 
 /** Workflow and step names follow the tool-name rule (they appear in URLs, CLI arguments and `results`). */
 export const WORKFLOW_NAME = TOOL_NAME;
 const NAME_RULE = 'must be a letter then up to 63 letters, digits, "_" or "-"';
-
-const stepSchema = z.strictObject({
-  tool: z.custom<Tool>(isTool, { message: 'not a tool: pass a tool made by defineTool' }),
-  name: z.string().regex(WORKFLOW_NAME, NAME_RULE).optional(),
-  input: functionField.optional(),
-});
+/** Steps in one workflow, at most (a map's item stages are numbered after its own stage: see planner/map.ts). */
+export const MAX_STEPS = 2000;
+/** A map's list is at most this long unless the step says otherwise (`map.maxItems`). */
+export const MAP_DEFAULT_MAX_ITEMS = 10_000;
+/** The highest `map.maxItems` a step may set. */
+export const MAP_MAX_ITEMS_LIMIT = 999_999;
 
 /** A declared workflow version: a positive integer; the highest loaded one is the newest. */
 export const workflowVersionSchema = z.int().min(1).max(1_000_000);
+
+/** What every kind of step may say about its place in the graph. */
+const graphFields = {
+  name: z.string().regex(WORKFLOW_NAME, NAME_RULE).optional(),
+  after: z.array(z.string().regex(WORKFLOW_NAME, NAME_RULE)).max(MAX_STEPS).optional(),
+  when: functionField.optional(),
+  continueOnError: z.boolean().optional(),
+};
+
+export const toolStepSchema = z.strictObject({
+  tool: z.custom<Tool>(isTool, { message: 'not a tool: pass a tool made by defineTool' }),
+  input: functionField.optional(),
+  ...graphFields,
+});
+
+export const mapStepSchema = z.strictObject({
+  map: z.strictObject({
+    items: functionField,
+    tool: z.custom<Tool>(isTool, { message: 'not a tool: pass a tool made by defineTool' }),
+    input: functionField.optional(),
+    maxParallel: z.int().min(1).max(100_000).optional(),
+    maxItems: z.int().min(0).max(MAP_MAX_ITEMS_LIMIT, `must be at most ${MAP_MAX_ITEMS_LIMIT}`).optional(),
+  }),
+  ...graphFields,
+});
+
+export const childStepSchema = z.strictObject({
+  workflow: z.union([z.string().regex(WORKFLOW_NAME, NAME_RULE), z.custom<Workflow>(isWorkflow, { message: 'not a workflow' })]),
+  version: workflowVersionSchema.optional(),
+  input: functionField.optional(),
+  ...graphFields,
+});
 
 export const workflowOptionsSchema = z.strictObject({
   name: z.string().regex(WORKFLOW_NAME, NAME_RULE),
   version: workflowVersionSchema.optional(),
   input: zodSchemaField,
-  steps: z.array(stepSchema).min(1, 'a workflow needs at least one step'),
+  // Each step is checked by the schema of its kind (toolStepSchema, mapStepSchema, childStepSchema), so errors name its own fields.
+  steps: z.array(z.unknown()).min(1, 'a workflow needs at least one step').max(MAX_STEPS, `a workflow has at most ${MAX_STEPS} steps`),
   deadline: positiveDurationSchema.optional(),
   priority: prioritySchema.optional(),
   concurrencyKey: z.strictObject({ key: functionField, limit: z.int().min(1).max(100_000) }).optional(),
 });
 
-export interface StepOptions {
+/** What every kind of step may say about its place in the graph. */
+interface GraphOptions<I = unknown> {
+  /** Defaults to the tool's (map: the item tool's; child run: the workflow's) name; a tool used twice needs explicit names. */
+  name?: string;
+  /** The steps this one waits for (fan-in); default: the previous step. `[]` starts it with the run (fan-out). */
+  after?: string[];
+  /** A false answer skips the step (state `skipped`); steps that wait only for skipped steps are skipped too. */
+  when?: (args: StepInputArgs<I>) => boolean;
+  /** Its failure for good becomes `{ ok: false, error }` in `results`, instead of failing the run and cancelling the rest. */
+  continueOnError?: boolean;
+}
+
+export interface ToolStepOptions<I = unknown> extends GraphOptions<I> {
   // Tool<any, any>: a Tool<{ url: string }> is not assignable to Tool<unknown> (its functions take I).
   tool: Tool<any, any>;
-  /** Defaults to the tool's name; a tool used twice needs explicit names. */
-  name?: string;
   /** Computes the tool's input from the run's input and earlier results; without it the run's input is passed on. */
-  input?: (args: StepInputArgs) => unknown;
+  input?: (args: StepInputArgs<I>) => unknown;
 }
+
+export interface MapStepOptions<I = unknown> extends GraphOptions<I> {
+  map: {
+    /** The list, from the run's input and earlier results. */
+    items: (args: StepInputArgs<I>) => unknown[];
+    /** The tool each item runs (one stage per item, each with its own idempotency key). */
+    tool: Tool<any, any>;
+    /** Each item's tool input; default: the item. */
+    input?: (item: any, index: number, args: StepInputArgs<I>) => unknown;
+    /** At most this many items hold a lease at once for one run, across all workers. */
+    maxParallel?: number;
+    /** A longer list fails the step with map_too_large (default 10,000). */
+    maxItems?: number;
+  };
+}
+
+export interface ChildStepOptions<I = unknown> extends GraphOptions<I> {
+  /** The workflow (or agent) a child run starts: by name (the newest loaded version), or the definition itself. */
+  workflow: string | Workflow<any>;
+  /** The version to start (by name only). */
+  version?: number;
+  /** The child run's input; without it the run's input is passed on. */
+  input?: (args: StepInputArgs<I>) => unknown;
+}
+
+export type StepOptions<I = unknown> = ToolStepOptions<I> | MapStepOptions<I> | ChildStepOptions<I>;
 
 export interface WorkflowOptions<I> {
   name: string;
   /** Default 1. Keep the old version loaded beside a new one until its runs have finished. */
   version?: number;
   input: z.ZodType<I>;
-  steps: StepOptions[];
+  steps: StepOptions<I>[];
   /** A run deadline relative to submit. */
   deadline?: Duration;
   /** The priority of its runs when the submitter gives none (README "Priorities"); default 0. */
   priority?: number;
   /** Bound the stages running at once per key (a user, a tenant): `{ key: (input) => input.userId, limit: 1 }`. */
   concurrencyKey?: { key: (input: I) => string; limit: number };
+}
+
+type ParsedStep = { kind: 'tool'; o: z.output<typeof toolStepSchema> }
+  | { kind: 'map'; o: z.output<typeof mapStepSchema> }
+  | { kind: 'workflow'; o: z.output<typeof childStepSchema> };
+
+/** Each step by the schema of its kind: `map` makes a map step, `workflow` a child-run step, else a tool step. */
+function parseStep(value: unknown, at: string): ParsedStep {
+  const has = (key: string) => typeof value === 'object' && value !== null && key in value;
+  if (has('map')) return { kind: 'map', o: parseDefinition(mapStepSchema, value, at) };
+  if (has('workflow')) return { kind: 'workflow', o: parseDefinition(childStepSchema, value, at) };
+  return { kind: 'tool', o: parseDefinition(toolStepSchema, value, at) };
+}
+
+function defaultName(p: ParsedStep): string {
+  if (p.kind === 'tool') return p.o.tool.name;
+  if (p.kind === 'map') return p.o.map.tool.name;
+  return typeof p.o.workflow === 'string' ? p.o.workflow : p.o.workflow.name;
+}
+
+/** The resolved, frozen steps (dependencies resolved and checked). */
+function buildSteps(parsed: readonly ParsedStep[], where: string): Step[] {
+  const names = parsed.map((p) => p.o.name ?? defaultName(p));
+  const nodes = parsed.map((p, i) => ({ name: names[i]!, conditional: p.o.when !== undefined, ...(p.o.after ? { after: p.o.after } : {}) }));
+  const after = resolveAfter(nodes);
+  const steps = parsed.map((p, i): Step => {
+    const common = {
+      name: names[i]!,
+      after: Object.freeze(after[i]!),
+      continueOnError: p.o.continueOnError ?? false,
+      ...(p.o.when ? { when: p.o.when as (args: StepInputArgs) => boolean } : {}),
+    };
+    if (p.kind === 'tool') {
+      return Object.freeze({ ...common, kind: 'tool', tool: p.o.tool, ...(p.o.input ? { input: p.o.input as (args: StepInputArgs) => unknown } : {}) });
+    }
+    if (p.kind === 'map') {
+      const m = p.o.map;
+      const map: MapSpec = Object.freeze({
+        items: m.items as MapSpec['items'],
+        maxParallel: m.maxParallel ?? null,
+        maxItems: m.maxItems ?? MAP_DEFAULT_MAX_ITEMS,
+        ...(m.input ? { input: m.input as NonNullable<MapSpec['input']> } : {}),
+      });
+      return Object.freeze({ ...common, kind: 'map', tool: m.tool, map });
+    }
+    const w = p.o.workflow;
+    if (typeof w !== 'string' && p.o.version !== undefined) {
+      throw new InvalidDefinitionError('version goes with a workflow named by a string; a definition carries its own', `${where}.steps[${i}].version`);
+    }
+    const workflow: ChildWorkflowSpec = Object.freeze(typeof w === 'string' ? { name: w, version: p.o.version ?? null } : { name: w.name, version: w.version });
+    return Object.freeze({
+      ...common, kind: 'workflow', tool: CHILD_RUN_TOOL, workflow, ...(p.o.input ? { input: p.o.input as (args: StepInputArgs) => unknown } : {}),
+    });
+  });
+  checkNames(steps, where);
+  checkGraph(nodes, after, where);
+  return steps;
+}
+
+/** A plain sequence of tool calls: no graph feature used (its hash and plan stay what they were). */
+function isLinear(parsed: readonly ParsedStep[]): boolean {
+  return parsed.every((p) => p.kind === 'tool' && p.o.after === undefined && p.o.when === undefined && p.o.continueOnError === undefined);
 }
 
 /** Refuses two steps with one name, and two different tools (or classes) with one name. */
@@ -81,16 +214,24 @@ function checkNames(steps: readonly Step[], where: string): void {
   });
 }
 
-/** A static workflow: its steps run one at a time, each result committed before the next starts. */
+/**
+ * A static workflow: a graph of steps (a sequence by default), each stage's result committed
+ * before any stage that waits for it starts. Refuses, naming the path, a cycle, an `after` that
+ * names no step, a step nothing leads to, a map without items, a bound out of range.
+ */
 export function defineWorkflow<I>(options: WorkflowOptions<I>): Workflow<I> {
   const where = definitionPath('workflow', (options as { name?: unknown } | null)?.name);
   const o = parseDefinition(workflowOptionsSchema, options, where);
-  const steps: Step[] = o.steps.map((s) => Object.freeze({
-    name: s.name ?? s.tool.name,
-    tool: s.tool,
-    ...(s.input ? { input: s.input as (args: StepInputArgs) => unknown } : {}),
-  }));
-  checkNames(steps, where);
+  const parsed = o.steps.map((s, i) => parseStep(s, `${where}.steps[${i}]`));
+  const steps = buildSteps(parsed, where);
+  const graph = !isLinear(parsed);
+  if (o.concurrencyKey) {
+    const bounded = steps.findIndex((s) => s.map?.maxParallel != null);
+    if (bounded >= 0) {
+      throw new InvalidDefinitionError('a map\'s maxParallel cannot be combined with the workflow\'s concurrencyKey yet (a stage holds one ' +
+        'concurrency key); drop one of them', `${where}.steps[${bounded}].map.maxParallel`);
+    }
+  }
   return Object.freeze({
     kind: 'workflow',
     name: o.name,
@@ -99,8 +240,9 @@ export function defineWorkflow<I>(options: WorkflowOptions<I>): Workflow<I> {
     steps: Object.freeze(steps),
     deadlineMs: o.deadline ?? null,
     priority: o.priority ?? 0,
-    hash: workflowHash(o.name, steps, o.version ?? 1),
+    hash: workflowHash(o.name, steps, o.version ?? 1, graph),
     concurrencyKey: options.concurrencyKey ? { key: options.concurrencyKey.key, limit: o.concurrencyKey!.limit } : null,
     agent: null,
+    graph,
   });
 }

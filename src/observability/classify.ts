@@ -121,6 +121,41 @@ export function classifyActive(run: RunRow, stage: StageRow, ev: StageEvidence, 
   });
 }
 
+/** What a waiting stage waits for, read by explain: its child run (with the child's own verdict), or its map's items. */
+export type WaitingEvidence =
+  | { kind: 'child'; childRunId: string; workflow: string; childState: RunRow['state']; childVerdict: Verdict; childSummary: string }
+  | { kind: 'items'; states: readonly string[]; maxParallel: number | null };
+
+/**
+ * The verdict about a run whose telling stage holds no lease while it waits (state `waiting`):
+ * a child-run stage (`waiting_for_child`, with the child's own verdict, so "the parent waits
+ * because its child has no worker" reads in one line) or a map stage (`waiting_for_items`,
+ * counting its items by state).
+ */
+export function classifyWaiting(run: RunRow, stage: StageRow, ev: WaitingEvidence, now: Date): Explanation {
+  const base = {
+    runId: run.id, runState: run.state,
+    stage: { id: stage.id, seq: stage.seq, name: stage.name, tool: stage.tool, toolClass: stage.toolClass, state: stage.state, attempt: stage.attempt, maxAttempts: stage.maxAttempts },
+    deadline: iso(run.deadline), deadlinePassed: run.deadline !== null && run.deadline.getTime() <= now.getTime(), checkedAt: now.toISOString(),
+  };
+  const name = `stage ${stage.seq} (${stage.name})`;
+  if (ev.kind === 'child') {
+    return {
+      verdict: 'waiting_for_child', ...base,
+      summary: `${name} waits for its child run ${ev.childRunId} (${ev.workflow}), which is ${ev.childState}: ${ev.childSummary}`,
+      evidence: { childRunId: ev.childRunId, workflow: ev.workflow, childState: ev.childState, childVerdict: ev.childVerdict, childSummary: ev.childSummary },
+    };
+  }
+  const count = (...states: string[]) => ev.states.filter((s) => states.includes(s)).length;
+  const open = count('pending', 'queued', 'running');
+  const bound = ev.maxParallel === null ? '' : ` (at most ${ev.maxParallel} at once)`;
+  return {
+    verdict: 'waiting_for_items', ...base,
+    summary: `${name} waits for ${open} of its ${ev.states.length} map items${bound}: ${count('running')} running, ${count('succeeded')} succeeded, ${count('failed')} failed`,
+    evidence: { items: ev.states.length, open, running: count('running'), succeeded: count('succeeded'), failed: count('failed'), maxParallel: ev.maxParallel },
+  };
+}
+
 /** The verdict about a finished run: its state, when, and its error. */
 export function classifyTerminal(run: RunRow, now: Date): Explanation {
   const failed = run.stages.find((s) => s.state === 'failed') ?? null;

@@ -16,6 +16,7 @@ export const VERDICTS = [
   'running_healthy', 'stuck',
   'queued_retry_delayed', 'queued_concurrency_limit', 'queued_key_limit', 'queued_rate_limited', 'queued_no_worker',
   'queued_no_worker_for_version', 'queued_backlog', 'queued_ready',
+  'waiting_for_child', 'waiting_for_items',
   'terminal', 'no_active_stage', 'unknown_run',
 ] as const;
 export type Verdict = (typeof VERDICTS)[number];
@@ -62,6 +63,15 @@ const evidence = {
   }).strict(),
   queued_backlog: z.object({ toolClass: z.string(), ahead: z.number().int(), liveLeases: z.number().int(), queuedForMs: ms, ...served }).strict(),
   queued_ready: z.object({ toolClass: z.string(), liveLeases: z.number().int(), queuedForMs: ms, ...served }).strict(),
+  waiting_for_child: z.object({
+    childRunId: z.string(), workflow: z.string(), childState: z.enum(RUN_STATES as [RunState, ...RunState[]]),
+    childVerdict: z.string().describe("the child run's own verdict (explain it by its id for the evidence)"), childSummary: z.string(),
+  }).strict(),
+  waiting_for_items: z.object({
+    items: z.number().int(), open: z.number().int().describe('items not yet ended (pending, queued or running)'),
+    running: z.number().int(), succeeded: z.number().int(), failed: z.number().int(),
+    maxParallel: z.number().int().nullable(),
+  }).strict(),
   terminal: z.object({ state: z.enum(RUN_STATES as [RunState, ...RunState[]]), finishedAt: ts.nullable(), error: z.unknown(), result: z.boolean().describe('the run has a result') }).strict(),
   no_active_stage: z.object({ stageStates: z.array(z.string()) }).strict(),
   unknown_run: z.object({}).strict(),
@@ -87,7 +97,7 @@ export const explanationSchema = z.discriminatedUnion('verdict', [
   variant('running_healthy'), variant('stuck'), variant('queued_retry_delayed'), variant('queued_concurrency_limit'),
   variant('queued_key_limit'), variant('queued_rate_limited'), variant('queued_no_worker'), variant('queued_no_worker_for_version'),
   variant('queued_backlog'),
-  variant('queued_ready'), variant('terminal'), variant('no_active_stage'), variant('unknown_run'),
+  variant('queued_ready'), variant('waiting_for_child'), variant('waiting_for_items'), variant('terminal'), variant('no_active_stage'), variant('unknown_run'),
 ]).meta({ id: 'Explanation', description: 'why a run is where it is: one verdict and the evidence it rests on' });
 
 export type Explanation = z.infer<typeof explanationSchema>;

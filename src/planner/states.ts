@@ -5,7 +5,7 @@ import { IllegalTransitionError } from '../errors.js';
  * dispatcher, cancel, retry) asks this table; SQL conditions are built from it.
  *
  * stage: pending (planned, not its turn) -> queued (its turn; available_at may hold a retry
- *   delay) -> running (leased) -> succeeded | failed | cancelled.
+ *   delay) -> running (leased) -> succeeded | failed | cancelled | skipped.
  *   pending -> running is the fast path: the finish of the stage before it queues and claims
  *   it in one statement, for the same worker.
  *   pending -> failed is a next stage whose input could not be computed (its step's input()
@@ -15,14 +15,22 @@ import { IllegalTransitionError } from '../errors.js';
  *   queued -> failed is a claim that finds the attempt budget spent.
  *   failed -> queued is the explicit retry of a failed run from its failed stage;
  *   cancelled -> pending is the same retry re-planning the later stages the failure cancelled.
+ *   The run graph (issue 11): running -> skipped is a stage whose `when` was false, or whose
+ *   dependencies were all skipped (decided at its claim; it counts as done for the join).
+ *   running -> waiting is a stage that holds no lease while it waits: a map stage for its items,
+ *   a child-run stage for its child run (later: a signal, a timer). waiting -> queued is the end of
+ *   what it waited for (the last item's finish, the child run's end): claimed again, it gathers
+ *   the items or takes the child's result. waiting -> cancelled: its run was cancelled or failed.
  * run: queued -> running -> succeeded | failed | cancelled; expired when its deadline passes;
  *   failed -> running is the explicit retry.
  */
 export const STAGE_TRANSITIONS = {
   pending: ['queued', 'running', 'failed', 'cancelled'],
   queued: ['running', 'failed', 'cancelled'],
-  running: ['running', 'queued', 'succeeded', 'failed', 'cancelled'],
+  running: ['running', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped', 'waiting'],
+  waiting: ['queued', 'cancelled'],
   succeeded: [],
+  skipped: [],
   failed: ['queued'],
   cancelled: ['pending'],
 } as const satisfies Record<string, readonly string[]>;
@@ -42,7 +50,7 @@ export const STAGE_STATES = Object.keys(STAGE_TRANSITIONS) as StageState[];
 export const RUN_STATES = Object.keys(RUN_TRANSITIONS) as RunState[];
 /** Terminal for watchers: `failed` may still be retried explicitly, but nothing moves it on its own. */
 export const TERMINAL_RUN_STATES: RunState[] = ['succeeded', 'failed', 'cancelled', 'expired'];
-export const TERMINAL_STAGE_STATES: StageState[] = ['succeeded', 'failed', 'cancelled'];
+export const TERMINAL_STAGE_STATES: StageState[] = ['succeeded', 'failed', 'cancelled', 'skipped'];
 
 type Table = Record<string, readonly string[]>;
 const tables = { stage: STAGE_TRANSITIONS as Table, run: RUN_TRANSITIONS as Table };

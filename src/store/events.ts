@@ -33,7 +33,15 @@ export async function stageResults(q: Queryable, runId: string): Promise<Record<
   return Object.fromEntries(rows.map((r) => [r.name as string, r.result]));
 }
 
-export interface RunStageRow { seq: number; name: string; tool: string; state: string; result: unknown }
+export interface RunStageRow {
+  seq: number;
+  name: string;
+  tool: string;
+  state: string;
+  result: unknown;
+  /** A failed tool call's error (an agent tells it to the model); absent where the history read does not carry it. */
+  error?: unknown;
+}
 
 export async function runStages(q: Queryable, runId: string): Promise<RunStageRow[]> {
   const rows = await q.query(RUN_STAGES_SQL, [runId], 'ratchet_run_stages');

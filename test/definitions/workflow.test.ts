@@ -128,7 +128,8 @@ describe('defineWorkflow', () => {
     it('refuses unknown keys, a non-zod input, bad names and a non-function step input', () => {
       const tool = makeTool('t');
       expect(refusal({ name: 'w', input: z.object({}), steps: [{ tool }], retries: 3 }).message).toMatch(/Unrecognized key.*retries/);
-      expect(refusal({ name: 'w', input: z.object({}), steps: [{ tool, after: 'x' }] }).path).toBe('workflow[w].steps[0]');
+      expect(refusal({ name: 'w', input: z.object({}), steps: [{ tool, later: 'x' }] }).path).toBe('workflow[w].steps[0]');
+      expect(refusal({ name: 'w', input: z.object({}), steps: [{ tool, after: 'x' }] }).path).toBe('workflow[w].steps[0].after');
       expect(refusal({ name: 'w', input: {}, steps: [{ tool }] }).path).toBe('workflow[w].input');
       expect(refusal({ name: 'a b', input: z.object({}), steps: [{ tool }] }).message).toMatch(/must be a letter/);
       expect(refusal({ name: 'w', input: z.object({}), steps: [{ tool, name: 'a.b' }] }).path).toBe('workflow[w].steps[0].name');

@@ -17,6 +17,15 @@ describe('the state table', () => {
     expect(canTransition('run', 'succeeded', 'running')).toBe(false);
     expect(RUN_TRANSITIONS.cancelled).toEqual([]);
   });
+  it('the run graph: skipped is terminal; waiting holds no lease and only goes back to queued or is cancelled', () => {
+    expect(canTransition('stage', 'running', 'skipped')).toBe(true);
+    expect(canTransition('stage', 'pending', 'skipped')).toBe(false); // a skip is decided at a claim
+    expect(STAGE_TRANSITIONS.skipped).toEqual([]);
+    expect(TERMINAL_STAGE_STATES).toContain('skipped');
+    expect(canTransition('stage', 'running', 'waiting')).toBe(true);
+    expect([...STAGE_TRANSITIONS.waiting].sort()).toEqual(['cancelled', 'queued']);
+    expect(canTransition('stage', 'waiting', 'running')).toBe(false); // never claimed while it waits
+  });
   it('throws a typed error for an illegal transition', () => {
     expect(() => assertTransition('stage', 'succeeded', 'running', '7')).toThrow(IllegalTransitionError);
     try {
@@ -28,7 +37,7 @@ describe('the state table', () => {
   });
   it('derives the sources of a state from the table', () => {
     expect(sourcesOf('stage', 'running').sort()).toEqual(['pending', 'queued', 'running']);
-    expect(sourcesOf('stage', 'cancelled').sort()).toEqual(['pending', 'queued', 'running']);
+    expect(sourcesOf('stage', 'cancelled').sort()).toEqual(['pending', 'queued', 'running', 'waiting']);
     expect(sourcesOf('run', 'running').sort()).toEqual(['failed', 'queued']);
   });
 });

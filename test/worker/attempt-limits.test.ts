@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
+import { defineTool, defineToolClass, defineWorkflow, type ToolStepOptions } from '../../src/definitions/index.js';
 import { createRatchet, type Ratchet, type RunView } from '../../src/engine.js';
 import { TransientError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
@@ -73,7 +73,7 @@ const hangingReconcile = defineTool({
   },
 });
 
-const wf = (name: string, tool: Parameters<typeof defineWorkflow>[0]['steps'][number]['tool']) => defineWorkflow({ name, input: empty, steps: [{ tool }] });
+const wf = (name: string, tool: ToolStepOptions['tool']) => defineWorkflow({ name, input: empty, steps: [{ tool }] });
 
 describe('timeout per call, maxDuration per attempt', () => {
   let db: TestDatabase;

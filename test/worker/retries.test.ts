@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
+import { defineTool, defineToolClass, defineWorkflow, type ToolStepOptions } from '../../src/definitions/index.js';
 import { createRatchet, type Ratchet, type RunView } from '../../src/engine.js';
 import { InvalidInputError, PermanentError, TransientError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
@@ -52,7 +52,7 @@ const after = defineTool({
   run: async (_i, ctx) => { note('after', ctx.attempt); return {}; },
 });
 
-const wf = (name: string, ...tools: Parameters<typeof defineWorkflow>[0]['steps'][number]['tool'][]) =>
+const wf = (name: string, ...tools: ToolStepOptions['tool'][]) =>
   defineWorkflow({ name, input: z.object({}).passthrough(), steps: tools.map((tool) => ({ tool })) });
 
 describe('retries, timeouts and permanent errors', () => {
