@@ -27,16 +27,29 @@ const CLAIMS = argv.quick ? 300 : 1000;
 const CLS = 'bench';
 const out = (line: Line) => emit('claim', line);
 const owner = `bench@${hostname()}:${process.pid}`;
-const done = (c: ClaimedStage): FinishRow =>
-  ({ stageId: c.id, fence: c.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} } });
+const done = (c: ClaimedStage): FinishRow => ({
+  stageId: c.id,
+  fence: c.fence,
+  outcome: 'succeeded',
+  result: {},
+  run: { state: 'succeeded', result: {} },
+});
 
 /**
  * `count` single-stage runs of definition `hash`, due `agoMs` ago plus their index in ms (so
  * they stay in insertion order), under concurrency key `key(i)` with `limit` when given.
  */
-async function insert(store: Store, count: number, hash: string, agoMs: number, key: string | null = null, keys = 1,
-  limit: number | null = null): Promise<void> {
-  await store.db.query(`
+async function insert(
+  store: Store,
+  count: number,
+  hash: string,
+  agoMs: number,
+  key: string | null = null,
+  keys = 1,
+  limit: number | null = null,
+): Promise<void> {
+  await store.db.query(
+    `
     WITH r AS (
       INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state)
       SELECT gen_random_uuid(), 'bench', $2, jsonb_build_object('i', i), 'queued' FROM generate_series(1, $1::int) AS i
@@ -47,10 +60,16 @@ async function insert(store: Store, count: number, hash: string, agoMs: number, 
     SELECT r.id, $2, 1, 'noop', 'noop', $3, 'queued', 30000, 30000, 600000, 3, r.id::text || ':1:noop', '{}'::jsonb,
       ratchet.db_now() - $4::int * interval '1 millisecond' + r.i * interval '1 microsecond',
       CASE WHEN $5::text IS NULL THEN NULL WHEN $6::int = 1 THEN $5 ELSE $5 || (r.i % $6::int) END, $7
-    FROM r`, [count, hash, CLS, agoMs, key, keys, limit]);
+    FROM r`,
+    [count, hash, CLS, agoMs, key, keys, limit],
+  );
 }
 
-async function withStore(name: string, setup: (store: Store) => Promise<void>, fn: (store: Store, url: string) => Promise<void>): Promise<void> {
+async function withStore(
+  name: string,
+  setup: (store: Store) => Promise<void>,
+  fn: (store: Store, url: string) => Promise<void>,
+): Promise<void> {
   const url = await createDb(argv['pg-url'], name);
   const store = await openStore({ databaseUrl: url, poolSize: 2, applicationName: 'ratchet-bench', queryTimeoutMs: 600_000 });
   try {
@@ -75,14 +94,27 @@ async function explain(url: string, label: string, sql: string, types: string, a
     for (const mode of ['custom', 'generic'] as const) {
       await c.query(`SET plan_cache_mode = force_${mode}_plan`);
       await c.query('BEGIN');
-      const [{ 'QUERY PLAN': [plan] }] = (await c.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE q(${args})`)).rows;
+      const [
+        {
+          'QUERY PLAN': [plan],
+        },
+      ] = (await c.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE q(${args})`)).rows;
       await c.query('ROLLBACK');
       await c.query('BEGIN');
       const text = (await c.query(`EXPLAIN (ANALYZE, BUFFERS) EXECUTE q(${args})`)).rows.map((r) => r['QUERY PLAN'] as string).join('\n');
       await c.query('ROLLBACK');
       process.stderr.write(`\n---- EXPLAIN ${label}, ${mode} plan ----\n${text}\n\n`);
-      out({ metric: 'explain_execution', variant: `${label},${mode}`, value: round(plan['Execution Time'], 3), unit: 'ms',
-        info: { planning_ms: plan['Planning Time'], shared_hit: plan.Plan['Shared Hit Blocks'], shared_read: plan.Plan['Shared Read Blocks'] } });
+      out({
+        metric: 'explain_execution',
+        variant: `${label},${mode}`,
+        value: round(plan['Execution Time'], 3),
+        unit: 'ms',
+        info: {
+          planning_ms: plan['Planning Time'],
+          shared_hit: plan.Plan['Shared Hit Blocks'],
+          shared_read: plan.Plan['Shared Read Blocks'],
+        },
+      });
     }
   } finally {
     await c.end();
@@ -101,31 +133,68 @@ async function latency(label: string, store: Store, claim: () => Promise<Claimed
     if (got.length > 0) await store.finish(owner, got.map(done));
   }
   for (const p of [50, 99]) {
-    out({ metric: `claim_latency_p${p}`, variant: label, value: round(percentile(ms, p)!, 3), unit: 'ms', info: { claims: ms.length, rows } });
+    out({
+      metric: `claim_latency_p${p}`,
+      variant: label,
+      value: round(percentile(ms, p)!, 3),
+      unit: 'ms',
+      info: { claims: ms.length, rows },
+    });
   }
-  log(`${label}: claim p50 ${round(percentile(ms, 50)!, 3)} ms, p99 ${round(percentile(ms, 99)!, 3)} ms, ${rows} rows claimed in ${20 + CLAIMS} claims`);
+  log(
+    `${label}: claim p50 ${round(percentile(ms, 50)!, 3)} ms, p99 ${round(percentile(ms, 99)!, 3)} ms, ${rows} rows claimed in ${20 + CLAIMS} claims`,
+  );
 }
 
-await withStore('bench_claim_versions', async (store) => {
-  await insert(store, BACKLOG, 'v1', 3_600_000);
-  await insert(store, 10_000, 'v2', 1_000);
-}, async (store, url) => {
-  await explain(url, `versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`, claimSql(1, 1), 'text, text, text[]', `'o', '${CLS}', ARRAY['v2']`);
-  await explain(url, `versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, claimSql(1, 2), 'text, text, text[]', `'o', '${CLS}', ARRAY['v2', 'v1']`);
-  await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`, store, () => store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2'] }));
-  await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, store,
-    () => store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2', 'v1'] }));
-});
+await withStore(
+  'bench_claim_versions',
+  async (store) => {
+    await insert(store, BACKLOG, 'v1', 3_600_000);
+    await insert(store, 10_000, 'v2', 1_000);
+  },
+  async (store, url) => {
+    await explain(
+      url,
+      `versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`,
+      claimSql(1, 1),
+      'text, text, text[]',
+      `'o', '${CLS}', ARRAY['v2']`,
+    );
+    await explain(
+      url,
+      `versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`,
+      claimSql(1, 2),
+      'text, text, text[]',
+      `'o', '${CLS}', ARRAY['v2', 'v1']`,
+    );
+    await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`, store, () =>
+      store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2'] }),
+    );
+    await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, store, () =>
+      store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2', 'v1'] }),
+    );
+  },
+);
 
-await withStore('bench_claim_keys', async (store) => {
-  await insert(store, BACKLOG, 'h', 3_600_000, 'tenant-a', 1, 2);
-  await store.db.query(`UPDATE ratchet.stages SET state = 'running', owner_id = 'x', fence = nextval('ratchet.fence_seq'), attempt = 1,
+await withStore(
+  'bench_claim_keys',
+  async (store) => {
+    await insert(store, BACKLOG, 'h', 3_600_000, 'tenant-a', 1, 2);
+    await store.db.query(`UPDATE ratchet.stages SET state = 'running', owner_id = 'x', fence = nextval('ratchet.fence_seq'), attempt = 1,
     lease_until = ratchet.db_now() + interval '1 day' WHERE id IN (SELECT id FROM ratchet.stages ORDER BY id LIMIT 2)`);
-  await insert(store, 10_000, 'h', 1_000, 'tenant-', 1000, 2);
-}, async (store, url) => {
-  await explain(url, `keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_pick_10`, pickCandidatesSql(10, 1, true), 'text, text, text[], text',
-    `'o', '${CLS}', ARRAY['h'], ''`);
-  await latency(`keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_claim_10`, store,
-    () => store.claim({ owner, toolClass: CLS, limit: 10, definitions: ['h'], limits: { keyed: true } }));
-});
+    await insert(store, 10_000, 'h', 1_000, 'tenant-', 1000, 2);
+  },
+  async (store, url) => {
+    await explain(
+      url,
+      `keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_pick_10`,
+      pickCandidatesSql(10, 1, true),
+      'text, text, text[], text',
+      `'o', '${CLS}', ARRAY['h'], ''`,
+    );
+    await latency(`keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_claim_10`, store, () =>
+      store.claim({ owner, toolClass: CLS, limit: 10, definitions: ['h'], limits: { keyed: true } }),
+    );
+  },
+);
 log('done');

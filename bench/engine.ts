@@ -106,7 +106,9 @@ function procSnap(): ProcSnap {
       const comm = stat.slice(stat.indexOf('(') + 1, close);
       const f = stat.slice(close + 2).split(' '); // f[0] = field 3 (state); utime = field 14, stime = 15
       snap.set(Number(name), { comm, ticks: Number(f[11]) + Number(f[12]) });
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
   }
   return snap;
 }
@@ -118,12 +120,22 @@ function cpuByKind(before: ProcSnap, after: ProcSnap, workerPids: Set<number>): 
     const b = before.get(pid);
     const ms = ((a.ticks - (b && b.comm === a.comm ? b.ticks : 0)) * 1000) / CLK_TCK;
     if (ms <= 0) continue;
-    const kind = workerPids.has(pid) ? 'ratchet_workers' : pid === process.pid ? 'bench_main'
-      : a.comm === 'postgres' ? 'postgres' : a.comm.startsWith('redis-server') ? 'redis' : 'other';
+    const kind = workerPids.has(pid)
+      ? 'ratchet_workers'
+      : pid === process.pid
+        ? 'bench_main'
+        : a.comm === 'postgres'
+          ? 'postgres'
+          : a.comm.startsWith('redis-server')
+            ? 'redis'
+            : 'other';
     by[kind]! += ms;
     if (kind === 'other') others[a.comm] = (others[a.comm] ?? 0) + ms;
   }
-  const top = Object.entries(others).sort((x, y) => y[1] - x[1]).slice(0, 4).map(([c, ms]) => `${c}:${Math.round(ms)}`);
+  const top = Object.entries(others)
+    .sort((x, y) => y[1] - x[1])
+    .slice(0, 4)
+    .map(([c, ms]) => `${c}:${Math.round(ms)}`);
   return { ...Object.fromEntries(Object.entries(by).map(([k, v]) => [k, Math.round(v)])), other_top: top };
 }
 
@@ -132,7 +144,9 @@ async function pgCounters(url: string): Promise<{ xacts: number; fsyncs: number 
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    const r = await c.query(`SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS xacts, wal_sync AS fsyncs FROM pg_stat_wal`);
+    const r = await c.query(
+      `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS xacts, wal_sync AS fsyncs FROM pg_stat_wal`,
+    );
     return { xacts: Number(r.rows[0].xacts), fsyncs: Number(r.rows[0].fsyncs) };
   } finally {
     await c.end();
@@ -140,7 +154,13 @@ async function pgCounters(url: string): Promise<{ xacts: number; fsyncs: number 
 }
 
 // ---- worker processes -----------------------------------------------------------------------
-interface WorkerProc { child: ChildProcessWithoutNullStreams; pid: number; messages: Record<string, unknown>[]; waiters: (() => void)[]; exited: boolean }
+interface WorkerProc {
+  child: ChildProcessWithoutNullStreams;
+  pid: number;
+  messages: Record<string, unknown>[];
+  waiters: (() => void)[];
+  exited: boolean;
+}
 
 function spawnWorker(i: number, env: Record<string, string>): WorkerProc {
   // BENCH_WORKER_NODE_ARGS: extra node flags for the workers, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
@@ -177,7 +197,10 @@ async function waitFor(w: WorkerProc, key: string, timeoutMs: number): Promise<R
     if (Date.now() > until) throw new Error(`worker pid ${w.pid}: no "${key}" within ${timeoutMs} ms`);
     await new Promise<void>((r) => {
       const t = setTimeout(r, Math.max(1, until - Date.now()));
-      w.waiters.push(() => { clearTimeout(t); r(); });
+      w.waiters.push(() => {
+        clearTimeout(t);
+        r();
+      });
     });
   }
 }
@@ -188,7 +211,10 @@ async function waitExit(w: WorkerProc, ms: number): Promise<void> {
   while (!w.exited && Date.now() < until) {
     await new Promise<void>((r) => {
       const t = setTimeout(r, Math.max(1, until - Date.now()));
-      w.waiters.push(() => { clearTimeout(t); r(); });
+      w.waiters.push(() => {
+        clearTimeout(t);
+        r();
+      });
     });
   }
 }
@@ -199,7 +225,15 @@ function redisConnection(url: string) {
 }
 
 // ---- one variant ------------------------------------------------------------------------------
-interface VariantResult { label: string; mode: 'queue' | 'fast'; procs: number; stagesPerS: number; runsPerS: number; allOk: boolean; info: Record<string, unknown> }
+interface VariantResult {
+  label: string;
+  mode: 'queue' | 'fast';
+  procs: number;
+  stagesPerS: number;
+  runsPerS: number;
+  allOk: boolean;
+  info: Record<string, unknown>;
+}
 
 async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<VariantResult> {
   const variant = label(mode, procs);
@@ -213,16 +247,24 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
     // Migrate once here; then the workers connect and wait for "go".
     let store: Ratchet['store'] | undefined;
     main = await createRatchet({
-      databaseUrl: url, workflows: [noop10], logger: silentLogger(), poolSize: cfg.submitters,
+      databaseUrl: url,
+      workflows: [noop10],
+      logger: silentLogger(),
+      poolSize: cfg.submitters,
       transport: createBullmqTransport({ redisUrl: cfg.redisUrl, prefix, logger: silentLogger(), dueIn: (id) => store!.dueIn(id) }),
     });
     store = main.store;
     const tSpawn = performance.now();
     for (let i = 0; i < procs; i++) {
-      workers.push(spawnWorker(i, {
-        DATABASE_URL: url, REDIS_URL: cfg.redisUrl, BULL_PREFIX: prefix, FAST_PATH: mode === 'fast' ? '1' : '0',
-        CONCURRENCY: String(cfg.concurrency),
-      }));
+      workers.push(
+        spawnWorker(i, {
+          DATABASE_URL: url,
+          REDIS_URL: cfg.redisUrl,
+          BULL_PREFIX: prefix,
+          FAST_PATH: mode === 'fast' ? '1' : '0',
+          CONCURRENCY: String(cfg.concurrency),
+        }),
+      );
     }
     await Promise.all(workers.map((w) => waitFor(w, 'ready', 60_000)));
     const spawnS = (performance.now() - tSpawn) / 1000;
@@ -230,12 +272,14 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
     // Submit every run through the public API (validate, plan, one transaction, BullMQ wake-up for stage 1).
     const tSubmit = performance.now();
     let next = 0;
-    await Promise.all(Array.from({ length: cfg.submitters }, async () => {
-      while (next < cfg.runs) {
-        next++;
-        await main!.submit('noop10', {});
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: cfg.submitters }, async () => {
+        while (next < cfg.runs) {
+          next++;
+          await main!.submit('noop10', {});
+        }
+      }),
+    );
     const submitS = (performance.now() - tSubmit) / 1000;
     // The wake-ups are sent fire-and-forget: wait until BullMQ holds all of them before closing.
     const untilJobs = Date.now() + 30_000;
@@ -247,7 +291,9 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
     }
     await main.close();
     main = undefined;
-    log(`${variant}: ${procs} worker(s) ready in ${round(spawnS, 1)} s; ${cfg.runs} runs submitted in ${round(submitS, 2)} s (${Math.round(cfg.runs / submitSafe(submitS))} runs/s); ${jobs} wake-ups waiting in BullMQ`);
+    log(
+      `${variant}: ${procs} worker(s) ready in ${round(spawnS, 1)} s; ${cfg.runs} runs submitted in ${round(submitS, 2)} s (${Math.round(cfg.runs / submitSafe(submitS))} runs/s); ${jobs} wake-ups waiting in BullMQ`,
+    );
 
     const admin = new pg.Client({ connectionString: url });
     await admin.connect();
@@ -265,7 +311,10 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
       let terminal = 0;
       let lastLog = t0;
       while (performance.now() < deadline) {
-        terminal = Number((await admin.query(`SELECT count(*) AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired')`)).rows[0].n);
+        terminal = Number(
+          (await admin.query(`SELECT count(*) AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired')`)).rows[0]
+            .n,
+        );
         if (terminal >= cfg.runs) break;
         if (workers.every((w) => w.exited)) break;
         if (performance.now() - lastLog > 10_000) {
@@ -299,12 +348,15 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
         count(*) FILTER (WHERE type = 'lease_reclaimed')::int AS reclaimed,
         count(*) FILTER (WHERE type = 'heartbeat_lost')::int AS heartbeat_lost
         FROM ratchet.events`);
-      const nextMs = (await q(`SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms,
+      const nextMs = await q(`SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms,
           (s.owner_id = p.owner_id) AS same_owner
         FROM ratchet.stages s JOIN ratchet.stages p ON p.run_id = s.run_id AND p.seq = s.seq - 1
-        WHERE s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL`));
-      const firstMs = (await q(`SELECT extract(epoch FROM s.first_claimed_at - greatest(r.created_at, $1::timestamptz))::float8 * 1000 AS ms
-        FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.seq = 1 AND s.first_claimed_at IS NOT NULL`, [goAt]));
+        WHERE s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL`);
+      const firstMs = await q(
+        `SELECT extract(epoch FROM s.first_claimed_at - greatest(r.created_at, $1::timestamptz))::float8 * 1000 AS ms
+        FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.seq = 1 AND s.first_claimed_at IS NOT NULL`,
+        [goAt],
+      );
       const next = nextMs.map((r) => r.ms as number);
       const first = firstMs.map((r) => r.ms as number);
 
@@ -312,7 +364,8 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
       const windowS = (st.window_s as number | null) ?? wallS;
       const stagesPerS = done / windowS;
       const runsPerS = (runs.succeeded as number) / windowS;
-      const allOk = !timedOut && runs.succeeded === cfg.runs && st.succeeded === cfg.runs * NOOP_STEPS && st.attempts === cfg.runs * NOOP_STEPS;
+      const allOk =
+        !timedOut && runs.succeeded === cfg.runs && st.succeeded === cfg.runs * NOOP_STEPS && st.attempts === cfg.runs * NOOP_STEPS;
       const pct = (xs: number[], p: number) => (xs.length ? round(percentile(xs, p)!, 2) : null);
 
       // The workers' statement profile, summed, per stage.
@@ -324,7 +377,10 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
       for (const s of stopped as Record<string, any>[]) {
         for (const [k, v] of Object.entries((s.statements ?? {}) as Record<string, Stmt>)) {
           const t = (statements[k] ??= { n: 0, rows: 0, ms: 0, max_ms: 0 });
-          t.n += v.n; t.rows += v.rows; t.ms += v.ms; t.max_ms = Math.max(t.max_ms, v.max_ms);
+          t.n += v.n;
+          t.rows += v.rows;
+          t.ms += v.ms;
+          t.max_ms = Math.max(t.max_ms, v.max_ms);
           if (v.next_claimed !== undefined) t.next_claimed = (t.next_claimed ?? 0) + v.next_claimed;
         }
         for (const [k, v] of Object.entries((s.ended ?? {}) as Record<string, number>)) ended[k] = (ended[k] ?? 0) + v;
@@ -332,38 +388,121 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
         wakes.received += s.wakes?.received ?? 0;
         if (s.cpu_ms) workerCpu.push(round(s.cpu_ms.user + s.cpu_ms.system, 0));
       }
-      const perStage = Object.fromEntries(Object.entries(statements).map(([k, v]) => [k, {
-        per_stage: round(v.n / Math.max(done, 1), 3), rows_per_call: v.n ? round(v.rows / v.n, 2) : null,
-        mean_ms: v.n ? round(v.ms / v.n, 2) : null, max_ms: round(v.max_ms, 1), calls: v.n,
-        ...(v.next_claimed !== undefined ? { next_claimed_in_finish: v.next_claimed } : {}),
-      }]));
+      const perStage = Object.fromEntries(
+        Object.entries(statements).map(([k, v]) => [
+          k,
+          {
+            per_stage: round(v.n / Math.max(done, 1), 3),
+            rows_per_call: v.n ? round(v.rows / v.n, 2) : null,
+            mean_ms: v.n ? round(v.ms / v.n, 2) : null,
+            max_ms: round(v.max_ms, 1),
+            calls: v.n,
+            ...(v.next_claimed !== undefined ? { next_claimed_in_finish: v.next_claimed } : {}),
+          },
+        ]),
+      );
 
       const cpuKinds = cpuByKind(procBefore, procAfter, new Set(workers.map((w) => w.pid)));
       const info = {
-        runs: cfg.runs, stages: cfg.runs * NOOP_STEPS, runs_succeeded: runs.succeeded, runs_failed: runs.failed, stages_succeeded: st.succeeded,
-        attempts: st.attempts, all_succeeded: allOk, timed_out: timedOut,
-        window_s: round(windowS, 3), wall_s: round(wallS, 2), processes: procs, concurrency_per_process: cfg.concurrency,
-        fast_path: mode === 'fast', pickup_p50_ms: pct(next, 50), pickup_p99_ms: pct(next, 99), cpu_busy_pct: cpuBusy,
+        runs: cfg.runs,
+        stages: cfg.runs * NOOP_STEPS,
+        runs_succeeded: runs.succeeded,
+        runs_failed: runs.failed,
+        stages_succeeded: st.succeeded,
+        attempts: st.attempts,
+        all_succeeded: allOk,
+        timed_out: timedOut,
+        window_s: round(windowS, 3),
+        wall_s: round(wallS, 2),
+        processes: procs,
+        concurrency_per_process: cfg.concurrency,
+        fast_path: mode === 'fast',
+        pickup_p50_ms: pct(next, 50),
+        pickup_p99_ms: pct(next, 99),
+        cpu_busy_pct: cpuBusy,
         xacts_per_stage: round((after.xacts - before.xacts) / Math.max(done, 1), 3),
         wal_fsyncs_per_stage: round((after.fsyncs - before.fsyncs) / Math.max(done, 1), 3),
-        cpu_ms_by_kind: cpuKinds, worker_cpu_ms: workerCpu,
-        events_per_stage: round((ev.events as number) / Math.max(done, 1), 2), fast_path_claims: ev.fast_claims, claims: ev.claims,
-        rejected: ev.rejected, reclaimed: ev.reclaimed, heartbeat_lost_events: ev.heartbeat_lost, owners: st.owners,
+        cpu_ms_by_kind: cpuKinds,
+        worker_cpu_ms: workerCpu,
+        events_per_stage: round((ev.events as number) / Math.max(done, 1), 2),
+        fast_path_claims: ev.fast_claims,
+        claims: ev.claims,
+        rejected: ev.rejected,
+        reclaimed: ev.reclaimed,
+        heartbeat_lost_events: ev.heartbeat_lost,
+        owners: st.owners,
         next_stage_same_process_pct: nextMs.length ? round((100 * nextMs.filter((r) => r.same_owner).length) / nextMs.length, 1) : null,
-        spawn_to_ready_s: round(spawnS, 2), submit_runs_per_s: round(cfg.runs / submitSafe(submitS), 0), wakeups_notified: wakes.notified, wakeups_received: wakes.received,
-        attempt_ends: ended, bullmq_prefix: prefix,
+        spawn_to_ready_s: round(spawnS, 2),
+        submit_runs_per_s: round(cfg.runs / submitSafe(submitS), 0),
+        wakeups_notified: wakes.notified,
+        wakeups_received: wakes.received,
+        attempt_ends: ended,
+        bullmq_prefix: prefix,
       };
-      const lineInfo = { all_succeeded: allOk, runs_succeeded: runs.succeeded, window_s: info.window_s, cpu_busy_pct: cpuBusy, xacts_per_stage: info.xacts_per_stage, wal_fsyncs_per_stage: info.wal_fsyncs_per_stage };
+      const lineInfo = {
+        all_succeeded: allOk,
+        runs_succeeded: runs.succeeded,
+        window_s: info.window_s,
+        cpu_busy_pct: cpuBusy,
+        xacts_per_stage: info.xacts_per_stage,
+        wal_fsyncs_per_stage: info.wal_fsyncs_per_stage,
+      };
       out({ metric: 'stages_per_s', variant, value: round(stagesPerS, 1), unit: 'stages/s', info });
       out({ metric: 'runs_per_s', variant, value: round(runsPerS, 1), unit: 'runs/s', info: lineInfo });
-      out({ metric: 'pickup_p50', variant, value: pct(next, 50), unit: 'ms', info: { of: 'first_claimed_at(stage n+1) - finished_at(stage n)', samples: next.length, max_ms: next.length ? round(Math.max(...next), 1) : null, zero_pct: next.length ? round((100 * next.filter((x) => x === 0).length) / next.length, 1) : null } });
+      out({
+        metric: 'pickup_p50',
+        variant,
+        value: pct(next, 50),
+        unit: 'ms',
+        info: {
+          of: 'first_claimed_at(stage n+1) - finished_at(stage n)',
+          samples: next.length,
+          max_ms: next.length ? round(Math.max(...next), 1) : null,
+          zero_pct: next.length ? round((100 * next.filter((x) => x === 0).length) / next.length, 1) : null,
+        },
+      });
       out({ metric: 'pickup_p99', variant, value: pct(next, 99), unit: 'ms', info: { samples: next.length } });
-      out({ metric: 'first_pickup_p50', variant, value: pct(first, 50), unit: 'ms', info: { of: 'first_claimed_at(stage 1) - greatest(run created_at, go); all runs wait at go: backlog wait', samples: first.length } });
+      out({
+        metric: 'first_pickup_p50',
+        variant,
+        value: pct(first, 50),
+        unit: 'ms',
+        info: { of: 'first_claimed_at(stage 1) - greatest(run created_at, go); all runs wait at go: backlog wait', samples: first.length },
+      });
       out({ metric: 'first_pickup_p99', variant, value: pct(first, 99), unit: 'ms', info: { samples: first.length } });
-      out({ metric: 'all_runs_succeeded', variant, value: allOk, unit: 'bool', info: { runs: cfg.runs, runs_succeeded: runs.succeeded, runs_failed: runs.failed, stages_succeeded: st.succeeded, attempts: st.attempts, rejected: ev.rejected, reclaimed: ev.reclaimed, timed_out: timedOut } });
-      out({ metric: 'profile', variant, value: null, unit: 'statements', info: { statements_per_stage: perStage, cpu_ms_by_kind: cpuKinds, worker_cpu_ms: workerCpu, window_s: info.window_s, cpu_busy_pct: cpuBusy } });
-      log(`${variant}: ${round(stagesPerS, 1)} stages/s, ${round(runsPerS, 1)} runs/s over ${round(windowS, 2)} s; pick-up p50 ${pct(next, 50)} ms p99 ${pct(next, 99)} ms; ` +
-        `${runs.succeeded}/${cfg.runs} runs succeeded${allOk ? '' : ' — NOT ALL'}; cpu ${cpuBusy}%; ${info.xacts_per_stage} xacts/stage; cpu ms ${JSON.stringify(cpuKinds)}`);
+      out({
+        metric: 'all_runs_succeeded',
+        variant,
+        value: allOk,
+        unit: 'bool',
+        info: {
+          runs: cfg.runs,
+          runs_succeeded: runs.succeeded,
+          runs_failed: runs.failed,
+          stages_succeeded: st.succeeded,
+          attempts: st.attempts,
+          rejected: ev.rejected,
+          reclaimed: ev.reclaimed,
+          timed_out: timedOut,
+        },
+      });
+      out({
+        metric: 'profile',
+        variant,
+        value: null,
+        unit: 'statements',
+        info: {
+          statements_per_stage: perStage,
+          cpu_ms_by_kind: cpuKinds,
+          worker_cpu_ms: workerCpu,
+          window_s: info.window_s,
+          cpu_busy_pct: cpuBusy,
+        },
+      });
+      log(
+        `${variant}: ${round(stagesPerS, 1)} stages/s, ${round(runsPerS, 1)} runs/s over ${round(windowS, 2)} s; pick-up p50 ${pct(next, 50)} ms p99 ${pct(next, 99)} ms; ` +
+          `${runs.succeeded}/${cfg.runs} runs succeeded${allOk ? '' : ' — NOT ALL'}; cpu ${cpuBusy}%; ${info.xacts_per_stage} xacts/stage; cpu ms ${JSON.stringify(cpuKinds)}`,
+      );
       const light = await lightPhase(variant, url, prefix, mode, procs, admin);
       return { label: variant, mode, procs, stagesPerS, runsPerS, allOk: allOk && light.allOk === true, info: { ...info, light } };
     } finally {
@@ -383,20 +522,36 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
  * at a time `lightGapMs` apart through ratchet.submit (stage 1 woken through BullMQ), so each
  * stage's pick-up is the engine's own delay, not its wait behind 10,000 others.
  */
-async function lightPhase(variant: string, url: string, prefix: string, mode: 'queue' | 'fast', procs: number, admin: pg.Client): Promise<Record<string, unknown>> {
+async function lightPhase(
+  variant: string,
+  url: string,
+  prefix: string,
+  mode: 'queue' | 'fast',
+  procs: number,
+  admin: pg.Client,
+): Promise<Record<string, unknown>> {
   const workers: WorkerProc[] = [];
   let main: Ratchet | undefined;
   try {
     let store: Ratchet['store'] | undefined;
     main = await createRatchet({
-      databaseUrl: url, workflows: [noop10], logger: silentLogger(), poolSize: 2,
+      databaseUrl: url,
+      workflows: [noop10],
+      logger: silentLogger(),
+      poolSize: 2,
       transport: createBullmqTransport({ redisUrl: cfg.redisUrl, prefix, logger: silentLogger(), dueIn: (id) => store!.dueIn(id) }),
     });
     store = main.store;
     for (let i = 0; i < procs; i++) {
-      workers.push(spawnWorker(i, {
-        DATABASE_URL: url, REDIS_URL: cfg.redisUrl, BULL_PREFIX: prefix, FAST_PATH: mode === 'fast' ? '1' : '0', CONCURRENCY: String(cfg.concurrency),
-      }));
+      workers.push(
+        spawnWorker(i, {
+          DATABASE_URL: url,
+          REDIS_URL: cfg.redisUrl,
+          BULL_PREFIX: prefix,
+          FAST_PATH: mode === 'fast' ? '1' : '0',
+          CONCURRENCY: String(cfg.concurrency),
+        }),
+      );
     }
     await Promise.all(workers.map((w) => waitFor(w, 'ready', 60_000)));
     for (const w of workers) w.child.stdin.write('go\n');
@@ -410,30 +565,92 @@ async function lightPhase(variant: string, url: string, prefix: string, mode: 'q
     const until = Date.now() + 60_000;
     let done = 0;
     while (Date.now() < until) {
-      done = Number((await admin.query(`SELECT count(*) AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state IN ('succeeded','failed','cancelled','expired')`, [ids])).rows[0].n);
+      done = Number(
+        (
+          await admin.query(
+            `SELECT count(*) AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state IN ('succeeded','failed','cancelled','expired')`,
+            [ids],
+          )
+        ).rows[0].n,
+      );
       if (done >= ids.length) break;
       await sleep(100);
     }
-    const [r] = (await admin.query(`SELECT count(*) FILTER (WHERE state = 'succeeded')::int AS ok FROM ratchet.runs WHERE id = ANY($1::uuid[])`, [ids])).rows;
-    const next = (await admin.query(`SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms
+    const [r] = (
+      await admin.query(`SELECT count(*) FILTER (WHERE state = 'succeeded')::int AS ok FROM ratchet.runs WHERE id = ANY($1::uuid[])`, [ids])
+    ).rows;
+    const next = (
+      await admin.query(
+        `SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms
       FROM ratchet.stages s JOIN ratchet.stages p ON p.run_id = s.run_id AND p.seq = s.seq - 1
-      WHERE s.run_id = ANY($1::uuid[]) AND s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL`, [ids])).rows.map((x) => x.ms as number);
-    const first = (await admin.query(`SELECT extract(epoch FROM s.first_claimed_at - r.created_at)::float8 * 1000 AS ms
-      FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.run_id = ANY($1::uuid[]) AND s.seq = 1 AND s.first_claimed_at IS NOT NULL`, [ids])).rows.map((x) => x.ms as number);
-    const runMs = (await admin.query(`SELECT extract(epoch FROM finished_at - created_at)::float8 * 1000 AS ms FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND finished_at IS NOT NULL`, [ids])).rows.map((x) => x.ms as number);
+      WHERE s.run_id = ANY($1::uuid[]) AND s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL`,
+        [ids],
+      )
+    ).rows.map((x) => x.ms as number);
+    const first = (
+      await admin.query(
+        `SELECT extract(epoch FROM s.first_claimed_at - r.created_at)::float8 * 1000 AS ms
+      FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.run_id = ANY($1::uuid[]) AND s.seq = 1 AND s.first_claimed_at IS NOT NULL`,
+        [ids],
+      )
+    ).rows.map((x) => x.ms as number);
+    const runMs = (
+      await admin.query(
+        `SELECT extract(epoch FROM finished_at - created_at)::float8 * 1000 AS ms FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND finished_at IS NOT NULL`,
+        [ids],
+      )
+    ).rows.map((x) => x.ms as number);
     const pct = (xs: number[], p: number) => (xs.length ? round(percentile(xs, p)!, 2) : null);
     const light = {
-      runs: ids.length, runs_succeeded: r.ok, allOk: r.ok === ids.length, gap_ms: cfg.lightGapMs,
-      pickup_p50_ms: pct(next, 50), pickup_p99_ms: pct(next, 99), first_pickup_p50_ms: pct(first, 50), first_pickup_p99_ms: pct(first, 99),
-      run_p50_ms: pct(runMs, 50), run_p99_ms: pct(runMs, 99),
+      runs: ids.length,
+      runs_succeeded: r.ok,
+      allOk: r.ok === ids.length,
+      gap_ms: cfg.lightGapMs,
+      pickup_p50_ms: pct(next, 50),
+      pickup_p99_ms: pct(next, 99),
+      first_pickup_p50_ms: pct(first, 50),
+      first_pickup_p99_ms: pct(first, 99),
+      run_p50_ms: pct(runMs, 50),
+      run_p99_ms: pct(runMs, 99),
     };
-    const info = { of: 'light load: runs submitted one by one 100 ms apart to idle workers', runs: ids.length, runs_succeeded: r.ok, samples: next.length };
-    out({ metric: 'light_pickup_p50', variant, value: light.pickup_p50_ms, unit: 'ms', info: { ...info, of: `${info.of}; first_claimed_at(stage n+1) - finished_at(stage n)` } });
+    const info = {
+      of: 'light load: runs submitted one by one 100 ms apart to idle workers',
+      runs: ids.length,
+      runs_succeeded: r.ok,
+      samples: next.length,
+    };
+    out({
+      metric: 'light_pickup_p50',
+      variant,
+      value: light.pickup_p50_ms,
+      unit: 'ms',
+      info: { ...info, of: `${info.of}; first_claimed_at(stage n+1) - finished_at(stage n)` },
+    });
     out({ metric: 'light_pickup_p99', variant, value: light.pickup_p99_ms, unit: 'ms', info });
-    out({ metric: 'light_first_pickup_p50', variant, value: light.first_pickup_p50_ms, unit: 'ms', info: { ...info, of: `${info.of}; first_claimed_at(stage 1) - run created_at (submit -> BullMQ -> claim)`, samples: first.length } });
-    out({ metric: 'light_first_pickup_p99', variant, value: light.first_pickup_p99_ms, unit: 'ms', info: { ...info, samples: first.length } });
-    out({ metric: 'light_run_latency_p50', variant, value: light.run_p50_ms, unit: 'ms', info: { ...info, of: `${info.of}; run finished_at - created_at (10 stages)`, samples: runMs.length } });
-    log(`${variant} light load: pick-up p50 ${light.pickup_p50_ms} ms p99 ${light.pickup_p99_ms} ms; stage 1 p50 ${light.first_pickup_p50_ms} ms p99 ${light.first_pickup_p99_ms} ms; run p50 ${light.run_p50_ms} ms; ${r.ok}/${ids.length} succeeded`);
+    out({
+      metric: 'light_first_pickup_p50',
+      variant,
+      value: light.first_pickup_p50_ms,
+      unit: 'ms',
+      info: { ...info, of: `${info.of}; first_claimed_at(stage 1) - run created_at (submit -> BullMQ -> claim)`, samples: first.length },
+    });
+    out({
+      metric: 'light_first_pickup_p99',
+      variant,
+      value: light.first_pickup_p99_ms,
+      unit: 'ms',
+      info: { ...info, samples: first.length },
+    });
+    out({
+      metric: 'light_run_latency_p50',
+      variant,
+      value: light.run_p50_ms,
+      unit: 'ms',
+      info: { ...info, of: `${info.of}; run finished_at - created_at (10 stages)`, samples: runMs.length },
+    });
+    log(
+      `${variant} light load: pick-up p50 ${light.pickup_p50_ms} ms p99 ${light.pickup_p99_ms} ms; stage 1 p50 ${light.first_pickup_p50_ms} ms p99 ${light.first_pickup_p99_ms} ms; run p50 ${light.run_p50_ms} ms; ${r.ok}/${ids.length} succeeded`,
+    );
     for (const w of workers) if (!w.exited) w.child.stdin.write('stop\n');
     await Promise.all(workers.map((w) => waitFor(w, 'stopped', 15_000).catch(() => null)));
     await Promise.all(workers.map((w) => waitExit(w, 5000)));
@@ -449,10 +666,33 @@ function submitSafe(s: number): number {
 }
 
 // ---- peers ------------------------------------------------------------------------------------
-interface PeerLine { measure: string; variant: string; metric: string; unit: string; median: number | null; cpu_busy_pct: number | null; xacts_per_item: number | null; wal_fsyncs_per_item: number | null; runs: number[]; failed_runs: number; errors: string[]; info: unknown[] }
+interface PeerLine {
+  measure: string;
+  variant: string;
+  metric: string;
+  unit: string;
+  median: number | null;
+  cpu_busy_pct: number | null;
+  xacts_per_item: number | null;
+  wal_fsyncs_per_item: number | null;
+  runs: number[];
+  failed_runs: number;
+  errors: string[];
+  info: unknown[];
+}
 
 async function runPeers(): Promise<PeerLine[]> {
-  const args = [cfg.peersScript, 'dbos', 'pgboss', 'graphile', 'bullmq', 'pgbench', '--runs', String(cfg.peerRuns), ...(cfg.cap ? ['--cap', cfg.cap] : [])];
+  const args = [
+    cfg.peersScript,
+    'dbos',
+    'pgboss',
+    'graphile',
+    'bullmq',
+    'pgbench',
+    '--runs',
+    String(cfg.peerRuns),
+    ...(cfg.cap ? ['--cap', cfg.cap] : []),
+  ];
   log(`peers: bash ${args.join(' ')}`);
   const child = spawn('bash', args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: PeerLine[] = [];
@@ -467,7 +707,10 @@ async function runPeers(): Promise<PeerLine[]> {
     }
   });
   createInterface({ input: child.stderr }).on('line', (line) => process.stderr.write(`[peers] ${line}\n`));
-  const killer = setTimeout(() => { log('peers: 45 min passed, stopping them'); child.kill('SIGTERM'); }, 45 * 60_000);
+  const killer = setTimeout(() => {
+    log('peers: 45 min passed, stopping them');
+    child.kill('SIGTERM');
+  }, 45 * 60_000);
   const code = await new Promise<number | null>((r) => child.on('close', (c) => r(c)));
   clearTimeout(killer);
   const file = join(tmpdir(), `ratchet-bench-peers-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`);
@@ -494,43 +737,110 @@ if (!argv['skip-peers']) {
     return cands.sort((a, b) => b.median! - a.median!)[0] ?? null;
   };
   const targets: { key: string; peer: PeerLine | null; goal: number | null; note: string }[] = [
-    { key: 'dbos_steps', peer: find('dbos', 'steps_per_s', () => true), goal: 1, note: 'DBOS Transact steps/s, 10-step workflows (best of direct / queue)' },
-    { key: 'graphile_jobs', peer: find('graphile', 'process_jobs_per_s', () => true), goal: 1, note: 'graphile-worker jobs/s (best concurrency)' },
-    { key: 'pgboss_batch1_jobs', peer: find('pgboss', 'process_jobs_per_s', (v) => v.startsWith('batch=1 ')), goal: 1, note: 'pg-boss jobs/s at one job per fetch' },
-    { key: 'pgboss_batch100_jobs', peer: find('pgboss', 'process_jobs_per_s', (v) => v.startsWith('batch=100 ')), goal: 1, note: 'pg-boss jobs/s at 100 per fetch (stretch)' },
-    { key: 'bullmq_jobs', peer: find('bullmq', 'process_jobs_per_s', () => true), goal: null, note: 'BullMQ jobs/s (best concurrency), no durability in PostgreSQL' },
-    { key: 'pgbench_update_tps_c4', peer: find('pgbench-update', 'tps', (v) => v === 'clients=4'), goal: 0.5, note: 'pgbench single-row UPDATE tps at 4 clients (commit rate)' },
+    {
+      key: 'dbos_steps',
+      peer: find('dbos', 'steps_per_s', () => true),
+      goal: 1,
+      note: 'DBOS Transact steps/s, 10-step workflows (best of direct / queue)',
+    },
+    {
+      key: 'graphile_jobs',
+      peer: find('graphile', 'process_jobs_per_s', () => true),
+      goal: 1,
+      note: 'graphile-worker jobs/s (best concurrency)',
+    },
+    {
+      key: 'pgboss_batch1_jobs',
+      peer: find('pgboss', 'process_jobs_per_s', (v) => v.startsWith('batch=1 ')),
+      goal: 1,
+      note: 'pg-boss jobs/s at one job per fetch',
+    },
+    {
+      key: 'pgboss_batch100_jobs',
+      peer: find('pgboss', 'process_jobs_per_s', (v) => v.startsWith('batch=100 ')),
+      goal: 1,
+      note: 'pg-boss jobs/s at 100 per fetch (stretch)',
+    },
+    {
+      key: 'bullmq_jobs',
+      peer: find('bullmq', 'process_jobs_per_s', () => true),
+      goal: null,
+      note: 'BullMQ jobs/s (best concurrency), no durability in PostgreSQL',
+    },
+    {
+      key: 'pgbench_update_tps_c4',
+      peer: find('pgbench-update', 'tps', (v) => v === 'clients=4'),
+      goal: 0.5,
+      note: 'pgbench single-row UPDATE tps at 4 clients (commit rate)',
+    },
   ];
   for (const p of peers) {
     if (!['steps_per_s', 'process_jobs_per_s', 'tps'].includes(p.metric)) continue;
-    out({ metric: 'peer', variant: `${p.measure} ${p.variant} ${p.metric}`, value: p.median, unit: p.unit,
-      info: { runs: p.runs, cpu_busy_pct: p.cpu_busy_pct, xacts_per_item: p.xacts_per_item, wal_fsyncs_per_item: p.wal_fsyncs_per_item, failed_runs: p.failed_runs, errors: p.errors } });
+    out({
+      metric: 'peer',
+      variant: `${p.measure} ${p.variant} ${p.metric}`,
+      value: p.median,
+      unit: p.unit,
+      info: {
+        runs: p.runs,
+        cpu_busy_pct: p.cpu_busy_pct,
+        xacts_per_item: p.xacts_per_item,
+        wal_fsyncs_per_item: p.wal_fsyncs_per_item,
+        failed_runs: p.failed_runs,
+        errors: p.errors,
+      },
+    });
   }
   const summary: string[] = [];
   for (const r of results.filter((x) => x.mode === 'fast')) {
     for (const t of targets) {
       if (!t.peer?.median) {
-        out({ metric: 'ratio', variant: `${r.label} / ${t.key}`, value: null, unit: 'x', info: { note: `${t.note}: no figure from the peers run` } });
+        out({
+          metric: 'ratio',
+          variant: `${r.label} / ${t.key}`,
+          value: null,
+          unit: 'x',
+          info: { note: `${t.note}: no figure from the peers run` },
+        });
         continue;
       }
       const ratio = r.stagesPerS / t.peer.median;
-      out({ metric: 'ratio', variant: `${r.label} / ${t.key}`, value: round(ratio, 3), unit: 'x', info: {
-        ratchet_stages_per_s: round(r.stagesPerS, 1), peer: `${t.peer.measure} ${t.peer.variant}`, peer_value: t.peer.median, peer_unit: t.peer.unit,
-        peer_cpu_busy_pct: t.peer.cpu_busy_pct, ratchet_cpu_busy_pct: r.info.cpu_busy_pct, goal: t.goal === null ? null : `>= ${t.goal}`,
-        goal_met: t.goal === null ? null : ratio >= t.goal, ratchet_all_succeeded: r.allOk, note: t.note,
-      } });
-      summary.push(`${r.label.padEnd(18)} / ${t.key.padEnd(22)} ${String(round(ratio, 3)).padStart(7)}  (${round(r.stagesPerS, 0)} vs ${t.peer.median} ${t.peer.unit}${t.goal === null ? '' : `, goal >= ${t.goal}: ${ratio >= t.goal ? 'met' : 'NOT met'}`})`);
+      out({
+        metric: 'ratio',
+        variant: `${r.label} / ${t.key}`,
+        value: round(ratio, 3),
+        unit: 'x',
+        info: {
+          ratchet_stages_per_s: round(r.stagesPerS, 1),
+          peer: `${t.peer.measure} ${t.peer.variant}`,
+          peer_value: t.peer.median,
+          peer_unit: t.peer.unit,
+          peer_cpu_busy_pct: t.peer.cpu_busy_pct,
+          ratchet_cpu_busy_pct: r.info.cpu_busy_pct,
+          goal: t.goal === null ? null : `>= ${t.goal}`,
+          goal_met: t.goal === null ? null : ratio >= t.goal,
+          ratchet_all_succeeded: r.allOk,
+          note: t.note,
+        },
+      });
+      summary.push(
+        `${r.label.padEnd(18)} / ${t.key.padEnd(22)} ${String(round(ratio, 3)).padStart(7)}  (${round(r.stagesPerS, 0)} vs ${t.peer.median} ${t.peer.unit}${t.goal === null ? '' : `, goal >= ${t.goal}: ${ratio >= t.goal ? 'met' : 'NOT met'}`})`,
+      );
     }
   }
   process.stderr.write(`\nratios (fast path stages/s over the peer's figure):\n${summary.join('\n')}\n`);
 }
 
-process.stderr.write(`\n${'variant'.padEnd(20)}${'stages/s'.padStart(10)}${'runs/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'light p50'.padStart(11)}${'light p99'.padStart(11)}${'cpu%'.padStart(7)}${'xact/st'.padStart(9)}  all ok\n`);
+process.stderr.write(
+  `\n${'variant'.padEnd(20)}${'stages/s'.padStart(10)}${'runs/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'light p50'.padStart(11)}${'light p99'.padStart(11)}${'cpu%'.padStart(7)}${'xact/st'.padStart(9)}  all ok\n`,
+);
 for (const r of results) {
   const light = r.info.light as Record<string, unknown>;
-  process.stderr.write(`${r.label.padEnd(20)}${String(round(r.stagesPerS, 0)).padStart(10)}${String(round(r.runsPerS, 1)).padStart(9)}` +
-    `${String(r.info.pickup_p50_ms ?? '').padStart(9)}${String(r.info.pickup_p99_ms ?? '').padStart(9)}${String(light.pickup_p50_ms ?? '').padStart(11)}${String(light.pickup_p99_ms ?? '').padStart(11)}` +
-    `${String(r.info.cpu_busy_pct).padStart(7)}${String(r.info.xacts_per_stage).padStart(9)}  ${r.allOk}\n`);
+  process.stderr.write(
+    `${r.label.padEnd(20)}${String(round(r.stagesPerS, 0)).padStart(10)}${String(round(r.runsPerS, 1)).padStart(9)}` +
+      `${String(r.info.pickup_p50_ms ?? '').padStart(9)}${String(r.info.pickup_p99_ms ?? '').padStart(9)}${String(light.pickup_p50_ms ?? '').padStart(11)}${String(light.pickup_p99_ms ?? '').padStart(11)}` +
+      `${String(r.info.cpu_busy_pct).padStart(7)}${String(r.info.xacts_per_stage).padStart(9)}  ${r.allOk}\n`,
+  );
 }
 log('done');
 process.exit(0);

@@ -5,7 +5,13 @@ import { promisify } from 'node:util';
 import pg from 'pg';
 import type { Queryable } from '../src/store/index.js';
 
-export interface Line { metric: string; variant: string; value: number | boolean | null; unit: string; info?: Record<string, unknown> }
+export interface Line {
+  metric: string;
+  variant: string;
+  value: number | boolean | null;
+  unit: string;
+  info?: Record<string, unknown>;
+}
 
 /** One JSON line on stdout per figure; everything else goes to stderr. */
 export function emit(bench: string, line: Line): void {
@@ -63,7 +69,8 @@ export async function dropDb(adminUrl: string, name: string): Promise<void> {
  * ordered like uuidv7 ids; each stage's idempotency key is unique (run id, seq, tool).
  */
 export async function insertQueuedStages(db: Queryable, count: number, toolClass: string): Promise<void> {
-  await db.query(`
+  await db.query(
+    `
     WITH r AS (
       INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state)
       SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(i), 12, '0'))::uuid, 'bench', 'h', '{}'::jsonb, 'queued'
@@ -74,7 +81,9 @@ export async function insertQueuedStages(db: Queryable, count: number, toolClass
       max_attempts, idempotency_key, input, available_at)
     SELECT r.id, 'h', 1, 'noop', 'noop', $2, 'queued', 30000, 30000, 600000, 3, r.id::text || ':1:noop', '{}'::jsonb,
       ratchet.db_now() - interval '1 second'
-    FROM r`, [count, toolClass]);
+    FROM r`,
+    [count, toolClass],
+  );
 }
 
 /** Machine-wide CPU counters, for the share of all cores busy between two snapshots. */
@@ -99,7 +108,12 @@ export function cpuBusyPct(before: { busy: number; total: number }): number {
  * PostgreSQL's own single-row-update commit rate, measured like shared/peers (m/pgbench.mjs):
  * a fresh database with a 100k-row table, `script`, prepared protocol, `clients` clients.
  */
-export async function pgbenchTps(adminUrl: string, script: string, clients: number, seconds: number): Promise<{ tps: number; xacts: number | null; latencyMs: number | null }> {
+export async function pgbenchTps(
+  adminUrl: string,
+  script: string,
+  clients: number,
+  seconds: number,
+): Promise<{ tps: number; xacts: number | null; latencyMs: number | null }> {
   const name = `bench_pgbench_c${clients}`;
   const url = await createDb(adminUrl, name);
   try {
@@ -110,11 +124,30 @@ export async function pgbenchTps(adminUrl: string, script: string, clients: numb
       await c.query('CHECKPOINT');
     });
     const u = new URL(adminUrl);
-    const { stdout } = await promisify(execFile)('pgbench', [
-      '-h', u.hostname, '-p', u.port || '5432', '-U', decodeURIComponent(u.username),
-      '-n', '-M', 'prepared', '-c', String(clients), '-j', String(Math.min(clients, 2)),
-      '-T', String(seconds), '-f', script, name,
-    ], { encoding: 'utf8' });
+    const { stdout } = await promisify(execFile)(
+      'pgbench',
+      [
+        '-h',
+        u.hostname,
+        '-p',
+        u.port || '5432',
+        '-U',
+        decodeURIComponent(u.username),
+        '-n',
+        '-M',
+        'prepared',
+        '-c',
+        String(clients),
+        '-j',
+        String(Math.min(clients, 2)),
+        '-T',
+        String(seconds),
+        '-f',
+        script,
+        name,
+      ],
+      { encoding: 'utf8' },
+    );
     const num = (re: RegExp) => {
       const m = stdout.match(re);
       return m ? Number(m[1]) : null;
@@ -127,7 +160,13 @@ export async function pgbenchTps(adminUrl: string, script: string, clients: numb
   }
 }
 
-interface PlanNode { 'Node Type': string; 'Parent Relationship'?: string; 'Relation Name'?: string; 'Index Name'?: string; Plans?: PlanNode[] }
+interface PlanNode {
+  'Node Type': string;
+  'Parent Relationship'?: string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  Plans?: PlanNode[];
+}
 
 /** Walks an EXPLAIN (FORMAT JSON) plan and says whether the claim is served by the partial indexes. */
 export function checkClaimPlan(root: PlanNode): Record<string, boolean | string[]> {

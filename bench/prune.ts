@@ -32,13 +32,24 @@ const { values: argv } = parseArgs({
   },
 });
 const cfg = {
-  runs: Number(argv.runs), stages: Number(argv.stages), events: Number(argv.events), batch: Number(argv.batch),
-  pgliteRuns: Number(argv['pglite-runs']), adminUrl: argv['pg-url'],
+  runs: Number(argv.runs),
+  stages: Number(argv.stages),
+  events: Number(argv.events),
+  batch: Number(argv.batch),
+  pgliteRuns: Number(argv['pglite-runs']),
+  adminUrl: argv['pg-url'],
 };
 const AGES = { succeeded: '30d', failed: '30d', cancelled: '30d', expired: '30d' } as const;
 
 const quick = defineToolClass({ name: 'bench-quick', lease: '30s', heartbeat: '10s', timeout: '10s', maxDuration: '1m' });
-const noop = defineTool({ name: 'noop', description: 'nothing', class: quick, input: z.object({}), output: z.object({}), run: async () => ({}) });
+const noop = defineTool({
+  name: 'noop',
+  description: 'nothing',
+  class: quick,
+  input: z.object({}),
+  output: z.object({}),
+  run: async () => ({}),
+});
 const work = defineWorkflow({ name: 'work', input: z.object({}), steps: [{ tool: noop }, { name: 'again', tool: noop }] });
 
 async function fill(store: Store, runs: number): Promise<void> {
@@ -52,13 +63,15 @@ async function fill(store: Store, runs: number): Promise<void> {
 }
 
 async function explainBatch(store: Store): Promise<void> {
-  const plan = await store.db.transaction(async (tx) => {
-    const rows = await tx.query(`EXPLAIN (ANALYZE, BUFFERS) ${PRUNE_BATCH_SQL}`, ['succeeded', 30 * DAY_MS, cfg.batch]);
-    throw Object.assign(new Error('rolled back on purpose'), { rows });
-  }).catch((err: { rows?: Record<string, unknown>[] }) => {
-    if (!err.rows) throw err;
-    return err.rows;
-  });
+  const plan = await store.db
+    .transaction(async (tx) => {
+      const rows = await tx.query(`EXPLAIN (ANALYZE, BUFFERS) ${PRUNE_BATCH_SQL}`, ['succeeded', 30 * DAY_MS, cfg.batch]);
+      throw Object.assign(new Error('rolled back on purpose'), { rows });
+    })
+    .catch((err: { rows?: Record<string, unknown>[] }) => {
+      if (!err.rows) throw err;
+      return err.rows;
+    });
   log(`one batch, EXPLAIN (ANALYZE, BUFFERS), rolled back:\n${plan.map((r) => r['QUERY PLAN']).join('\n')}`);
 }
 
@@ -67,7 +80,8 @@ async function measure(variant: string, store: Store, runs: number, during?: () 
   let last = performance.now();
   const t = performance.now();
   const r = await store.prune({
-    olderThan: AGES, batchSize: cfg.batch,
+    olderThan: AGES,
+    batchSize: cfg.batch,
     onBatch: () => {
       const now = performance.now();
       batchMs.push(now - last);
@@ -78,7 +92,15 @@ async function measure(variant: string, store: Store, runs: number, during?: () 
   const extra = during ? await during() : {};
   if (r.runs !== runs) throw new Error(`${variant}: pruned ${r.runs} runs, expected ${runs}`);
   const rows = r.runs + r.stages + r.events;
-  const info = { runs: r.runs, stages: r.stages, events: r.events, batches: r.batches, batchSize: cfg.batch, seconds: round(seconds, 2), ...extra };
+  const info = {
+    runs: r.runs,
+    stages: r.stages,
+    events: r.events,
+    batches: r.batches,
+    batchSize: cfg.batch,
+    seconds: round(seconds, 2),
+    ...extra,
+  };
   log(`${variant}: ${JSON.stringify(info)}`);
   emit('prune', { metric: 'runs_per_s', variant, value: round(r.runs / seconds, 0), unit: 'runs/s', info });
   emit('prune', { metric: 'rows_per_s', variant, value: round(rows / seconds, 0), unit: 'rows/s' });
@@ -111,10 +133,17 @@ async function postgres(variant: 'postgres-idle' | 'postgres-load'): Promise<voi
         during = async () => {
           stop = true;
           await feeder;
-          const [c] = await ratchet.store.db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'work' AND state = 'succeeded'`);
+          const [c] = await ratchet.store.db.query(
+            `SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'work' AND state = 'succeeded'`,
+          );
           const seconds = (performance.now() - started) / 1000;
-          emit('prune', { metric: 'concurrent_runs_per_s', variant, value: round((c!.n as number) / seconds, 1), unit: 'runs/s',
-            info: { submitted: ids.length, succeeded: c!.n } });
+          emit('prune', {
+            metric: 'concurrent_runs_per_s',
+            variant,
+            value: round((c!.n as number) / seconds, 1),
+            unit: 'runs/s',
+            info: { submitted: ids.length, succeeded: c!.n },
+          });
           return { concurrentRunsSubmitted: ids.length, concurrentRunsSucceeded: c!.n };
         };
       }

@@ -18,7 +18,18 @@ import pg from 'pg';
 import { openStore, type ClaimedStage, type FinishRow, type Store } from '../src/store/index.js';
 import { claimSql } from '../src/store/claim.sql.js';
 import {
-  checkClaimPlan, cpuBusyPct, cpuSnap, createDb, dropDb, emit, insertQueuedStages, log, percentile, pgbenchTps, round, type Line,
+  checkClaimPlan,
+  cpuBusyPct,
+  cpuSnap,
+  createDb,
+  dropDb,
+  emit,
+  insertQueuedStages,
+  log,
+  percentile,
+  pgbenchTps,
+  round,
+  type Line,
 } from './lib.js';
 
 const { values: argv } = parseArgs({
@@ -49,7 +60,11 @@ const DEFINITION = 'h';
 const out = (line: Line) => emit('store', line);
 const ownerId = (i: number) => `bench@${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}:${i}`;
 const finishRow = (c: ClaimedStage): FinishRow => ({
-  stageId: c.id, fence: c.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} },
+  stageId: c.id,
+  fence: c.fence,
+  outcome: 'succeeded',
+  result: {},
+  run: { state: 'succeeded', result: {} },
 });
 
 /** A fresh database with `stages` queued single-stage runs, vacuumed and checkpointed; dropped after `fn`. */
@@ -57,7 +72,12 @@ async function withStore<T>(name: string, stages: number, poolSize: number, fn: 
   const url = await createDb(cfg.adminUrl, name);
   let store: Store | undefined;
   try {
-    store = await openStore({ databaseUrl: url, poolSize, applicationName: 'ratchet-bench', queryTimeoutMs: 600_000 /* bulk inserts of 1M rows */ });
+    store = await openStore({
+      databaseUrl: url,
+      poolSize,
+      applicationName: 'ratchet-bench',
+      queryTimeoutMs: 600_000 /* bulk inserts of 1M rows */,
+    });
     const t0 = performance.now();
     await insertQueuedStages(store.db, stages, TOOL_CLASS);
     await store.db.query('VACUUM ANALYZE');
@@ -82,26 +102,41 @@ async function throughput(mode: 'single' | 'batched', claimers: number): Promise
     const nodeCpu = process.cpuUsage();
     const start = performance.now();
     const end = start + cfg.seconds * 1000;
-    await Promise.all(Array.from({ length: claimers }, async (_, i) => {
-      const owner = ownerId(i);
-      while (performance.now() < end) {
-        const claimed = await store.claim({ owner, toolClass: TOOL_CLASS, limit, definitions: [DEFINITION] });
-        if (claimed.length === 0) {
-          drained = true;
-          return;
+    await Promise.all(
+      Array.from({ length: claimers }, async (_, i) => {
+        const owner = ownerId(i);
+        while (performance.now() < end) {
+          const claimed = await store.claim({ owner, toolClass: TOOL_CLASS, limit, definitions: [DEFINITION] });
+          if (claimed.length === 0) {
+            drained = true;
+            return;
+          }
+          for (const v of await store.finish(owner, claimed.map(finishRow))) v.accepted ? pairs++ : rejected++;
         }
-        for (const v of await store.finish(owner, claimed.map(finishRow))) v.accepted ? pairs++ : rejected++;
-      }
-    }));
+      }),
+    );
     const elapsed = (performance.now() - start) / 1000;
     const rate = pairs / elapsed;
     const { user, system } = process.cpuUsage(nodeCpu);
     out({
-      metric: 'claim_complete_pairs', variant, value: round(rate, 1), unit: 'pairs/s',
-      info: { pairs, rejected, elapsed_s: round(elapsed), drained, limit, stages_queued: cfg.throughputStages, cpu_busy_pct: cpuBusyPct(cpu),
-        node_cpu_pct_of_one_core: round((user + system) / 1e4 / elapsed, 1) },
+      metric: 'claim_complete_pairs',
+      variant,
+      value: round(rate, 1),
+      unit: 'pairs/s',
+      info: {
+        pairs,
+        rejected,
+        elapsed_s: round(elapsed),
+        drained,
+        limit,
+        stages_queued: cfg.throughputStages,
+        cpu_busy_pct: cpuBusyPct(cpu),
+        node_cpu_pct_of_one_core: round((user + system) / 1e4 / elapsed, 1),
+      },
     });
-    log(`${variant}: ${round(rate, 1)} pairs/s (${pairs} in ${round(elapsed)} s${drained ? ', drained' : ''}${rejected ? `, ${rejected} REJECTED` : ''})`);
+    log(
+      `${variant}: ${round(rate, 1)} pairs/s (${pairs} in ${round(elapsed)} s${drained ? ', drained' : ''}${rejected ? `, ${rejected} REJECTED` : ''})`,
+    );
     return rate;
   });
 }
@@ -122,10 +157,16 @@ async function explainClaim(url: string, waiting: number, when: string): Promise
       const [json] = (await c.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${exec}`)).rows[0]['QUERY PLAN'];
       await c.query('ROLLBACK');
       const check = checkClaimPlan(json.Plan);
-      const ok = check.uses_queued_idx === true && check.uses_running_idx === true && !check.seq_scan_on_stages && !check.sort_over_stages_scan;
-      process.stderr.write(`\n---- EXPLAIN claim, ${mode} plan, ${waiting} waiting, ${when} ----\n${text}\n---- ${JSON.stringify(check)}\n\n`);
+      const ok =
+        check.uses_queued_idx === true && check.uses_running_idx === true && !check.seq_scan_on_stages && !check.sort_over_stages_scan;
+      process.stderr.write(
+        `\n---- EXPLAIN claim, ${mode} plan, ${waiting} waiting, ${when} ----\n${text}\n---- ${JSON.stringify(check)}\n\n`,
+      );
       out({
-        metric: 'claim_plan_uses_partial_indexes', variant: `waiting=${waiting},${mode},${when}`, value: ok, unit: 'bool',
+        metric: 'claim_plan_uses_partial_indexes',
+        variant: `waiting=${waiting},${mode},${when}`,
+        value: ok,
+        unit: 'bool',
         info: { ...check, execution_ms: json['Execution Time'], planning_ms: json['Planning Time'] },
       });
     }
@@ -156,10 +197,22 @@ async function latency(waiting: number, explain: boolean): Promise<void> {
     }
     const variant = `waiting=${waiting}`;
     const info = { claims: claimMs.length, max_ms: round(Math.max(...claimMs), 3) };
-    for (const [metric, samples] of [['claim_latency', claimMs], ['finish_latency', finishMs]] as const) {
-      for (const p of [50, 99]) out({ metric: `${metric}_p${p}`, variant, value: round(percentile(samples, p)!, 3), unit: 'ms', ...(metric === 'claim_latency' ? { info } : {}) });
+    for (const [metric, samples] of [
+      ['claim_latency', claimMs],
+      ['finish_latency', finishMs],
+    ] as const) {
+      for (const p of [50, 99])
+        out({
+          metric: `${metric}_p${p}`,
+          variant,
+          value: round(percentile(samples, p)!, 3),
+          unit: 'ms',
+          ...(metric === 'claim_latency' ? { info } : {}),
+        });
     }
-    log(`${variant}: claim p50 ${round(percentile(claimMs, 50)!, 3)} ms, p99 ${round(percentile(claimMs, 99)!, 3)} ms; finish p50 ${round(percentile(finishMs, 50)!, 3)} ms`);
+    log(
+      `${variant}: claim p50 ${round(percentile(claimMs, 50)!, 3)} ms, p99 ${round(percentile(claimMs, 99)!, 3)} ms; finish p50 ${round(percentile(finishMs, 50)!, 3)} ms`,
+    );
     // Again after the head has moved: the finished rows' dead entries stay in the partial index until vacuum.
     if (explain) await explainClaim(url, waiting, `after_${cfg.latencyClaims}_claims`);
   });
@@ -173,14 +226,25 @@ for (const n of cfg.claimers) {
   if (!argv['skip-pgbench']) {
     const r = await pgbenchTps(cfg.adminUrl, cfg.pgbenchScript, n, cfg.seconds);
     tps.set(n, r.tps);
-    out({ metric: 'pgbench_update_tps', variant: `clients=${n}`, value: round(r.tps, 1), unit: 'tps', info: { xacts: r.xacts, latency_ms: r.latencyMs, seconds: cfg.seconds } });
+    out({
+      metric: 'pgbench_update_tps',
+      variant: `clients=${n}`,
+      value: round(r.tps, 1),
+      unit: 'tps',
+      info: { xacts: r.xacts, latency_ms: r.latencyMs, seconds: cfg.seconds },
+    });
     log(`pgbench clients=${n}: ${round(r.tps, 1)} tps`);
   }
   for (const mode of ['single', 'batched'] as const) rates.set(`${mode},${n}`, await throughput(mode, n));
 }
 for (const n of tps.keys()) {
   for (const mode of ['single', 'batched'] as const) {
-    out({ metric: 'pairs_per_pgbench_tps', variant: `${mode},claimers=${n}/clients=${n}`, value: round(rates.get(`${mode},${n}`)! / tps.get(n)!, 3), unit: 'ratio' });
+    out({
+      metric: 'pairs_per_pgbench_tps',
+      variant: `${mode},claimers=${n}/clients=${n}`,
+      value: round(rates.get(`${mode},${n}`)! / tps.get(n)!, 3),
+      unit: 'ratio',
+    });
   }
 }
 for (const [i, waiting] of cfg.latencyWaiting.entries()) await latency(waiting, i === cfg.latencyWaiting.length - 1);

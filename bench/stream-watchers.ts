@@ -24,8 +24,14 @@ for await (const line of createInterface({ input: process.stdin })) {
   if (cmd !== 'watch' || !url || !token || !runId || !n) continue;
   let first = 0;
   const count = Number(n);
-  void Promise.all(Array.from({ length: count }, () => watchOne(url, token, runId, () => {
-    if (++first === count) process.stdout.write(`open ${runId}\n`);
-  }))).then((counts) => process.stdout.write(`done ${runId} ${Math.min(...counts)} ${Math.max(...counts)}\n`),
-    (err: unknown) => process.stdout.write(`error ${runId} ${(err as Error).message}\n`));
+  void Promise.all(
+    Array.from({ length: count }, () =>
+      watchOne(url, token, runId, () => {
+        if (++first === count) process.stdout.write(`open ${runId}\n`);
+      }),
+    ),
+  ).then(
+    (counts) => process.stdout.write(`done ${runId} ${Math.min(...counts)} ${Math.max(...counts)}\n`),
+    (err: unknown) => process.stdout.write(`error ${runId} ${(err as Error).message}\n`),
+  );
 }

@@ -37,21 +37,43 @@ const { values: argv } = parseArgs({
     'pg-url': { type: 'string', default: process.env.RATCHET_BENCH_PG_URL ?? 'postgres://root@127.0.0.1:5432/test' },
   },
 });
-const cfg = { watchers: Number(argv.watchers), runs: Number(argv.runs), stages: Number(argv.stages), throughputRuns: Number(argv['throughput-runs']), adminUrl: argv['pg-url'] };
+const cfg = {
+  watchers: Number(argv.watchers),
+  runs: Number(argv.runs),
+  stages: Number(argv.stages),
+  throughputRuns: Number(argv['throughput-runs']),
+  adminUrl: argv['pg-url'],
+};
 const TOKEN = 'bench-stream-token-0123';
 
 const cls = defineToolClass({ name: 'bench-stream', lease: '30s', heartbeat: '10s', timeout: '30s', maxDuration: '1m' });
 const gates = new Map<string, () => void>();
 const gate = defineTool({
-  name: 'gate', description: 'waits for the bench', class: cls, input: z.object({ key: z.string() }), output: z.object({}),
+  name: 'gate',
+  description: 'waits for the bench',
+  class: cls,
+  input: z.object({ key: z.string() }),
+  output: z.object({}),
   run: (i) => new Promise((resolve) => gates.set(i.key, () => resolve({}))),
 });
-const noop = defineTool({ name: 'noop', description: 'nothing', class: cls, input: z.object({}).passthrough(), output: z.object({}), run: async () => ({}) });
+const noop = defineTool({
+  name: 'noop',
+  description: 'nothing',
+  class: cls,
+  input: z.object({}).passthrough(),
+  output: z.object({}),
+  run: async () => ({}),
+});
 const watched = defineWorkflow({
-  name: 'watched', input: z.object({ key: z.string() }),
+  name: 'watched',
+  input: z.object({ key: z.string() }),
   steps: [{ tool: gate }, ...Array.from({ length: cfg.stages }, (_, i) => ({ tool: noop, name: `s${i + 1}`, input: () => ({}) }))],
 });
-const ten = defineWorkflow({ name: 'ten', input: z.object({}), steps: Array.from({ length: 10 }, (_, i) => ({ tool: noop, name: `s${i + 1}` })) });
+const ten = defineWorkflow({
+  name: 'ten',
+  input: z.object({}),
+  steps: Array.from({ length: 10 }, (_, i) => ({ tool: noop, name: `s${i + 1}` })),
+});
 
 async function withEngine<T>(name: string, fn: (r: Ratchet, url: string) => Promise<T>): Promise<T> {
   const dbUrl = await createDb(cfg.adminUrl, name);
@@ -75,7 +97,9 @@ const until = async (what: string, fn: () => Promise<boolean>, ms = 120_000) => 
 };
 
 async function watchersBench(): Promise<void> {
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./stream-watchers.ts', import.meta.url))], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./stream-watchers.ts', import.meta.url))], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   const lines = createInterface({ input: child.stdout });
   const waiting = new Map<string, (words: string[]) => void>();
   lines.on('line', (l) => {
@@ -90,7 +114,8 @@ async function watchersBench(): Promise<void> {
         const perStage: number[] = [];
         let fewest = Infinity;
         let most = 0;
-        for (let i = 0; i < cfg.runs + 1; i++) { // the first run warms up and is not counted
+        for (let i = 0; i < cfg.runs + 1; i++) {
+          // the first run warms up and is not counted
           const key = `w${n}-${i}`;
           const { id } = await ratchet.submit('watched', { key });
           let done: Promise<string[]> | null = null;
@@ -103,21 +128,34 @@ async function watchersBench(): Promise<void> {
           await until('the gate', async () => gates.has(key));
           const t0 = performance.now();
           gates.get(key)!();
-          await until('the run to end', async () => (await ratchet.store.db.query(`SELECT 1 FROM ratchet.runs WHERE id = $1 AND state = 'succeeded'`, [id])).length > 0);
+          await until(
+            'the run to end',
+            async () => (await ratchet.store.db.query(`SELECT 1 FROM ratchet.runs WHERE id = $1 AND state = 'succeeded'`, [id])).length > 0,
+          );
           const ms = performance.now() - t0;
           if (done) {
             const [, , lo, hi] = await done;
             fewest = Math.min(fewest, Number(lo));
             most = Math.max(most, Number(hi));
-            const [{ n: count }] = await ratchet.store.db.query(`SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1`, [id]) as [{ n: number }];
+            const [{ n: count }] = (await ratchet.store.db.query(`SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1`, [
+              id,
+            ])) as [{ n: number }];
             if (Number(lo) !== count) log(`a watcher of ${id} got ${lo} events of ${count}`);
           }
           if (i > 0) perStage.push(ms / cfg.stages);
           log(`${n} watchers: run ${i} took ${round(ms)} ms for ${cfg.stages} stages`);
         }
         emit('stream', {
-          metric: 'stage_ms_p50', variant: `${n}_watchers`, value: round(percentile(perStage, 50)!), unit: 'ms',
-          info: { runs: cfg.runs, stages: cfg.stages, perStage: perStage.map((v) => round(v)), ...(n > 0 ? { eventsPerWatcherMin: fewest, eventsPerWatcherMax: most } : {}) },
+          metric: 'stage_ms_p50',
+          variant: `${n}_watchers`,
+          value: round(percentile(perStage, 50)!),
+          unit: 'ms',
+          info: {
+            runs: cfg.runs,
+            stages: cfg.stages,
+            perStage: perStage.map((v) => round(v)),
+            ...(n > 0 ? { eventsPerWatcherMin: fewest, eventsPerWatcherMax: most } : {}),
+          },
         });
       }
     });
@@ -132,11 +170,23 @@ async function throughputOnce(trigger: boolean, round_: number): Promise<void> {
     await Promise.all(Array.from({ length: cfg.throughputRuns }, () => ratchet.submit('ten', {})));
     const worker = ratchet.worker({ pollIntervalMs: 20, concurrency: 8 });
     await worker.start();
-    await until('every run to end', async () => (await ratchet.store.db.query(`SELECT 1 FROM ratchet.runs WHERE state <> 'succeeded' LIMIT 1`)).length === 0, 600_000);
-    const [r] = await ratchet.store.db.query(`SELECT count(*)::int AS n, extract(epoch FROM max(finished_at) - min(first_claimed_at)) AS s FROM ratchet.stages`);
+    await until(
+      'every run to end',
+      async () => (await ratchet.store.db.query(`SELECT 1 FROM ratchet.runs WHERE state <> 'succeeded' LIMIT 1`)).length === 0,
+      600_000,
+    );
+    const [r] = await ratchet.store.db.query(
+      `SELECT count(*)::int AS n, extract(epoch FROM max(finished_at) - min(first_claimed_at)) AS s FROM ratchet.stages`,
+    );
     const stagesPerS = round((r!.n as number) / Number(r!.s));
     log(`trigger ${trigger ? 'on' : 'off'} (round ${round_}): ${r!.n} stages in ${round(Number(r!.s), 2)} s = ${stagesPerS} stages/s`);
-    emit('stream', { metric: 'stages_per_s', variant: `notify_trigger_${trigger ? 'on' : 'off'}`, value: stagesPerS, unit: 'stages/s', info: { round: round_, runs: cfg.throughputRuns, concurrency: 8 } });
+    emit('stream', {
+      metric: 'stages_per_s',
+      variant: `notify_trigger_${trigger ? 'on' : 'off'}`,
+      value: stagesPerS,
+      unit: 'stages/s',
+      info: { round: round_, runs: cfg.throughputRuns, concurrency: 8 },
+    });
     await worker.stop({ graceMs: 1000 });
   });
 }
@@ -145,11 +195,23 @@ async function notifyLockBench(): Promise<void> {
   const plain = join(tmpdir(), 'ratchet-bench-update.sql');
   const notify = join(tmpdir(), 'ratchet-bench-update-notify.sql');
   writeFileSync(plain, '\\set id random(1, 100000)\nUPDATE kv SET v = v + 1 WHERE id = :id;\n');
-  writeFileSync(notify, "\\set id random(1, 100000)\nBEGIN;\nUPDATE kv SET v = v + 1 WHERE id = :id;\nSELECT pg_notify('ratchet_bench', :id::text);\nCOMMIT;\n");
-  for (const [variant, script] of [['update', plain], ['update_notify', notify]] as const) {
+  writeFileSync(
+    notify,
+    "\\set id random(1, 100000)\nBEGIN;\nUPDATE kv SET v = v + 1 WHERE id = :id;\nSELECT pg_notify('ratchet_bench', :id::text);\nCOMMIT;\n",
+  );
+  for (const [variant, script] of [
+    ['update', plain],
+    ['update_notify', notify],
+  ] as const) {
     const r = await pgbenchTps(cfg.adminUrl, script, 8, 10);
     log(`pgbench ${variant}: ${r.tps} tps, ${r.latencyMs} ms`);
-    emit('stream', { metric: 'pgbench_tps', variant, value: round(r.tps), unit: 'tps', info: { clients: 8, seconds: 10, latencyMs: r.latencyMs } });
+    emit('stream', {
+      metric: 'pgbench_tps',
+      variant,
+      value: round(r.tps),
+      unit: 'tps',
+      info: { clients: 8, seconds: 10, latencyMs: r.latencyMs },
+    });
   }
 }
 

@@ -50,10 +50,11 @@ const transport: Transport = {
     wakes.notified++;
     bull.notify(toolClass, ready, delayMs);
   },
-  subscribe: (toolClass, onWake) => bull.subscribe(toolClass, (ready) => {
-    wakes.received++;
-    return onWake(ready);
-  }),
+  subscribe: (toolClass, onWake) =>
+    bull.subscribe(toolClass, (ready) => {
+      wakes.received++;
+      return onWake(ready);
+    }),
   healthy: () => bull.healthy(),
   close: () => bull.close(),
 };
@@ -119,7 +120,12 @@ function stop(): Promise<void> {
       wakes,
       cpu_ms: { user: round(cpu.user / 1000), system: round(cpu.system / 1000) },
       wall_ms: round(wallMs),
-      statements: Object.fromEntries(Object.entries(stmts).map(([k, s]) => [k, { n: s.n, rows: s.rows, ms: round(s.ms), max_ms: round(s.maxMs), ...(s.fast !== undefined ? { next_claimed: s.fast } : {}) }])),
+      statements: Object.fromEntries(
+        Object.entries(stmts).map(([k, s]) => [
+          k,
+          { n: s.n, rows: s.rows, ms: round(s.ms), max_ms: round(s.maxMs), ...(s.fast !== undefined ? { next_claimed: s.fast } : {}) },
+        ]),
+      ),
     });
     process.exit(0);
   })();

@@ -136,9 +136,18 @@ export function leaseIntervals(stageLog: StageLogRow[]): LeaseInterval[] {
       }
       if (isClaim(r)) {
         open = {
-          stageId: r.stageId, runId: r.runId, fence: r.newFence!, owner: r.newOwner, toolClass: r.toolClass, key: r.concurrencyKey,
-          keyLimit: r.concurrencyLimit, start: r.at, end: Infinity, startTxid: r.txid, endTxid: null,
-            leaseUntil: r.newLeaseUntil ?? Infinity,
+          stageId: r.stageId,
+          runId: r.runId,
+          fence: r.newFence!,
+          owner: r.newOwner,
+          toolClass: r.toolClass,
+          key: r.concurrencyKey,
+          keyLimit: r.concurrencyLimit,
+          start: r.at,
+          end: Infinity,
+          startTxid: r.txid,
+          endTxid: null,
+          leaseUntil: r.newLeaseUntil ?? Infinity,
         };
       }
     }
@@ -191,8 +200,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   const runOfKey = new Map<string, string>();
   for (const s of accepted) {
     const prev = runOfKey.get(s.key);
-    if (prev !== undefined && prev !== s.runId) add('duplicate_run', `idempotency key ${s.key} answered two runs`, { key: s.key,
-      runs: [prev, s.runId] });
+    if (prev !== undefined && prev !== s.runId)
+      add('duplicate_run', `idempotency key ${s.key} answered two runs`, { key: s.key, runs: [prev, s.runId] });
     if (prev === undefined) runOfKey.set(s.key, s.runId!);
   }
   const submittedAt = new Map<string, number>();
@@ -207,8 +216,10 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     } else if (!(TERMINAL_RUN_STATES as string[]).includes(run.state)) {
       lostRuns++;
       const stages = h.stageLog.filter((r) => r.runId === id).slice(-10);
-      add('lost_run', `run ${id} (${run.workflow}) is still ${run.state} ${h.endedAt - h.lastFaultEndAt} ms after the last fault`,
-        { run, lastStageWrites: stages });
+      add('lost_run', `run ${id} (${run.workflow}) is still ${run.state} ${h.endedAt - h.lastFaultEndAt} ms after the last fault`, {
+        run,
+        lastStageWrites: stages,
+      });
     } else if (run.finishedAt !== null && run.finishedAt > bound) {
       lostRuns++;
       add('lost_run', `run ${id} (${run.workflow}) became ${run.state} ${run.finishedAt - bound} ms past its bound`, { run, bound });
@@ -222,8 +233,11 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   for (const [key, list] of effectsPerKey) {
     if (list.length > 1) {
       duplicates++;
-      add('duplicate_effect', `key ${key} has ${list.length} applied effects`, { key, effects: list,
-        requests: h.ledger.filter((l) => l.key === key) });
+      add('duplicate_effect', `key ${key} has ${list.length} applied effects`, {
+        key,
+        effects: list,
+        requests: h.ledger.filter((l) => l.key === key),
+      });
     }
   }
   // The receiver answered `applied` twice for one key: two effects as far as any caller can tell,
@@ -233,15 +247,20 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   for (const [key, n] of appliedAnswers) {
     if (n > 1 && (effectsPerKey.get(key)?.length ?? 0) <= 1) {
       duplicates++;
-      add('duplicate_effect', `key ${key} was answered applied ${n} times`, { key, effects: effectsPerKey.get(key) ?? [],
-        requests: h.ledger.filter((l) => l.key === key) });
+      add('duplicate_effect', `key ${key} was answered applied ${n} times`, {
+        key,
+        effects: effectsPerKey.get(key) ?? [],
+        requests: h.ledger.filter((l) => l.key === key),
+      });
     }
   }
   for (const s of h.stages) {
     if (s.state !== 'succeeded' || !cfg.effectTools.includes(s.tool)) continue;
     if (s.effectKey === null || !effectsPerKey.has(s.effectKey)) {
-      add('missing_effect', `succeeded stage ${s.id} (${s.tool}) has no applied effect for key ${String(s.effectKey)}`,
-        { stage: s, requests: h.ledger.filter((l) => l.key === s.effectKey) });
+      add('missing_effect', `succeeded stage ${s.id} (${s.tool}) has no applied effect for key ${String(s.effectKey)}`, {
+        stage: s,
+        requests: h.ledger.filter((l) => l.key === s.effectKey),
+      });
     }
   }
 
@@ -253,8 +272,10 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     const seen = highestSeen.get(l.key);
     if (l.verdict === 'applied' && seen !== undefined && f < seen.fence) {
       staleWrites++;
-      add('stale_write', `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was seen (request ${seen.seq})`,
-        { applied: l, requests: h.ledger.filter((x) => x.key === l.key) });
+      add('stale_write', `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was seen (request ${seen.seq})`, {
+        applied: l,
+        requests: h.ledger.filter((x) => x.key === l.key),
+      });
     }
     if (seen === undefined || f > seen.fence) highestSeen.set(l.key, { fence: f, seq: l.seq });
   }
@@ -276,17 +297,19 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
         const f = BigInt(r.newFence);
         if (highest !== null && f <= highest) add('fence_order', `stage ${stageId}: fence ${r.newFence} after ${highest}`, { row: r });
         const other = fenceOwner.get(r.newFence);
-        if (other !== undefined && other !== stageId) add('fence_order', `fence ${r.newFence} handed to stages ${other} and ${stageId}`,
-          { row: r });
+        if (other !== undefined && other !== stageId)
+          add('fence_order', `fence ${r.newFence} handed to stages ${other} and ${stageId}`, { row: r });
         fenceOwner.set(r.newFence, stageId);
         if (highest === null || f > highest) highest = f;
       }
       if (isClaim(r) && r.oldState === 'running' && r.op === 'update') {
         if (r.oldLeaseUntil === null || r.oldLeaseUntil >= r.txAt) {
-          add('claim_before_lease_end',
+          add(
+            'claim_before_lease_end',
             `stage ${stageId}: fence ${r.newFence} (owner ${r.newOwner}) claimed at ${new Date(r.txAt).toISOString()} ` +
-            `while fence ${r.oldFence} (owner ${r.oldOwner}) held it until ${iso(r.oldLeaseUntil)}`,
-          { row: r, previous: prev });
+              `while fence ${r.oldFence} (owner ${r.oldOwner}) held it until ${iso(r.oldLeaseUntil)}`,
+            { row: r, previous: prev },
+          );
         }
       }
       prev = r;
@@ -296,8 +319,11 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   for (const r of [...h.runLog].sort((a, b) => a.id - b.id)) runRows.set(r.runId, [...(runRows.get(r.runId) ?? []), r]);
   for (const [runId, rows] of runRows) {
     for (const r of rows) {
-      if (r.op === 'insert' ? !(INITIAL.run as readonly string[]).includes(r.newState)
-        : r.oldState !== r.newState && !canTransition('run', r.oldState ?? '', r.newState)) {
+      if (
+        r.op === 'insert'
+          ? !(INITIAL.run as readonly string[]).includes(r.newState)
+          : r.oldState !== r.newState && !canTransition('run', r.oldState ?? '', r.newState)
+      ) {
         add('illegal_transition', `run ${runId}: ${r.op === 'insert' ? 'inserted as' : `${r.oldState} ->`} ${r.newState}`, { row: r });
       }
     }
@@ -311,8 +337,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     if (!cancel) continue;
     const after = lastWriteOfTx.get(cancel.txid)!;
     const late = h.stageLog.filter((s) => s.runId === runId && s.id > after && isClaim(s));
-    if (late.length) add('claim_after_cancel', `run ${runId}: ${late.length} claim(s) after its cancel`, { cancel, claims: late.slice(0,
-      MAX_EVIDENCE) });
+    if (late.length)
+      add('claim_after_cancel', `run ${runId}: ${late.length} claim(s) after its cancel`, { cancel, claims: late.slice(0, MAX_EVIDENCE) });
   }
 
   // --- limit_exceeded
@@ -337,21 +363,25 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     const over = overLimit(g.ivs, g.limit);
     if (over.length) {
       limitViolations += over.length;
-      add('limit_exceeded', `${group}: ${over.length} moment(s) with more than ${g.limit} live leases`, { group, limit: g.limit,
-        first: over.slice(0, MAX_EVIDENCE) });
+      add('limit_exceeded', `${group}: ${over.length} moment(s) with more than ${g.limit} live leases`, {
+        group,
+        limit: g.limit,
+        first: over.slice(0, MAX_EVIDENCE),
+      });
     }
   }
 
   // --- tenant_wait: due -> claim for keyed stages, outside global faults and their slack
-  const globalWindows = h.faults.filter((f) => cfg.globalFaultKinds.includes(f.kind)).map((f) => [f.at,
-    f.endAt + cfg.globalFaultSlackMs] as const);
+  const globalWindows = h.faults
+    .filter((f) => cfg.globalFaultKinds.includes(f.kind))
+    .map((f) => [f.at, f.endAt + cfg.globalFaultSlackMs] as const);
   const tenantWaits: number[] = [];
   const floodWaits: number[] = [];
   for (const [stageId, rows] of stagesByRun) {
     let due: { at: number; row: StageLogRow } | null = null;
     for (const r of rows) {
-      if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued')) due = { at: Math.max(r.at, r.availableAt ?? r.at),
-        row: r };
+      if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued'))
+        due = { at: Math.max(r.at, r.availableAt ?? r.at), row: r };
       else if (isClaim(r) && due && r.concurrencyKey !== null) {
         const wait = r.at - due.at;
         const start = due.at;
@@ -360,8 +390,10 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
         else if (!overlapsGlobal) {
           tenantWaits.push(wait);
           if (wait > cfg.tenantWaitBoundMs) {
-            add('tenant_wait', `stage ${stageId} of tenant ${r.concurrencyKey} waited ${wait} ms (bound ${cfg.tenantWaitBoundMs} ms)`,
-              { due: due.row, claim: r });
+            add('tenant_wait', `stage ${stageId} of tenant ${r.concurrencyKey} waited ${wait} ms (bound ${cfg.tenantWaitBoundMs} ms)`, {
+              due: due.row,
+              claim: r,
+            });
           }
         }
         due = null;

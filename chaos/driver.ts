@@ -70,10 +70,14 @@ export class Driver {
   private inputFor(workflow: MixWorkflow, i: number, rng: Prng, tenant?: string): unknown {
     const work = rng.int(100, 1500); // long enough that a fault usually finds stages in flight
     switch (workflow) {
-      case 'chaos_agent': return { ref: `s${this.o.seed}-${i}` };
-      case 'chaos_roll': return { n: i };
-      case 'chaos_tenant': return { tenant: tenant ?? rng.pick(SMALL_TENANTS), n: i, work };
-      default: return { n: i, work };
+      case 'chaos_agent':
+        return { ref: `s${this.o.seed}-${i}` };
+      case 'chaos_roll':
+        return { n: i };
+      case 'chaos_tenant':
+        return { tenant: tenant ?? rng.pick(SMALL_TENANTS), n: i, work };
+      default:
+        return { n: i, work };
     }
   }
 
@@ -84,8 +88,16 @@ export class Driver {
       const at = Date.now();
       try {
         const res = await this.o.client.submit(workflow, input, { idempotencyKey: key, ...(version ? { version } : {}) });
-        this.submits.push({ key, workflow, at, runId: res.id, status: res.status, duplicate, ...(tenant ? { tenant } : {}),
-          ...(version ? { version } : {}) });
+        this.submits.push({
+          key,
+          workflow,
+          at,
+          runId: res.id,
+          status: res.status,
+          duplicate,
+          ...(tenant ? { tenant } : {}),
+          ...(version ? { version } : {}),
+        });
         return res.id;
       } catch (err) {
         if (!retryable(err) || attempt === SUBMIT_TRIES) {
@@ -172,9 +184,11 @@ export class Driver {
   /** One tenant floods its concurrency key: `count` submits, 8 at a time. */
   async flood(count: number): Promise<void> {
     const queue = Array.from({ length: count }, () => () => this.submit('chaos_tenant', this.floodRng, FLOOD_TENANT));
-    await Promise.all(Array.from({ length: 8 }, async () => {
-      for (let job = queue.shift(); job; job = queue.shift()) await job();
-    }));
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        for (let job = queue.shift(); job; job = queue.shift()) await job();
+      }),
+    );
   }
 
   /** Waits for every request in the air (bounded). */
@@ -189,6 +203,10 @@ export function agentScript(request: { messages: { role: string; content?: unkno
   if (request.messages.some((m) => m.role === 'tool')) return { content: 'filed both cases' };
   const user = request.messages.find((m) => m.role === 'user');
   const ref = /"ref":"([^"]+)"/.exec(String(user?.content ?? ''))?.[1] ?? 'unknown';
-  return { toolCalls: [{ name: 'agent_effect', arguments: { ref: `${ref}-a` } }, { name: 'agent_effect',
-    arguments: { ref: `${ref}-b` } }] };
+  return {
+    toolCalls: [
+      { name: 'agent_effect', arguments: { ref: `${ref}-a` } },
+      { name: 'agent_effect', arguments: { ref: `${ref}-b` } },
+    ],
+  };
 }

@@ -122,8 +122,11 @@ export class FaultInjector {
         w.rxProxy.setMode('reset');
         w.rxProxy.setMode('pass');
         w.busy = false;
-        return this.record(kind, at, { worker: w.name, owner: w.owner,
-          detail: fired ? 'answer lost after the effect' : 'no request came' });
+        return this.record(kind, at, {
+          worker: w.name,
+          owner: w.owner,
+          detail: fired ? 'answer lost after the effect' : 'no request came',
+        });
       }
       case 'redis_flushall':
         await redis.flushAll().catch(() => {});

@@ -107,8 +107,19 @@ export interface StageFinal {
 }
 
 export type FaultKind =
-  | 'sigkill' | 'sigstop' | 'pg_blackhole' | 'receiver_cut' | 'redis_flushall' | 'redis_restart'
-  | 'pg_restart' | 'loop_block' | 'rolling_deploy' | 'tenant_flood' | 'duplicate_submit' | 'cancel' | 'retry';
+  | 'sigkill'
+  | 'sigstop'
+  | 'pg_blackhole'
+  | 'receiver_cut'
+  | 'redis_flushall'
+  | 'redis_restart'
+  | 'pg_restart'
+  | 'loop_block'
+  | 'rolling_deploy'
+  | 'tenant_flood'
+  | 'duplicate_submit'
+  | 'cancel'
+  | 'retry';
 
 export interface FaultRecord {
   kind: FaultKind;

@@ -39,7 +39,14 @@ program.parse();
 process.once('SIGINT', () => process.exit(130));
 process.once('SIGTERM', () => process.exit(143));
 const o = program.opts<{
-  duration: number; seed: number; workers: number; rate: number; json?: boolean; history?: string; quiet?: boolean; check?: string;
+  duration: number;
+  seed: number;
+  workers: number;
+  rate: number;
+  json?: boolean;
+  history?: string;
+  quiet?: boolean;
+  check?: string;
 }>();
 if (o.check) {
   const saved = JSON.parse(readFileSync(o.check, 'utf8')) as Pick<SoakOutcome, 'options' | 'config' | 'history'>;

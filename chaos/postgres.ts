@@ -43,7 +43,9 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   const data = join(dir, 'data');
   const log = join(dir, 'pg.log');
   if (process.getuid?.() === 0) {
-    const pw = readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.startsWith('postgres:'));
+    const pw = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('postgres:'));
     if (!pw) throw new Error('private postgres: running as root and there is no postgres user to run initdb as');
     const [, , uid, gid] = pw.split(':');
     chownSync(dir, Number(uid), Number(gid));
@@ -56,23 +58,40 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
       return await run(c, a, { maxBuffer: 8 * 1024 * 1024 });
     } catch (err) {
       let tail = '';
-      try { tail = readFileSync(log, 'utf8').slice(-3000); } catch { /* no log yet */ }
+      try {
+        tail = readFileSync(log, 'utf8').slice(-3000);
+      } catch {
+        /* no log yet */
+      }
       throw new Error(`private postgres: ${cmd} failed: ${(err as Error).message}\n${tail}`);
     }
   };
   await exec('initdb', ['-D', data, '-U', 'chaos', '--auth=trust', '--no-sync', '-E', 'UTF8', '--locale=C']);
-  writeFileSync(join(data, 'postgresql.auto.conf'), [
-    `port = ${port}`, `listen_addresses = '127.0.0.1'`, `unix_socket_directories = '${dir}'`,
-    // fsync off only risks an operating-system crash; a commit must still survive `-m immediate`, so
-    // synchronous_commit stays on (off would drop the last commits from shared WAL buffers at the restart).
-    'fsync = off', 'synchronous_commit = on', 'max_connections = 200', 'shared_buffers = 128MB', '',
-  ].join('\n'));
+  writeFileSync(
+    join(data, 'postgresql.auto.conf'),
+    [
+      `port = ${port}`,
+      `listen_addresses = '127.0.0.1'`,
+      `unix_socket_directories = '${dir}'`,
+      // fsync off only risks an operating-system crash; a commit must still survive `-m immediate`, so
+      // synchronous_commit stays on (off would drop the last commits from shared WAL buffers at the restart).
+      'fsync = off',
+      'synchronous_commit = on',
+      'max_connections = 200',
+      'shared_buffers = 128MB',
+      '',
+    ].join('\n'),
+  );
   const start = () => exec('pg_ctl', ['-D', data, '-l', log, '-w', '-t', '60', '-o', `-p ${port}`, 'start']);
   await start();
   const url = (db = 'postgres') => `postgres://chaos@127.0.0.1:${port}/${db}`;
   let closed = false;
   const onExit = () => {
-    try { process.kill(Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]), 'SIGQUIT'); } catch { /* gone */ }
+    try {
+      process.kill(Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]), 'SIGQUIT');
+    } catch {
+      /* gone */
+    }
   };
   process.on('exit', onExit);
   return {

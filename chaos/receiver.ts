@@ -60,9 +60,14 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       }
       if (req.method !== 'POST' || path !== '/effect') return reply(res, 404, { error: 'not_found' });
       const row: LedgerRow = {
-        seq: ++seq, arrivedAt: Date.now(), answeredAt: null, key: String(req.headers['idempotency-key'] ?? ''),
-        fence: String(req.headers['x-execution-fence'] ?? ''), worker: String(req.headers['x-chaos-worker'] ?? ''), verdict: 'pending',
-          status: null,
+        seq: ++seq,
+        arrivedAt: Date.now(),
+        answeredAt: null,
+        key: String(req.headers['idempotency-key'] ?? ''),
+        fence: String(req.headers['x-execution-fence'] ?? ''),
+        worker: String(req.headers['x-chaos-worker'] ?? ''),
+        verdict: 'pending',
+        status: null,
       };
       ledger.push(row);
       const raw = await readBody(req);
@@ -70,10 +75,15 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       let body: unknown;
       try {
         const fingerprint = createHash('sha256').update(raw).digest('hex');
-        const result = await guard.run(row.key, row.fence, async (tx) => {
-          await tx.query('INSERT INTO chaos_effects (key, fence) VALUES ($1, $2)', [row.key, row.fence]);
-          return { status: 201, body: { applied: true, fence: row.fence } };
-        }, { fingerprint });
+        const result = await guard.run(
+          row.key,
+          row.fence,
+          async (tx) => {
+            await tx.query('INSERT INTO chaos_effects (key, fence) VALUES ($1, $2)', [row.key, row.fence]);
+            return { status: 201, body: { applied: true, fence: row.fence } };
+          },
+          { fingerprint },
+        );
         row.verdict = result.verdict;
         ({ status, body } = result);
       } catch (err) {
@@ -105,12 +115,19 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
           cuts.delete(worker);
           resolve(false);
         }, timeoutMs);
-        cuts.set(worker, { cut, fired: (v) => { clearTimeout(timer); resolve(v); } });
+        cuts.set(worker, {
+          cut,
+          fired: (v) => {
+            clearTimeout(timer);
+            resolve(v);
+          },
+        });
       });
     },
     async effects() {
       const { rows } = await pool.query<{ key: string; fence: string; at: number }>(
-        'SELECT key, fence::text AS fence, (extract(epoch from at) * 1000)::float8 AS at FROM chaos_effects ORDER BY id');
+        'SELECT key, fence::text AS fence, (extract(epoch from at) * 1000)::float8 AS at FROM chaos_effects ORDER BY id',
+      );
       return rows;
     },
     async close() {

@@ -11,11 +11,18 @@ export function reportJson(o: SoakOutcome) {
     ok: o.result.ok,
     options: o.options,
     bounds: { terminalBoundMs: o.config.terminalBoundMs, tenantWaitBoundMs: o.config.tenantWaitBoundMs, reclaimGoalMs: RECLAIM_GOAL_MS },
-    runs: { submitted: s.submits, accepted: s.accepted, duplicateSubmits: s.duplicateSubmits, completed: s.completed,
-      byState: s.runsByState },
+    runs: {
+      submitted: s.submits,
+      accepted: s.accepted,
+      duplicateSubmits: s.duplicateSubmits,
+      completed: s.completed,
+      byState: s.runsByState,
+    },
     faults: s.faultsByKind,
-    reclaimAfterKillMs: { ...s.reclaimAfterKillMs,
-      goalMet: s.reclaimAfterKillMs.p99 === null || s.reclaimAfterKillMs.p99 <= RECLAIM_GOAL_MS },
+    reclaimAfterKillMs: {
+      ...s.reclaimAfterKillMs,
+      goalMet: s.reclaimAfterKillMs.p99 === null || s.reclaimAfterKillMs.p99 <= RECLAIM_GOAL_MS,
+    },
     tenantWaitMs: s.tenantWaitMs,
     floodWaitMs: s.floodWaitMs,
     duplicates: s.duplicates,
@@ -43,20 +50,28 @@ export function reportText(o: SoakOutcome): string {
     `Ratchet chaos soak: seed ${j.options.seed}, ${j.options.durationS} s, ${j.options.workers} workers, ${j.options.rate} submits/s`,
     `runs: ${j.runs.accepted} accepted of ${j.runs.submitted} submits (${j.runs.duplicateSubmits} duplicate submits), ` +
       `${j.runs.completed} terminal: ` +
-      Object.entries(j.runs.byState).map(([k, v]) => `${k} ${v}`).join(', '),
-    `faults: ${Object.entries(j.faults).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`,
+      Object.entries(j.runs.byState)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', '),
+    `faults: ${
+      Object.entries(j.faults)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ') || 'none'
+    }`,
     `reclaim after SIGKILL: p50 ${ms(j.reclaimAfterKillMs.p50)}, p99 ${ms(j.reclaimAfterKillMs.p99)}, ` +
       `max ${ms(j.reclaimAfterKillMs.max)} ` +
       `(${j.reclaimAfterKillMs.count} stages; goal p99 <= ${RECLAIM_GOAL_MS} ms: ${j.reclaimAfterKillMs.goalMet ? 'met' : 'MISSED'})`,
     `wait due -> claim, small tenants: p50 ${ms(j.tenantWaitMs.p50)}, p99 ${ms(j.tenantWaitMs.p99)}, max ${ms(j.tenantWaitMs.max)} ` +
       `(bound ${j.bounds.tenantWaitBoundMs} ms); flooding tenant: p50 ${ms(j.floodWaitMs.p50)}, max ${ms(j.floodWaitMs.max)}`,
     `leases ${j.leases}, reclaims ${j.reclaims}; receiver: ${j.receiver.requests} requests ` +
-      `(${Object.entries(j.receiver.verdicts).map(([k, v]) => `${k} ${v}`).join(', ')}), ${j.receiver.effectsApplied} effects applied`,
+      `(${Object.entries(j.receiver.verdicts)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}), ${j.receiver.effectsApplied} effects applied`,
     `duplicates ${j.duplicates} · stale writes accepted ${j.staleWrites} · lost runs ${j.lostRuns} · limit violations ${j.limitViolations}`,
     `invariants: ${INVARIANTS.map((i) => `${i} ${j.invariants[i] === 0 ? 'ok' : `${j.invariants[i]} VIOLATED`}`).join(', ')}`,
     j.ok ? 'PASS' : `FAIL: ${o.result.violations.length} violation(s)`,
   ];
-  for (const v of o.result.violations.slice(0,
-    20)) lines.push(`- [${v.invariant}] ${v.message}\n  evidence: ${JSON.stringify(truncate(v.evidence))}`);
+  for (const v of o.result.violations.slice(0, 20))
+    lines.push(`- [${v.invariant}] ${v.message}\n  evidence: ${JSON.stringify(truncate(v.evidence))}`);
   return lines.join('\n');
 }

@@ -93,7 +93,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
 
     const token = randomBytes(16).toString('hex');
     const api: Child = spawnTs('chaos/api-process.ts', [], {
-      DATABASE_URL: dbUrl, WORKFLOWS_DIR: fileURLToPath(new URL('./workflows/v2', import.meta.url)), API_TOKEN: token,
+      DATABASE_URL: dbUrl,
+      WORKFLOWS_DIR: fileURLToPath(new URL('./workflows/v2', import.meta.url)),
+      API_TOKEN: token,
     });
     const killApi = () => api.proc.kill('SIGKILL');
     process.on('exit', killApi); // SIGINT or a crash: not left behind
@@ -111,8 +113,15 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
     await Promise.all(Array.from({ length: options.workers }, () => p.spawn(1)));
 
     const version = { current: 1 as 1 | 2 };
-    const driver = new Driver({ client, rng: rng.fork('driver'), seed: options.seed, rate: options.rate,
-      deployVersion: () => version.current, faults, log });
+    const driver = new Driver({
+      client,
+      rng: rng.fork('driver'),
+      seed: options.seed,
+      rate: options.rate,
+      deployVersion: () => version.current,
+      faults,
+      log,
+    });
     const injector = new FaultInjector({ rng: rng.fork('faults'), pool, receiver, redis, pg: cluster, driver, faults, log, version });
     const startedAt = Date.now();
     const until = startedAt + options.durationS * 1000;
@@ -127,9 +136,11 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
     const ids = [...driver.accepted.keys()];
     const drainUntil = lastFaultEndAt + SOAK_CONFIG.terminalBoundMs;
     for (;;) {
-      const { rows } = await history.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state IN ('queued', 'running')`,
-          [ids]).catch(() => ({ rows: [{ n: -1 }] }));
+      const { rows } = await history
+        .query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state IN ('queued', 'running')`, [
+          ids,
+        ])
+        .catch(() => ({ rows: [{ n: -1 }] }));
       if (rows[0]!.n === 0 || Date.now() > drainUntil) break;
       await sleep(500);
     }
@@ -153,25 +164,60 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       r.resultVersion = (view.result as { version?: number } | null)?.version ?? null;
     }
     const stageLog = rowsOf((await history.query(READ_STAGE_LOG_SQL)).rows, (r) => ({
-      id: r.id as number, at: r.at as number, txAt: r.tx_at as number, txid: r.txid as string, op: r.op as 'insert' | 'update',
-      stageId: r.stage_id as string, runId: r.run_id as string, tool: r.tool as string, toolClass: r.tool_class as string,
-      concurrencyKey: r.concurrency_key as string | null, concurrencyLimit: r.concurrency_limit as number | null,
-      oldState: r.old_state as string | null, newState: r.new_state as string, oldFence: r.old_fence as string | null,
-        newFence: r.new_fence as string | null,
-      oldOwner: r.old_owner as string | null, newOwner: r.new_owner as string | null, oldLeaseUntil: r.old_lease_until as number | null,
-      newLeaseUntil: r.new_lease_until as number | null, availableAt: r.available_at as number | null, attempt: r.attempt as number,
+      id: r.id as number,
+      at: r.at as number,
+      txAt: r.tx_at as number,
+      txid: r.txid as string,
+      op: r.op as 'insert' | 'update',
+      stageId: r.stage_id as string,
+      runId: r.run_id as string,
+      tool: r.tool as string,
+      toolClass: r.tool_class as string,
+      concurrencyKey: r.concurrency_key as string | null,
+      concurrencyLimit: r.concurrency_limit as number | null,
+      oldState: r.old_state as string | null,
+      newState: r.new_state as string,
+      oldFence: r.old_fence as string | null,
+      newFence: r.new_fence as string | null,
+      oldOwner: r.old_owner as string | null,
+      newOwner: r.new_owner as string | null,
+      oldLeaseUntil: r.old_lease_until as number | null,
+      newLeaseUntil: r.new_lease_until as number | null,
+      availableAt: r.available_at as number | null,
+      attempt: r.attempt as number,
     }));
     const runLog = rowsOf((await history.query(READ_RUN_LOG_SQL)).rows, (r) => ({
-      id: r.id as number, at: r.at as number, txAt: r.tx_at as number, txid: r.txid as string, op: r.op as 'insert' | 'update',
-      runId: r.run_id as string, workflow: r.workflow as string, oldState: r.old_state as string | null, newState: r.new_state as string,
+      id: r.id as number,
+      at: r.at as number,
+      txAt: r.tx_at as number,
+      txid: r.txid as string,
+      op: r.op as 'insert' | 'update',
+      runId: r.run_id as string,
+      workflow: r.workflow as string,
+      oldState: r.old_state as string | null,
+      newState: r.new_state as string,
     }));
     const stages: StageFinal[] = rowsOf((await history.query(READ_STAGES_SQL)).rows, (r) => ({
-      id: r.id as string, runId: r.run_id as string, tool: r.tool as string, state: r.state as string,
-        effectKey: r.effect_key as string | null,
+      id: r.id as string,
+      runId: r.run_id as string,
+      tool: r.tool as string,
+      state: r.state as string,
+      effectKey: r.effect_key as string | null,
     }));
     const h: History = {
-      seed: options.seed, startedAt, lastFaultEndAt, endedAt, stageLog, runLog, ledger: receiver.ledger, effects: await receiver.effects(),
-      submits: driver.submits, runs, stages, faults, versions: driver.versions,
+      seed: options.seed,
+      startedAt,
+      lastFaultEndAt,
+      endedAt,
+      stageLog,
+      runLog,
+      ledger: receiver.ledger,
+      effects: await receiver.effects(),
+      submits: driver.submits,
+      runs,
+      stages,
+      faults,
+      versions: driver.versions,
     };
     const workerLogs = pool.logs();
     const result = check(h, SOAK_CONFIG);

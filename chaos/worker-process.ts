@@ -19,7 +19,10 @@ const ratchet = await createRatchet({
   queryTimeoutMs: Number(process.env.QUERY_TIMEOUT_MS ?? 2000),
 });
 const worker = ratchet.worker({
-  name, concurrency: Number(process.env.CONCURRENCY ?? 4), pollIntervalMs: 200, graceMs: Number(process.env.GRACE_MS ?? 3000),
+  name,
+  concurrency: Number(process.env.CONCURRENCY ?? 4),
+  pollIntervalMs: 200,
+  graceMs: Number(process.env.GRACE_MS ?? 3000),
 });
 await worker.start();
 process.stdout.write(`${JSON.stringify({ ready: true, owner: worker.owner })}\n`);
@@ -27,8 +30,16 @@ process.stdout.write(`${JSON.stringify({ ready: true, owner: worker.owner })}\n`
 process.on('SIGUSR2', () => {
   const until = Date.now() + Number(process.env.BLOCK_MS ?? 4500);
   process.stdout.write(`${JSON.stringify({ blocking: true })}\n`);
-  while (Date.now() < until) { /* the event loop is blocked on purpose */ }
+  while (Date.now() < until) {
+    /* the event loop is blocked on purpose */
+  }
 });
 process.on('SIGTERM', () => {
-  void worker.stop().then(() => ratchet.close()).then(() => process.exit(0), () => process.exit(1));
+  void worker
+    .stop()
+    .then(() => ratchet.close())
+    .then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
 });

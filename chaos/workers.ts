@@ -40,7 +40,10 @@ export class WorkerPool {
   private readonly onExit = () => {
     for (const w of this.all) if (!w.exited) w.child.proc.kill('SIGKILL');
   };
-  constructor(private readonly targets: PoolTargets, private readonly log: (line: string) => void) {
+  constructor(
+    private readonly targets: PoolTargets,
+    private readonly log: (line: string) => void,
+  ) {
     process.on('exit', this.onExit);
   }
 
@@ -114,15 +117,17 @@ export class WorkerPool {
   }
 
   async closeAll(): Promise<void> {
-    await Promise.all(this.all.map(async (w) => {
-      if (!w.exited) {
-        w.child.proc.kill('SIGCONT');
-        w.child.proc.kill('SIGKILL');
-        await w.child.exit;
-      }
-      await w.pgProxy.close();
-      await w.rxProxy.close();
-    }));
+    await Promise.all(
+      this.all.map(async (w) => {
+        if (!w.exited) {
+          w.child.proc.kill('SIGCONT');
+          w.child.proc.kill('SIGKILL');
+          await w.child.exit;
+        }
+        await w.pgProxy.close();
+        await w.rxProxy.close();
+      }),
+    );
     this.live.length = 0;
     process.off('exit', this.onExit);
   }

@@ -61,7 +61,8 @@ try {
     process.env.OPENAI_BASE_URL = model.baseURL;
     process.env.OPENAI_API_KEY = 'not-needed'; // a real key, if one is set, never goes to the stand-in
     say(`  model     scripted OpenAI-compatible server at ${model.baseURL} (no API key; see README for a real model)`);
-    if (keyWithoutURL) say('            (OPENAI_API_KEY is set but OPENAI_BASE_URL is not: add OPENAI_BASE_URL=https://api.openai.com/v1 to use it)');
+    if (keyWithoutURL)
+      say('            (OPENAI_API_KEY is set but OPENAI_BASE_URL is not: add OPENAI_BASE_URL=https://api.openai.com/v1 to use it)');
   }
   ratchet = await createRatchet({ workflows: [invoiceAgent], dataDir, logger });
   say(`  store     ${ratchet.store.kind === 'pglite' ? `embedded PGlite at ${dataDir}` : 'PostgreSQL (DATABASE_URL)'}`);
@@ -98,10 +99,12 @@ try {
   const retries = final.stages.reduce((n, s) => n + Math.max(0, s.attempt - 1), 0);
   say();
   const verdict = final.state === 'succeeded' ? 'ok' : outcome.kind === 'finished' ? 'FAILED' : 'stopped';
-  say(`${verdict}: run ${final.state} in ${((Date.now() - started) / 1000).toFixed(1)}s — ` +
-    `${count(modelCalls, 'model call')}${model ? ` (${count(model.requests.length, 'request')} to the scripted model)` : ''}, ` +
-    `${count(toolStages, 'tool stage')}, ${retries === 0 ? 'no retries' : count(retries, 'retry', 'retries')}, ` +
-    `${count(cases.length, 'case')} filed (${count(requests.length, 'POST')} to the receiver)`);
+  say(
+    `${verdict}: run ${final.state} in ${((Date.now() - started) / 1000).toFixed(1)}s — ` +
+      `${count(modelCalls, 'model call')}${model ? ` (${count(model.requests.length, 'request')} to the scripted model)` : ''}, ` +
+      `${count(toolStages, 'tool stage')}, ${retries === 0 ? 'no retries' : count(retries, 'retry', 'retries')}, ` +
+      `${count(cases.length, 'case')} filed (${count(requests.length, 'POST')} to the receiver)`,
+  );
   if (keptDir) say(`the run is kept in ${keptDir}: node bin/ratchet.mjs --data-dir ${keptDir} events ${run.id}`);
   process.exitCode = final.state === 'succeeded' ? 0 : outcome.kind === 'interrupted' ? 130 : 1;
 } catch (err) {

@@ -9,7 +9,10 @@ import type { ChatRequest, ScriptedAnswer } from '../src/agent/scripted-model.js
 /** How long the scripted model "thinks" before each answer (so its stage is seen running). */
 const THINKING_MS = 400;
 
-interface ToolResult { tool: string; result: Record<string, unknown> }
+interface ToolResult {
+  tool: string;
+  result: Record<string, unknown>;
+}
 
 /** The tool results in the conversation, oldest first, each with the name of the tool that produced it. */
 function toolResults(request: ChatRequest): ToolResult[] {
@@ -44,10 +47,17 @@ function finalAnswer(results: ToolResult[]): string {
   const filed = [...results].reverse().find((r) => r.tool === 'create_case')?.result;
   if (!fields || !filed) return 'I could not complete the reconciliation.';
   const diff = Number(fields.differenceCents);
-  const verdict = diff === 0 ? 'it is fully paid' : diff > 0 ? `${fields.currency} ${money(diff)} is still owed` : `it was overpaid by ${fields.currency} ${money(-diff)}`;
-  return `Invoice ${fields.invoiceId} from ${fields.vendor}: total ${fields.currency} ${money(fields.totalCents)}, ` +
+  const verdict =
+    diff === 0
+      ? 'it is fully paid'
+      : diff > 0
+        ? `${fields.currency} ${money(diff)} is still owed`
+        : `it was overpaid by ${fields.currency} ${money(-diff)}`;
+  return (
+    `Invoice ${fields.invoiceId} from ${fields.vendor}: total ${fields.currency} ${money(fields.totalCents)}, ` +
     `paid ${fields.currency} ${money(fields.paidCents)}, so ${verdict}. ` +
-    `I filed reconciliation case ${filed.caseId} (${filed.outcome}, ${filed.status}).`;
+    `I filed reconciliation case ${filed.caseId} (${filed.outcome}, ${filed.status}).`
+  );
 }
 
 /** The script: a function of the conversation, so a replayed or resumed step gets the same answer. */

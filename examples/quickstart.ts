@@ -11,8 +11,21 @@ const store = await openStore({ dataDir });
 const show = (...parts: unknown[]) => console.log(...parts);
 
 try {
-  const stage = (name: string) => ({ name, tool: name, toolClass: 'io', leaseMs: 3000, timeoutMs: 2000, maxDurationMs: 60_000, maxAttempts: 3 });
-  const run = await store.createRun({ workflow: 'quickstart', definitionHash: 'demo', input: { doc: 42 }, stages: [stage('fetch'), stage('extract'), stage('file_case')] });
+  const stage = (name: string) => ({
+    name,
+    tool: name,
+    toolClass: 'io',
+    leaseMs: 3000,
+    timeoutMs: 2000,
+    maxDurationMs: 60_000,
+    maxAttempts: 3,
+  });
+  const run = await store.createRun({
+    workflow: 'quickstart',
+    definitionHash: 'demo',
+    input: { doc: 42 },
+    stages: [stage('fetch'), stage('extract'), stage('file_case')],
+  });
   show(`run ${run.id} submitted (${store.kind}${store.dataDir ? ` at ${store.dataDir}` : ''})`);
 
   let input: unknown = { doc: 42 };
@@ -26,17 +39,26 @@ try {
       await store.clock.advance(4000);
       const [b] = await store.claim({ owner: 'worker-B', toolClass: 'io', limit: 1 });
       show(`  stage ${b!.seq} reclaimed by worker-B with fence ${b!.fence} (> ${s.fence}), attempt ${b!.attempt}`);
-      const [late] = await store.finish('worker-A', [{ stageId: s.id, fence: s.fence, outcome: 'succeeded', result: { by: 'A' }, next: { seq: 3, input: {} } }]);
-      show(`  worker-A's late result: ${late!.accepted ? 'ACCEPTED (bug!)' : 'rejected'} (${late!.currentState}, current fence ${late!.currentFence})`);
+      const [late] = await store.finish('worker-A', [
+        { stageId: s.id, fence: s.fence, outcome: 'succeeded', result: { by: 'A' }, next: { seq: 3, input: {} } },
+      ]);
+      show(
+        `  worker-A's late result: ${late!.accepted ? 'ACCEPTED (bug!)' : 'rejected'} (${late!.currentState}, current fence ${late!.currentFence})`,
+      );
       s = b!;
       owner = 'worker-B';
     }
     const result = { seq, from: input, by: owner };
     const last = seq === 3;
-    const [v] = await store.finish(owner, [{
-      stageId: s.id, fence: s.fence, outcome: 'succeeded', result,
-      ...(last ? { run: { state: 'succeeded' as const, result } } : { next: { seq: seq + 1, input: result } }),
-    }]);
+    const [v] = await store.finish(owner, [
+      {
+        stageId: s.id,
+        fence: s.fence,
+        outcome: 'succeeded',
+        result,
+        ...(last ? { run: { state: 'succeeded' as const, result } } : { next: { seq: seq + 1, input: result } }),
+      },
+    ]);
     show(`  stage ${s.seq} ${s.tool}: ${v!.accepted ? 'committed' : 'rejected'}`);
     input = result;
   }

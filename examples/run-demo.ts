@@ -22,7 +22,11 @@ async function finished(ratchet: Ratchet, id: string): Promise<RunView> {
 
 const services = await startServices();
 process.env.RATCHET_EXAMPLE_SERVICES_URL = services.url;
-const ratchet = await createRatchet({ dataDir: ':memory:', workflowsDir: fileURLToPath(new URL('../workflows', import.meta.url)), logger: silentLogger() });
+const ratchet = await createRatchet({
+  dataDir: ':memory:',
+  workflowsDir: fileURLToPath(new URL('../workflows', import.meta.url)),
+  logger: silentLogger(),
+});
 const worker = ratchet.worker();
 await worker.start();
 try {
@@ -34,7 +38,9 @@ try {
     console.log('  result:', JSON.stringify(run.result ?? run.error));
   }
   const { cases, requests } = await services.effects();
-  console.log(`cases filed at the receiver: ${cases.length}; requests: ${requests.map((r) => `${r.status}${r.replayed ? ' (replayed)' : ''}`).join(', ')}`);
+  console.log(
+    `cases filed at the receiver: ${cases.length}; requests: ${requests.map((r) => `${r.status}${r.replayed ? ' (replayed)' : ''}`).join(', ')}`,
+  );
 } finally {
   await worker.stop();
   await ratchet.close();

@@ -80,7 +80,11 @@ function witness(req: IncomingMessage, res: ServerResponse, record: ReceiverRequ
     record.replayed = headers?.['idempotent-replayed'] === 'true';
     return drop ? res : writeHead(status, headers);
   }) as typeof res.writeHead;
-  if (drop) res.end = (() => { req.socket.destroy(); return res; }) as typeof res.end;
+  if (drop)
+    res.end = (() => {
+      req.socket.destroy();
+      return res;
+    }) as typeof res.end;
 }
 
 export async function startServices(opts: ServicesOptions = {}): Promise<Services> {
@@ -98,11 +102,17 @@ export async function startServices(opts: ServicesOptions = {}): Promise<Service
   const requests: ReceiverRequest[] = [];
 
   function fenced(route: 'cases' | 'reports', req: IncomingMessage, res: ServerResponse): void {
-    const header = (name: string) => (typeof req.headers[name] === 'string' ? req.headers[name] as string : null);
+    const header = (name: string) => (typeof req.headers[name] === 'string' ? (req.headers[name] as string) : null);
     const dropped = (dropLeft[route] ?? 0) > 0;
     if (dropped) dropLeft[route]! -= 1;
     const record: ReceiverRequest = {
-      method: 'POST', path: `/${route}`, key: header('idempotency-key'), fence: header('x-execution-fence'), status: 0, replayed: false, dropped,
+      method: 'POST',
+      path: `/${route}`,
+      key: header('idempotency-key'),
+      fence: header('x-execution-fence'),
+      status: 0,
+      replayed: false,
+      dropped,
     };
     witness(req, res, record, record.dropped);
     requests.push(record);
@@ -166,9 +176,11 @@ export async function startServices(opts: ServicesOptions = {}): Promise<Service
     storage: storage.kind,
     async effects() {
       const cases = await pool.query<Effects['cases'][number]>(
-        'SELECT key, case_id AS "caseId", invoice_id AS "invoiceId", outcome, fence::text AS fence FROM examples.cases ORDER BY created_at, key');
+        'SELECT key, case_id AS "caseId", invoice_id AS "invoiceId", outcome, fence::text AS fence FROM examples.cases ORDER BY created_at, key',
+      );
       const reports = await pool.query<Effects['reports'][number]>(
-        'SELECT key, report_id AS "reportId", title, fence::text AS fence FROM examples.reports ORDER BY published_at, key');
+        'SELECT key, report_id AS "reportId", title, fence::text AS fence FROM examples.reports ORDER BY published_at, key',
+      );
       return { cases: cases.rows, reports: reports.rows, requests: requests.map((r) => ({ ...r })) };
     },
     async close() {

@@ -29,39 +29,43 @@ import type { Schedule } from './schedules/define.js';
 import { fireDueSchedules } from './schedules/fire.js';
 import { checkCodeSchedules, createScheduleService, syncCodeSchedules, type ScheduleService } from './schedules/service.js';
 
-const ratchetOptions = z.object({
-  /** PostgreSQL URL; default DATABASE_URL; unset = embedded PGlite. */
-  databaseUrl: z.string().min(1).optional(),
-  /** Embedded data directory (default RATCHET_DATA_DIR or .ratchet/). */
-  dataDir: z.string().min(1).optional(),
-  /** Redis for BullMQ wake-ups; default REDIS_URL. */
-  redisUrl: z.string().min(1).optional(),
-  workflows: z.array(z.custom<Workflow>()).optional(),
-  workflowsDir: z.string().min(1).optional(),
-  /** Schedules made by defineSchedule (those exported from files under workflowsDir are added). */
-  schedules: z.array(z.custom<Schedule>()).optional(),
-  logger: z.custom<Logger>().optional(),
-  poolSize: z.number().int().min(1).max(1000).optional(),
-  /** Client-side limit on one statement's answer (default 10 s). */
-  queryTimeoutMs: z.number().int().positive().optional(),
-  /** Give up on a new PostgreSQL connection after this long (default 10 s). */
-  connectionTimeoutMs: z.number().int().positive().optional(),
-  transport: z.custom<Transport>().optional(),
-  threadRunner: z.custom<ToolRunner>().optional(),
-  /** How long finished runs are kept, per state (`{ succeeded: '7d', failed: '30d' }`); workers' sweepers prune the rest. Default: kept. */
-  retention: retentionPolicySchema.optional(),
-}).strict();
+const ratchetOptions = z
+  .object({
+    /** PostgreSQL URL; default DATABASE_URL; unset = embedded PGlite. */
+    databaseUrl: z.string().min(1).optional(),
+    /** Embedded data directory (default RATCHET_DATA_DIR or .ratchet/). */
+    dataDir: z.string().min(1).optional(),
+    /** Redis for BullMQ wake-ups; default REDIS_URL. */
+    redisUrl: z.string().min(1).optional(),
+    workflows: z.array(z.custom<Workflow>()).optional(),
+    workflowsDir: z.string().min(1).optional(),
+    /** Schedules made by defineSchedule (those exported from files under workflowsDir are added). */
+    schedules: z.array(z.custom<Schedule>()).optional(),
+    logger: z.custom<Logger>().optional(),
+    poolSize: z.number().int().min(1).max(1000).optional(),
+    /** Client-side limit on one statement's answer (default 10 s). */
+    queryTimeoutMs: z.number().int().positive().optional(),
+    /** Give up on a new PostgreSQL connection after this long (default 10 s). */
+    connectionTimeoutMs: z.number().int().positive().optional(),
+    transport: z.custom<Transport>().optional(),
+    threadRunner: z.custom<ToolRunner>().optional(),
+    /** How long finished runs are kept, per state (`{ succeeded: '7d', failed: '30d' }`); workers' sweepers prune the rest. Default: kept. */
+    retention: retentionPolicySchema.optional(),
+  })
+  .strict();
 export type RatchetOptions = z.input<typeof ratchetOptions>;
 
-const submitOptions = z.object({
-  idempotencyKey: z.string().min(1).max(500).refine(isStorableText, 'must be Unicode text without \\u0000').optional(),
-  /** Start this loaded version of the workflow (default: the newest loaded). */
-  version: workflowVersionSchema.optional(),
-  /** An absolute Date, or a duration from now ("10m", ms). Overrides the workflow's. */
-  deadline: z.union([z.date().refine(isStorableTime, STORABLE_TIME_RANGE), z.string(), z.number()]).optional(),
-  /** Higher is claimed first within a tool class (README "Priorities"). Overrides the workflow's. */
-  priority: prioritySchema.optional(),
-}).strict();
+const submitOptions = z
+  .object({
+    idempotencyKey: z.string().min(1).max(500).refine(isStorableText, 'must be Unicode text without \\u0000').optional(),
+    /** Start this loaded version of the workflow (default: the newest loaded). */
+    version: workflowVersionSchema.optional(),
+    /** An absolute Date, or a duration from now ("10m", ms). Overrides the workflow's. */
+    deadline: z.union([z.date().refine(isStorableTime, STORABLE_TIME_RANGE), z.string(), z.number()]).optional(),
+    /** Higher is claimed first within a tool class (README "Priorities"). Overrides the workflow's. */
+    priority: prioritySchema.optional(),
+  })
+  .strict();
 export type SubmitOptions = z.input<typeof submitOptions>;
 
 export interface RunView {
@@ -69,10 +73,18 @@ export interface RunView {
   workflow: string;
   state: RunState;
   stages: {
-    seq: number; name: string; tool: string; state: StageState; attempt: number; fence: string | null;
-    leaseUntil: Date | null; heartbeatAt: Date | null; lastError: unknown;
+    seq: number;
+    name: string;
+    tool: string;
+    state: StageState;
+    attempt: number;
+    fence: string | null;
+    leaseUntil: Date | null;
+    heartbeatAt: Date | null;
+    lastError: unknown;
     /** The stage's own idempotency key, and the key its tool derived for its effect (null: it sent the stage's own). */
-    idempotencyKey: string; effectKey: string | null;
+    idempotencyKey: string;
+    effectKey: string | null;
   }[];
   result: unknown;
   error: unknown;
@@ -124,7 +136,8 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
   const codeSchedules = [...(opts.schedules ?? []), ...loaded.schedules];
   checkCodeSchedules(codeSchedules, registry);
   // Tools of isolation: 'thread' classes need a thread runner (without one they would run inline): make one unless given; close() closes it.
-  const ownThreadRunner = !opts.threadRunner && registry.toolClasses().some((c) => c.isolation === 'thread') ? createThreadRunner({ logger }) : null;
+  const ownThreadRunner =
+    !opts.threadRunner && registry.toolClasses().some((c) => c.isolation === 'thread') ? createThreadRunner({ logger }) : null;
   const threadRunner = opts.threadRunner ?? ownThreadRunner ?? undefined;
   const store = await openStore({
     databaseUrl: opts.databaseUrl ?? (process.env.DATABASE_URL || undefined), // an empty variable counts as unset
@@ -136,9 +149,11 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
   });
   // PostgreSQL + Redis: BullMQ carries wake-ups between processes. Embedded: in-process.
   const redisUrl = opts.redisUrl ?? (process.env.REDIS_URL || undefined);
-  const transport = opts.transport ?? (redisUrl && store.kind === 'postgres'
-    ? createBullmqTransport({ redisUrl, logger, dueIn: (stageId) => store.dueIn(stageId) })
-    : createInProcessTransport());
+  const transport =
+    opts.transport ??
+    (redisUrl && store.kind === 'postgres'
+      ? createBullmqTransport({ redisUrl, logger, dueIn: (stageId) => store.dueIn(stageId) })
+      : createInProcessTransport());
   const workers = new Set<Worker>();
   if (codeSchedules.length > 0) {
     try {
@@ -162,12 +177,19 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       const parsed = workflow.input.safeParse(input);
       if (!parsed.success) {
         const issue = parsed.error.issues[0]!;
-        throw new InvalidInputError(issue.message, ['input', ...issue.path.map(String)].join('.'), { issues: parsed.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
+        throw new InvalidInputError(issue.message, ['input', ...issue.path.map(String)].join('.'), {
+          issues: parsed.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })),
+        });
       }
       // A duration counts from the database's now (the store adds it there), never this process's clock.
-      const deadline = so.deadline instanceof Date ? { deadline: so.deadline }
-        : so.deadline !== undefined ? { deadlineInMs: submitDuration(so.deadline, 'submit.options.deadline') }
-        : workflow.deadlineMs !== null ? { deadlineInMs: workflow.deadlineMs } : {};
+      const deadline =
+        so.deadline instanceof Date
+          ? { deadline: so.deadline }
+          : so.deadline !== undefined
+            ? { deadlineInMs: submitDuration(so.deadline, 'submit.options.deadline') }
+            : workflow.deadlineMs !== null
+              ? { deadlineInMs: workflow.deadlineMs }
+              : {};
       assertRunnable(workflow);
       const created = await store.createRun({
         workflow: workflow.name,
@@ -182,27 +204,50 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       });
       const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;
       if (created.created) transport.notify(laneOf(firstClass, workflow.hash), { stageId: created.stageIds[0]!, attempt: 1 });
-      logger.info({ event: 'run_submitted', runId: created.id, workflow: workflow.name, version: workflow.version, created: created.created },
-        'run submitted');
+      logger.info(
+        { event: 'run_submitted', runId: created.id, workflow: workflow.name, version: workflow.version, created: created.created },
+        'run submitted',
+      );
       return { id: created.id, state: created.state, created: created.created };
     },
     async getRun(id) {
       const r = await store.getRun(id);
       if (!r) return null;
       return {
-        id: r.id, workflow: r.workflow, state: r.state, result: r.result, error: r.error, deadline: r.deadline, createdAt: r.createdAt, finishedAt: r.finishedAt,
+        id: r.id,
+        workflow: r.workflow,
+        state: r.state,
+        result: r.result,
+        error: r.error,
+        deadline: r.deadline,
+        createdAt: r.createdAt,
+        finishedAt: r.finishedAt,
         stages: r.stages.map((s) => ({
-          seq: s.seq, name: s.name, tool: s.tool, state: s.state, attempt: s.attempt, fence: s.fence,
-          leaseUntil: s.leaseUntil, heartbeatAt: s.heartbeatAt, lastError: s.error, idempotencyKey: s.idempotencyKey, effectKey: s.effectKey,
+          seq: s.seq,
+          name: s.name,
+          tool: s.tool,
+          state: s.state,
+          attempt: s.attempt,
+          fence: s.fence,
+          leaseUntil: s.leaseUntil,
+          heartbeatAt: s.heartbeatAt,
+          lastError: s.error,
+          idempotencyKey: s.idempotencyKey,
+          effectKey: s.effectKey,
         })),
       };
     },
     events: (id) => store.listEvents(id),
     worker(workerOpts) {
       const workflowNames = [...new Set(registry.list().map((wf) => wf.name))];
-      const fireSchedules = (owner: string) => fireDueSchedules({
-        db: store.db, owner, workflows: () => workflowNames, submit: (name, input, o) => ratchet.submit(name, input, o), logger,
-      }).then(() => undefined);
+      const fireSchedules = (owner: string) =>
+        fireDueSchedules({
+          db: store.db,
+          owner,
+          workflows: () => workflowNames,
+          submit: (name, input, o) => ratchet.submit(name, input, o),
+          logger,
+        }).then(() => undefined);
       const w = new Worker({ store, registry, transport, logger, threadRunner, retention: opts.retention, fireSchedules }, workerOpts);
       if (ownThreadRunner) assertThreadSources(registry.list(), w.classes);
       workers.add(w);

@@ -70,23 +70,39 @@ export class RatchetError extends Error {
 
 /** Bad input to a public entry point: nothing was written. `path` names the offending value. */
 export class InvalidInputError extends RatchetError {
-  constructor(message: string, readonly path: string, details: Record<string, unknown> = {}) {
+  constructor(
+    message: string,
+    readonly path: string,
+    details: Record<string, unknown> = {},
+  ) {
     super('invalid_input', `${message} (at ${path})`, { path, ...details });
   }
 }
 
 /** A writer asked for a state change the state table does not allow. */
 export class IllegalTransitionError extends RatchetError {
-  constructor(readonly entity: 'run' | 'stage', readonly from: string, readonly to: string, id?: string) {
+  constructor(
+    readonly entity: 'run' | 'stage',
+    readonly from: string,
+    readonly to: string,
+    id?: string,
+  ) {
     super('illegal_transition', `illegal ${entity} transition ${from} -> ${to}${id ? ` (${entity} ${id})` : ''}`, { entity, from, to, id });
   }
 }
 
 /** A second process tried to open an embedded data directory that another live process holds. */
 export class DataDirLockedError extends RatchetError {
-  constructor(readonly dataDir: string, readonly holder: string) {
-    super('data_dir_locked', `the embedded data directory ${dataDir} is in use by another process (${holder}); ` +
-      `stop it, point this process at another --data-dir, or set DATABASE_URL to share a PostgreSQL server`, { dataDir, holder });
+  constructor(
+    readonly dataDir: string,
+    readonly holder: string,
+  ) {
+    super(
+      'data_dir_locked',
+      `the embedded data directory ${dataDir} is in use by another process (${holder}); ` +
+        `stop it, point this process at another --data-dir, or set DATABASE_URL to share a PostgreSQL server`,
+      { dataDir, holder },
+    );
   }
 }
 
@@ -104,7 +120,11 @@ export class UnknownRunError extends RatchetError {
 
 /** A definition (tool class, tool, workflow) with bad values: refused before anything is persisted. */
 export class InvalidDefinitionError extends RatchetError {
-  constructor(message: string, readonly path: string, details: Record<string, unknown> = {}) {
+  constructor(
+    message: string,
+    readonly path: string,
+    details: Record<string, unknown> = {},
+  ) {
     super('invalid_definition', `${message} (at ${path})`, { path, ...details });
   }
 }
@@ -135,7 +155,13 @@ export class TransientError extends Error {
 }
 
 export type AbortReason =
-  | 'lease_lost' | 'ownership_unknown' | 'cancelled' | 'timeout' | 'stage_duration_exceeded' | 'shutdown' | 'run_deadline';
+  | 'lease_lost'
+  | 'ownership_unknown'
+  | 'cancelled'
+  | 'timeout'
+  | 'stage_duration_exceeded'
+  | 'shutdown'
+  | 'run_deadline';
 
 /**
  * Why an attempt was stopped: the reason of `ctx.signal`, and what `ctx.beginEffect()` throws
@@ -144,7 +170,11 @@ export type AbortReason =
  * `run_deadline`: the run's deadline passed and the run expired while the attempt ran.
  */
 export class AttemptAbortedError extends RatchetError {
-  constructor(readonly reason: AbortReason, message: string, details: Record<string, unknown> = {}) {
+  constructor(
+    readonly reason: AbortReason,
+    message: string,
+    details: Record<string, unknown> = {},
+  ) {
     super(reason, message, details);
   }
 }
@@ -154,14 +184,26 @@ export class AttemptAbortedError extends RatchetError {
  * run is resubmitted as a new run; a queued or running run is still going (wait for it).
  */
 export class RunNotRetryableError extends RatchetError {
-  constructor(readonly runId: string, readonly state: string, readonly reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed', hint: string) {
-    super('not_retryable', `run ${runId} cannot be retried (${reason === 'not_failed' ? `it is ${state}` : reason.replace(/_/g, ' ')}): ${hint}`, { runId, state, reason });
+  constructor(
+    readonly runId: string,
+    readonly state: string,
+    readonly reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed',
+    hint: string,
+  ) {
+    super(
+      'not_retryable',
+      `run ${runId} cannot be retried (${reason === 'not_failed' ? `it is ${state}` : reason.replace(/_/g, ' ')}): ${hint}`,
+      { runId, state, reason },
+    );
   }
 }
 
 /** Cancel of a run that already ended another way (succeeded, failed or expired): nothing changed. */
 export class RunAlreadyTerminalError extends RatchetError {
-  constructor(readonly runId: string, readonly state: string) {
+  constructor(
+    readonly runId: string,
+    readonly state: string,
+  ) {
     super('already_terminal', `run ${runId} already ended ${state}: there is nothing to cancel`, { runId, state });
   }
 }

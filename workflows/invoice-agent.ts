@@ -22,7 +22,11 @@ import { createCase, extractFields, fetchStatement } from './reconcile-invoice.j
 
 /** The model call: slow and occasionally flaky, so a long lease, a 45 s timeout and 3 attempts. */
 const model = defineToolClass({
-  name: 'model', lease: '60s', heartbeat: '10s', timeout: '45s', maxDuration: '3m',
+  name: 'model',
+  lease: '60s',
+  heartbeat: '10s',
+  timeout: '45s',
+  maxDuration: '3m',
   retry: { maxAttempts: 3, backoff: { initial: '1s', factor: 2, max: '10s' } },
 });
 
@@ -30,7 +34,8 @@ const invoiceId = z.string().regex(/^[a-z0-9][a-z0-9-]{0,63}$/i, 'letters, digit
 
 export const search = defineTool({
   name: 'search',
-  description: 'Looks an invoice up at the statement source by its id. Returns found: false when there is no such invoice, ' +
+  description:
+    'Looks an invoice up at the statement source by its id. Returns found: false when there is no such invoice, ' +
     'else the plain-text statement of account (pass it unchanged to extract_fields).',
   // The same calls as fetch_statement: the same class (lease, timeout, retries).
   class: fetchStatement.class,

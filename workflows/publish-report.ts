@@ -10,11 +10,19 @@ import { PermanentError, defineTool, defineToolClass, defineWorkflow } from '../
 import { fencedPost, getFromService } from './_lib/http.js';
 
 const reportHttp = defineToolClass({
-  name: 'report-http', lease: '30s', heartbeat: '5s', timeout: '20s', maxDuration: '2m',
+  name: 'report-http',
+  lease: '30s',
+  heartbeat: '5s',
+  timeout: '20s',
+  maxDuration: '2m',
   retry: { maxAttempts: 5, backoff: { initial: '250ms', factor: 2, max: '5s' } },
 });
 const reportCompute = defineToolClass({
-  name: 'report-compute', lease: '30s', heartbeat: '5s', timeout: '10s', maxDuration: '1m',
+  name: 'report-compute',
+  lease: '30s',
+  heartbeat: '5s',
+  timeout: '10s',
+  maxDuration: '1m',
   retry: { maxAttempts: 2, backoff: { initial: '100ms' } },
 });
 
@@ -25,7 +33,8 @@ const request = z.object({ reportId, period, regions: z.array(region).min(1).max
 
 // ---- gather: one read per region -------------------------------------------------------
 const source = z.object({
-  region, currency: z.string().regex(/^[A-Z]{3}$/),
+  region,
+  currency: z.string().regex(/^[A-Z]{3}$/),
   rows: z.array(z.object({ sku: z.string(), units: z.number().int().nonnegative(), revenue: z.string().regex(/^\d+\.\d{2}$/) })),
 });
 const gathered = z.object({ reportId, period, sources: z.array(source) });
@@ -52,7 +61,11 @@ export const gather = defineTool({
 const TO_EUR: Record<string, number> = { EUR: 1, USD: 0.92, AUD: 0.61 };
 const line = z.object({ revenueCents: z.number().int(), units: z.number().int() });
 const normalised = z.object({
-  reportId, period, currency: z.literal('EUR'), totalCents: z.number().int(), units: z.number().int(),
+  reportId,
+  period,
+  currency: z.literal('EUR'),
+  totalCents: z.number().int(),
+  units: z.number().int(),
   regions: z.array(line.extend({ region, sourceCurrency: z.string() })),
   products: z.array(line.extend({ sku: z.string() })),
 });
@@ -75,17 +88,25 @@ export function normaliseSales(data: z.infer<typeof gathered>): Normalised {
     return { region: s.region, sourceCurrency: s.currency, revenueCents, units };
   });
   return {
-    reportId: data.reportId, period: data.period, currency: 'EUR',
+    reportId: data.reportId,
+    period: data.period,
+    currency: 'EUR',
     totalCents: regions.reduce((a, r) => a + r.revenueCents, 0),
     units: regions.reduce((a, r) => a + r.units, 0),
     regions,
-    products: [...products].map(([sku, p]) => ({ sku, ...p })).sort((a, b) => b.revenueCents - a.revenueCents || a.sku.localeCompare(b.sku)),
+    products: [...products]
+      .map(([sku, p]) => ({ sku, ...p }))
+      .sort((a, b) => b.revenueCents - a.revenueCents || a.sku.localeCompare(b.sku)),
   };
 }
 
 export const normalise = defineTool({
-  name: 'normalise', description: 'Converts every region to EUR and totals revenue and units per region and product.',
-  class: reportCompute, input: gathered, output: normalised, run: async (input) => normaliseSales(input),
+  name: 'normalise',
+  description: 'Converts every region to EUR and totals revenue and units per region and product.',
+  class: reportCompute,
+  input: gathered,
+  output: normalised,
+  run: async (input) => normaliseSales(input),
 });
 
 // ---- draft: the report's text ------------------------------------------------------------
@@ -95,17 +116,27 @@ const drafted = z.object({ reportId, title: z.string().min(1), markdown: z.strin
 export function draftReport(n: Normalised): z.infer<typeof drafted> {
   const title = `Sales report ${n.period}`;
   const markdown = [
-    `# ${title}`, '',
-    `Revenue ${eur(n.totalCents)} from ${n.units} units across ${n.regions.length} region(s).`, '',
-    '## Regions', ...n.regions.map((r) => `- ${r.region.toUpperCase()}: ${eur(r.revenueCents)} (${r.units} units, booked in ${r.sourceCurrency})`), '',
-    '## Top products', ...n.products.slice(0, 3).map((p, i) => `${i + 1}. ${p.sku}: ${eur(p.revenueCents)}`), '',
+    `# ${title}`,
+    '',
+    `Revenue ${eur(n.totalCents)} from ${n.units} units across ${n.regions.length} region(s).`,
+    '',
+    '## Regions',
+    ...n.regions.map((r) => `- ${r.region.toUpperCase()}: ${eur(r.revenueCents)} (${r.units} units, booked in ${r.sourceCurrency})`),
+    '',
+    '## Top products',
+    ...n.products.slice(0, 3).map((p, i) => `${i + 1}. ${p.sku}: ${eur(p.revenueCents)}`),
+    '',
   ].join('\n');
   return { reportId: n.reportId, title, markdown };
 }
 
 export const draft = defineTool({
-  name: 'draft', description: 'Drafts the report text (Markdown) from the normalised figures.',
-  class: reportCompute, input: normalised, output: drafted, run: async (input) => draftReport(input),
+  name: 'draft',
+  description: 'Drafts the report text (Markdown) from the normalised figures.',
+  class: reportCompute,
+  input: normalised,
+  output: drafted,
+  run: async (input) => draftReport(input),
 });
 
 // ---- review: checks the draft against the figures ----------------------------------------
@@ -125,8 +156,12 @@ export function reviewDraft({ draft: d, figures }: z.infer<typeof reviewInput>):
 }
 
 export const review = defineTool({
-  name: 'review', description: 'Checks the draft against the figures before anything is published.',
-  class: reportCompute, input: reviewInput, output: reviewed, run: async (input) => reviewDraft(input),
+  name: 'review',
+  description: 'Checks the draft against the figures before anything is published.',
+  class: reportCompute,
+  input: reviewInput,
+  output: reviewed,
+  run: async (input) => reviewDraft(input),
 });
 
 // ---- publish: the fenced effect -----------------------------------------------------------
@@ -161,6 +196,9 @@ export default defineWorkflow({
     { tool: normalise, input: ({ results }) => results.gather },
     { tool: draft, input: ({ results }) => results.normalise },
     { tool: review, input: ({ results }) => ({ draft: results.draft, figures: results.normalise }) },
-    { tool: publish, input: ({ results }) => ({ ...(results.draft as object), reviewedBy: (results.review as { reviewer: string }).reviewer }) },
+    {
+      tool: publish,
+      input: ({ results }) => ({ ...(results.draft as object), reviewedBy: (results.review as { reviewer: string }).reviewer }),
+    },
   ],
 });

@@ -10,13 +10,21 @@ import { fencedPost, getFromService } from './_lib/http.js';
 
 /** Calls to the statement source and the case service. */
 const invoiceHttp = defineToolClass({
-  name: 'invoice-http', lease: '30s', heartbeat: '5s', timeout: '20s', maxDuration: '2m',
+  name: 'invoice-http',
+  lease: '30s',
+  heartbeat: '5s',
+  timeout: '20s',
+  maxDuration: '2m',
   retry: { maxAttempts: 5, backoff: { initial: '250ms', factor: 2, max: '5s' } },
 });
 
 /** Pure computation: a failure is a bug or bad data, so one retry at most. */
 const invoiceCompute = defineToolClass({
-  name: 'invoice-compute', lease: '30s', heartbeat: '5s', timeout: '10s', maxDuration: '1m',
+  name: 'invoice-compute',
+  lease: '30s',
+  heartbeat: '5s',
+  timeout: '10s',
+  maxDuration: '1m',
   retry: { maxAttempts: 2, backoff: { initial: '100ms' } },
 });
 
@@ -38,8 +46,14 @@ export const fetchStatement = defineTool({
 });
 
 const fields = z.object({
-  invoiceId, vendor: z.string().min(1), currency: z.string().regex(/^[A-Z]{3}$/), issued: z.iso.date(),
-  lineCount: z.number().int().positive(), totalCents: cents, paidCents: cents, differenceCents: cents,
+  invoiceId,
+  vendor: z.string().min(1),
+  currency: z.string().regex(/^[A-Z]{3}$/),
+  issued: z.iso.date(),
+  lineCount: z.number().int().positive(),
+  totalCents: cents,
+  paidCents: cents,
+  differenceCents: cents,
 });
 type Fields = z.infer<typeof fields>;
 
@@ -56,12 +70,22 @@ export function parseStatement(invoice: string, text: string): Fields {
   if (lines.length === 0) throw new PermanentError(`statement ${invoice} has no lines`, { code: 'bad_statement' });
   const totalCents = toCents(field('Invoice total'));
   const sum = lines.reduce((a, b) => a + b, 0);
-  if (sum !== totalCents) throw new PermanentError(`statement ${invoice}: lines add up to ${sum} cents, total says ${totalCents}`, { code: 'statement_inconsistent' });
+  if (sum !== totalCents)
+    throw new PermanentError(`statement ${invoice}: lines add up to ${sum} cents, total says ${totalCents}`, {
+      code: 'statement_inconsistent',
+    });
   const paidCents = toCents(field('Amount paid'));
-  if (field('Invoice') !== invoice) throw new PermanentError(`statement is for ${field('Invoice')}, not ${invoice}`, { code: 'bad_statement' });
+  if (field('Invoice') !== invoice)
+    throw new PermanentError(`statement is for ${field('Invoice')}, not ${invoice}`, { code: 'bad_statement' });
   return fields.parse({
-    invoiceId: invoice, vendor: field('Vendor'), currency: field('Currency'), issued: field('Issued'),
-    lineCount: lines.length, totalCents, paidCents, differenceCents: totalCents - paidCents,
+    invoiceId: invoice,
+    vendor: field('Vendor'),
+    currency: field('Currency'),
+    issued: field('Issued'),
+    lineCount: lines.length,
+    totalCents,
+    paidCents,
+    differenceCents: totalCents - paidCents,
   });
 }
 
@@ -75,7 +99,10 @@ export const extractFields = defineTool({
 });
 
 const filedCase = z.object({
-  caseId: z.string(), key: z.string(), outcome: z.enum(['balanced', 'discrepancy']), status: z.string(),
+  caseId: z.string(),
+  key: z.string(),
+  outcome: z.enum(['balanced', 'discrepancy']),
+  status: z.string(),
   /** The case service answered from its record of an earlier request with this key. */
   replayed: z.boolean(),
 });

@@ -10,18 +10,26 @@ export const NOOP_CLASS = 'noop';
 export const NOOP_STEPS = 10;
 
 export const noopClass = defineToolClass({
-  name: NOOP_CLASS, lease: '30s', heartbeat: '10s', timeout: '30s', maxDuration: '1m',
+  name: NOOP_CLASS,
+  lease: '30s',
+  heartbeat: '10s',
+  timeout: '30s',
+  maxDuration: '1m',
   retry: { maxAttempts: 3 },
 });
 
 export const noopTool = defineTool({
-  name: 'noop', description: 'does nothing and returns an empty object', class: noopClass,
-  input: z.object({}), output: z.object({}),
+  name: 'noop',
+  description: 'does nothing and returns an empty object',
+  class: noopClass,
+  input: z.object({}),
+  output: z.object({}),
   run: async () => ({}),
 });
 
 export const noop10 = defineWorkflow({
-  name: 'noop10', input: z.object({}),
+  name: 'noop10',
+  input: z.object({}),
   steps: Array.from({ length: NOOP_STEPS }, (_, i) => ({ tool: noopTool, name: `s${i + 1}` })),
 });
 

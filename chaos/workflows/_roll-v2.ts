@@ -4,7 +4,9 @@ import { defineWorkflow } from '../../src/definitions/index.js';
 import { rollStep } from './_tools.js';
 
 export const rollV2 = defineWorkflow({
-  name: 'chaos_roll', version: 2, input: z.object({ n: z.number().int() }),
+  name: 'chaos_roll',
+  version: 2,
+  input: z.object({ n: z.number().int() }),
   steps: [
     { tool: rollStep('roll_prepare', 2) },
     { tool: rollStep('roll_check', 2), input: ({ results }) => results.roll_prepare },

@@ -15,7 +15,11 @@ const worker = () => process.env.CHAOS_WORKER ?? 'unknown';
 
 /** Short leases, so faults past a lease cost seconds; many attempts, so a fault storm rarely exhausts a stage. */
 const timing = {
-  lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '6s', maxDuration: '30s',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '6s',
+  maxDuration: '30s',
   retry: { maxAttempts: 12, backoff: { initial: '200ms', factor: 2, max: '2s' } },
 } as const;
 
@@ -27,11 +31,19 @@ export const chaosAgentTools = defineToolClass({ name: 'chaos_agent_tools', ...t
 export const chaosModel = defineToolClass({ name: 'chaos_model', ...timing });
 export const chaosRoll = defineToolClass({ name: 'chaos_roll', ...timing });
 
-const sleep = (ms: number, signal: AbortSignal) => new Promise<void>((resolve, reject) => {
-  if (signal.aborted) return reject(signal.reason);
-  const t = setTimeout(resolve, ms);
-  signal.addEventListener('abort', () => { clearTimeout(t); reject(signal.reason); }, { once: true });
-});
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
 
 /** One fenced request; 2xx is done (applied or replayed), 409/5xx retried, anything else permanent. */
 export async function sendEffect(ctx: ToolContext, payload: Record<string, unknown>): Promise<{ key: string; fence: string }> {
@@ -39,7 +51,10 @@ export async function sendEffect(ctx: ToolContext, payload: Record<string, unkno
   const res = await fetch(`${receiver()}/effect`, {
     method: 'POST',
     headers: {
-      'content-type': 'application/json', 'idempotency-key': ctx.idempotencyKey, 'x-execution-fence': ctx.fence, 'x-chaos-worker': worker(),
+      'content-type': 'application/json',
+      'idempotency-key': ctx.idempotencyKey,
+      'x-execution-fence': ctx.fence,
+      'x-chaos-worker': worker(),
     },
     body: JSON.stringify(payload),
     signal: ctx.signal,
@@ -54,7 +69,11 @@ const work = z.object({ n: z.number().int(), work: z.number().int().min(0).max(5
 const out = z.object({ key: z.string(), fence: z.string() });
 
 export const chaosEffect = defineTool({
-  name: 'chaos_effect', description: 'works a while, then one fenced effect', class: chaosIo, input: work, output: out,
+  name: 'chaos_effect',
+  description: 'works a while, then one fenced effect',
+  class: chaosIo,
+  input: work,
+  output: out,
   run: async (i, ctx) => {
     await sleep(i.work, ctx.signal);
     return sendEffect(ctx, { n: i.n });
@@ -62,7 +81,11 @@ export const chaosEffect = defineTool({
 });
 
 export const chaosLimitedEffect = defineTool({
-  name: 'chaos_limited_effect', description: 'one fenced effect under a class concurrency limit', class: chaosLimited, input: work, output: out,
+  name: 'chaos_limited_effect',
+  description: 'one fenced effect under a class concurrency limit',
+  class: chaosLimited,
+  input: work,
+  output: out,
   run: async (i, ctx) => {
     await sleep(i.work, ctx.signal);
     return sendEffect(ctx, { n: i.n });
@@ -71,10 +94,17 @@ export const chaosLimitedEffect = defineTool({
 
 /** Fails permanently the first time the receiver sees its key (the run fails; the driver retries it), then one effect. */
 export const chaosFlaky = defineTool({
-  name: 'chaos_flaky', description: 'fails once permanently, then one fenced effect', class: chaosIo, input: work, output: out,
+  name: 'chaos_flaky',
+  description: 'fails once permanently, then one fenced effect',
+  class: chaosIo,
+  input: work,
+  output: out,
   run: async (i, ctx) => {
     const res = await fetch(`${receiver()}/flaky`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ key: ctx.idempotencyKey }), signal: ctx.signal,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ key: ctx.idempotencyKey }),
+      signal: ctx.signal,
     });
     if (res.status !== 200) throw new TransientError(`receiver answered ${res.status} to /flaky`);
     if (((await res.json()) as { fail: boolean }).fail) throw new PermanentError('flaky: the first call of this key fails on purpose');
@@ -85,7 +115,11 @@ export const chaosFlaky = defineTool({
 
 const tenantInput = z.object({ tenant: z.string(), n: z.number().int(), work: z.number().int().min(0).max(5000) });
 export const tenantEffect = defineTool({
-  name: 'tenant_effect', description: 'one fenced effect for a tenant', class: chaosIo, input: tenantInput, output: out,
+  name: 'tenant_effect',
+  description: 'one fenced effect for a tenant',
+  class: chaosIo,
+  input: tenantInput,
+  output: out,
   run: async (i, ctx) => {
     await sleep(i.work, ctx.signal);
     return sendEffect(ctx, { tenant: i.tenant, n: i.n });
@@ -94,20 +128,34 @@ export const tenantEffect = defineTool({
 
 /** The agent's tool: its key derives from what it means, so a re-proposed call is one effect. */
 export const agentEffect = defineTool({
-  name: 'agent_effect', description: 'files a case for a reference (irreversible, fenced)', class: chaosAgentTools,
-  input: z.object({ ref: z.string().min(1).max(200) }), output: out,
+  name: 'agent_effect',
+  description: 'files a case for a reference (irreversible, fenced)',
+  class: chaosAgentTools,
+  input: z.object({ ref: z.string().min(1).max(200) }),
+  output: out,
   idempotencyKey: (i) => `case:${i.ref}`,
   run: async (i, ctx) => sendEffect(ctx, { ref: i.ref }),
 });
 
 /** Every tool whose succeeded stage applied exactly one effect (the checker's list). */
-export const EFFECT_TOOLS = ['chaos_effect', 'chaos_limited_effect', 'chaos_flaky', 'tenant_effect', 'agent_effect',
-  'roll_prepare', 'roll_check', 'roll_finish'];
+export const EFFECT_TOOLS = [
+  'chaos_effect',
+  'chaos_limited_effect',
+  'chaos_flaky',
+  'tenant_effect',
+  'agent_effect',
+  'roll_prepare',
+  'roll_check',
+  'roll_finish',
+];
 
 /** A step of the `roll` workflow as version `version` has it. */
 export function rollStep(name: string, version: 1 | 2) {
   return defineTool({
-    name, description: `${name} (version ${version})`, class: chaosRoll, input: z.object({ n: z.number().int() }).passthrough(),
+    name,
+    description: `${name} (version ${version})`,
+    class: chaosRoll,
+    input: z.object({ n: z.number().int() }).passthrough(),
     output: z.object({ n: z.number(), version: z.literal(version), key: z.string(), fence: z.string() }),
     run: async (i, ctx) => ({ n: i.n, version, ...(await sendEffect(ctx, { n: i.n, step: name })) }),
   });

@@ -13,14 +13,15 @@ import { defineTool, defineToolClass, defineWorkflow } from '../../src/index.js'
 const io = defineToolClass({ name: 'digest-io', lease: '30s', heartbeat: '5s', timeout: '20s', maxDuration: '2m' });
 
 const hits = z.object({ source: z.string(), urls: z.array(z.string()) });
-const search = (source: string) => defineTool({
-  name: `search_${source}`,
-  description: `Searches ${source} for a topic.`,
-  class: io,
-  input: z.object({ topic: z.string() }),
-  output: hits,
-  run: async ({ topic }) => ({ source, urls: [1, 2].map((i) => `https://${source}.example/${encodeURIComponent(topic)}/${i}`) }),
-});
+const search = (source: string) =>
+  defineTool({
+    name: `search_${source}`,
+    description: `Searches ${source} for a topic.`,
+    class: io,
+    input: z.object({ topic: z.string() }),
+    output: hits,
+    run: async ({ topic }) => ({ source, urls: [1, 2].map((i) => `https://${source}.example/${encodeURIComponent(topic)}/${i}`) }),
+  });
 
 const pick = defineTool({
   name: 'pick_articles',
@@ -75,18 +76,32 @@ export const researchDigest = defineWorkflow({
     // Three searches start with the run; the forum one only when asked (else `skipped`).
     { tool: search('news'), input: ({ input }) => ({ topic: input.topic }) },
     { tool: search('papers'), after: [], input: ({ input }) => ({ topic: input.topic }) },
-    { tool: search('forums'), after: [], when: ({ input }) => input.forums,
-      input: ({ input }) => ({ topic: input.topic }) },
+    { tool: search('forums'), after: [], when: ({ input }) => input.forums, input: ({ input }) => ({ topic: input.topic }) },
     // The join: once, after all three (a skipped search is absent from `results`).
-    { tool: pick, after: ['search_news', 'search_papers', 'search_forums'],
-      input: ({ results }) => ({ lists: ['search_news', 'search_papers', 'search_forums'].flatMap((k) => (results[k] ? [results[k] as Hits] : [])) }) },
+    {
+      tool: pick,
+      after: ['search_news', 'search_papers', 'search_forums'],
+      input: ({ results }) => ({
+        lists: ['search_news', 'search_papers', 'search_forums'].flatMap((k) => (results[k] ? [results[k] as Hits] : [])),
+      }),
+    },
     // One stage per article, at most 3 leased at once for this run; the output is the summaries in order.
-    { name: 'summaries', map: { items: ({ results }) => (results.pick_articles as { urls: string[] }).urls, tool: summarise,
-      input: (url: string) => ({ url }), maxParallel: 3 } },
+    {
+      name: 'summaries',
+      map: {
+        items: ({ results }) => (results.pick_articles as { urls: string[] }).urls,
+        tool: summarise,
+        input: (url: string) => ({ url }),
+        maxParallel: 3,
+      },
+    },
     { tool: merge, input: ({ results }) => ({ parts: results.summaries }) },
     // A child run, started once (keyed by this stage) and waited for without a lease.
-    { name: 'publish', workflow: publishDigest,
-      input: ({ input, results }) => ({ digestId: input.digestId, text: (results.merge as { text: string }).text }) },
+    {
+      name: 'publish',
+      workflow: publishDigest,
+      input: ({ input, results }) => ({ digestId: input.digestId, text: (results.merge as { text: string }).text }),
+    },
   ],
 });
 

@@ -19,7 +19,9 @@ export function pglitePool(pglite: PGlite): PoolLike {
   async function connect(): Promise<pg.PoolClient> {
     let unlock!: () => void;
     const previous = tail;
-    tail = new Promise<void>((resolve) => { unlock = resolve; });
+    tail = new Promise<void>((resolve) => {
+      unlock = resolve;
+    });
     await previous;
     let released = false;
     const client = {
@@ -32,7 +34,11 @@ export function pglitePool(pglite: PGlite): PoolLike {
         if (released) return;
         released = true;
         // A client released broken may sit in an open transaction: end it before the next holder.
-        if (err) void pglite.query('ROLLBACK').catch(() => {}).finally(unlock);
+        if (err)
+          void pglite
+            .query('ROLLBACK')
+            .catch(() => {})
+            .finally(unlock);
         else unlock();
       },
     };

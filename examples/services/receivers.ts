@@ -20,15 +20,31 @@ export const SCHEMA_STATEMENTS = [
 ];
 
 const caseRequest = z.object({
-  invoiceId: z.string().min(1), vendor: z.string().min(1), currency: z.string().length(3),
-  totalCents: z.number().int(), paidCents: z.number().int(), differenceCents: z.number().int(),
+  invoiceId: z.string().min(1),
+  vendor: z.string().min(1),
+  currency: z.string().length(3),
+  totalCents: z.number().int(),
+  paidCents: z.number().int(),
+  differenceCents: z.number().int(),
 });
-const reportRequest = z.object({ reportId: z.string().min(1), title: z.string().min(1), markdown: z.string().min(1), reviewedBy: z.string().min(1) });
+const reportRequest = z.object({
+  reportId: z.string().min(1),
+  title: z.string().min(1),
+  markdown: z.string().min(1),
+  reviewedBy: z.string().min(1),
+});
 
-const invalid = (error: z.ZodError) => ({ status: 400, body: { error: 'invalid_body', issues: error.issues.map((i) => `${i.path.join('.')}: ${i.message}`) } });
+const invalid = (error: z.ZodError) => ({
+  status: 400,
+  body: { error: 'invalid_body', issues: error.issues.map((i) => `${i.path.join('.')}: ${i.message}`) },
+});
 
-export const caseView = (r: { case_id: string; key: string; outcome: string; status: string }) =>
-  ({ caseId: r.case_id, key: r.key, outcome: r.outcome, status: r.status });
+export const caseView = (r: { case_id: string; key: string; outcome: string; status: string }) => ({
+  caseId: r.case_id,
+  key: r.key,
+  outcome: r.outcome,
+  status: r.status,
+});
 
 /** POST /cases: opens a reconciliation case (a discrepancy case when the invoice was under- or overpaid). */
 export const createCaseHandler: HttpHandler = async ({ key, fence, body, tx }) => {
@@ -40,30 +56,40 @@ export const createCaseHandler: HttpHandler = async ({ key, fence, body, tx }) =
   await tx.query(
     `INSERT INTO examples.cases (key, case_id, invoice_id, vendor, currency, total_cents, paid_cents, difference_cents, outcome, status, fence)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::bigint)`,
-    [key, row.case_id, c.invoiceId, c.vendor, c.currency, c.totalCents, c.paidCents, c.differenceCents, outcome, row.status, fence]);
+    [key, row.case_id, c.invoiceId, c.vendor, c.currency, c.totalCents, c.paidCents, c.differenceCents, outcome, row.status, fence],
+  );
   return { status: 201, body: caseView(row) };
 };
 
-export const reportView = (r: { report_id: string; key: string }) =>
-  ({ reportId: r.report_id, key: r.key, url: `/reports/${encodeURIComponent(r.key)}` });
+export const reportView = (r: { report_id: string; key: string }) => ({
+  reportId: r.report_id,
+  key: r.key,
+  url: `/reports/${encodeURIComponent(r.key)}`,
+});
 
 /** POST /reports: publishes a report. */
 export const publishReportHandler: HttpHandler = async ({ key, fence, body, tx }) => {
   const parsed = reportRequest.safeParse(body);
   if (!parsed.success) return invalid(parsed.error);
   const r = parsed.data;
-  await tx.query('INSERT INTO examples.reports (key, report_id, title, markdown, reviewed_by, fence) VALUES ($1, $2, $3, $4, $5, $6::bigint)',
-    [key, r.reportId, r.title, r.markdown, r.reviewedBy, fence]);
+  await tx.query(
+    'INSERT INTO examples.reports (key, report_id, title, markdown, reviewed_by, fence) VALUES ($1, $2, $3, $4, $5, $6::bigint)',
+    [key, r.reportId, r.title, r.markdown, r.reviewedBy, fence],
+  );
   return { status: 201, body: reportView({ report_id: r.reportId, key }) };
 };
 
 export async function findCase(pool: PoolLike, key: string) {
   const { rows } = await pool.query<{ case_id: string; key: string; outcome: string; status: string }>(
-    'SELECT case_id, key, outcome, status FROM examples.cases WHERE key = $1', [key]);
+    'SELECT case_id, key, outcome, status FROM examples.cases WHERE key = $1',
+    [key],
+  );
   return rows[0] ? caseView(rows[0]) : null;
 }
 
 export async function findReport(pool: PoolLike, key: string) {
-  const { rows } = await pool.query<{ report_id: string; key: string }>('SELECT report_id, key FROM examples.reports WHERE key = $1', [key]);
+  const { rows } = await pool.query<{ report_id: string; key: string }>('SELECT report_id, key FROM examples.reports WHERE key = $1', [
+    key,
+  ]);
   return rows[0] ? reportView(rows[0]) : null;
 }

@@ -24,14 +24,26 @@ export function buildMessages(agent: AgentSpec, runInput: unknown, stages: reado
     if (s.tool === MODEL_STAGE_TOOL) {
       const r = s.result as ModelStageResult | null;
       if (!r) continue;
-      messages.push({ role: 'assistant', content: r.message.content ?? null, ...(r.message.tool_calls?.length ? { tool_calls: r.message.tool_calls } : {}) });
+      messages.push({
+        role: 'assistant',
+        content: r.message.content ?? null,
+        ...(r.message.tool_calls?.length ? { tool_calls: r.message.tool_calls } : {}),
+      });
       if (r.invalid) {
         const calls = r.message.tool_calls ?? [];
         for (const call of calls) {
           const mine = r.invalid.filter((e) => e.callId === call.id || e.callId === null).map((e) => e.message);
-          messages.push({ role: 'tool', tool_call_id: call.id, content: JSON.stringify({ error: 'invalid_action', details: mine.length ? mine : ['not run: another action in the list was invalid'] }) });
+          messages.push({
+            role: 'tool',
+            tool_call_id: call.id,
+            content: JSON.stringify({
+              error: 'invalid_action',
+              details: mine.length ? mine : ['not run: another action in the list was invalid'],
+            }),
+          });
         }
-        if (calls.length === 0) messages.push({ role: 'user', content: `Your answer was refused: ${r.invalid.map((e) => e.message).join('; ')}` });
+        if (calls.length === 0)
+          messages.push({ role: 'user', content: `Your answer was refused: ${r.invalid.map((e) => e.message).join('; ')}` });
       }
     } else {
       messages.push({ role: 'tool', tool_call_id: s.name, content: toolAnswer(s) });
@@ -48,6 +60,9 @@ export function toolAnswer(stage: Pick<RunStageRow, 'state' | 'result' | 'error'
   if (stage.state !== 'failed') return JSON.stringify(stage.result ?? null);
   const e = (stage.error ?? {}) as { code?: unknown; message?: unknown; lastError?: { code?: unknown; message?: unknown } };
   const last = e.lastError ?? e;
-  return JSON.stringify({ error: 'tool_failed', code: typeof last.code === 'string' ? last.code : 'unknown',
-    message: typeof last.message === 'string' ? last.message : 'the tool failed' });
+  return JSON.stringify({
+    error: 'tool_failed',
+    code: typeof last.code === 'string' ? last.code : 'unknown',
+    message: typeof last.message === 'string' ? last.message : 'the tool failed',
+  });
 }

@@ -24,7 +24,10 @@ function clientFor(spec: ModelSpec): OpenAI {
 
 /** The tools offered to the model: JSON Schema generated from each tool's zod input. */
 export function toolsForModel(tools: readonly Tool[]): OpenAI.Chat.Completions.ChatCompletionTool[] {
-  return tools.map((t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: toolJsonSchema(t) as Record<string, unknown> } }));
+  return tools.map((t) => ({
+    type: 'function',
+    function: { name: t.name, description: t.description, parameters: toolJsonSchema(t) as Record<string, unknown> },
+  }));
 }
 
 /**
@@ -34,15 +37,24 @@ export function toolsForModel(tools: readonly Tool[]): OpenAI.Chat.Completions.C
  * `invalid_model_output`, never asked again until the budget is spent. A 4xx that will not
  * change (bad request, auth) is permanent; 408, 409, 429, 5xx and network errors are transient.
  */
-export async function callModel(spec: ModelSpec, messages: ChatMessage[], tools: readonly Tool[], signal: AbortSignal, timeoutMs: number): Promise<AssistantMessage> {
+export async function callModel(
+  spec: ModelSpec,
+  messages: ChatMessage[],
+  tools: readonly Tool[],
+  signal: AbortSignal,
+  timeoutMs: number,
+): Promise<AssistantMessage> {
   let completion: OpenAI.Chat.Completions.ChatCompletion;
   try {
-    completion = await clientFor(spec).chat.completions.create({
-      model: spec.name,
-      messages: messages as OpenAI.Chat.Completions.ChatCompletionMessageParam[],
-      tools: toolsForModel(tools),
-      ...(spec.temperature !== null ? { temperature: spec.temperature } : {}),
-    }, { signal, timeout: timeoutMs });
+    completion = await clientFor(spec).chat.completions.create(
+      {
+        model: spec.name,
+        messages: messages as OpenAI.Chat.Completions.ChatCompletionMessageParam[],
+        tools: toolsForModel(tools),
+        ...(spec.temperature !== null ? { temperature: spec.temperature } : {}),
+      },
+      { signal, timeout: timeoutMs },
+    );
   } catch (err) {
     if (signal.aborted) throw signal.reason;
     if (err instanceof OpenAI.APIError && err.status !== undefined) {
@@ -55,7 +67,10 @@ export async function callModel(spec: ModelSpec, messages: ChatMessage[], tools:
   const choice = completion.choices?.[0];
   const parsed = assistantMessageSchema.safeParse(choice?.message);
   if (!parsed.success) {
-    throw new TransientError(`the model's answer is not a chat message: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`, { code: 'model_answer_malformed' });
+    throw new TransientError(
+      `the model's answer is not a chat message: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+      { code: 'model_answer_malformed' },
+    );
   }
   try {
     toJsonText(parsed.data, 'answer');

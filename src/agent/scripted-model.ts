@@ -3,7 +3,12 @@ import type { AddressInfo } from 'node:net';
 
 /** One scripted answer: text, tool calls (arguments as an object or raw string), or an HTTP error. */
 export type ScriptedAnswer =
-  | { content?: string; toolCalls?: { name: string; arguments: unknown; id?: string }[]; delayMs?: number; usage?: { prompt_tokens: number; completion_tokens: number } }
+  | {
+      content?: string;
+      toolCalls?: { name: string; arguments: unknown; id?: string }[];
+      delayMs?: number;
+      usage?: { prompt_tokens: number; completion_tokens: number };
+    }
   | { status: number; body?: unknown };
 
 export interface ScriptedModelOptions {
@@ -52,9 +57,8 @@ export async function startScriptedModel(opts: ScriptedModelOptions): Promise<Sc
       const body = (await readJson(req)) as ChatRequest;
       const index = requests.length;
       requests.push(body);
-      const answer: ScriptedAnswer = typeof opts.script === 'function'
-        ? opts.script(body, index)
-        : opts.script[index] ?? { content: 'done' };
+      const answer: ScriptedAnswer =
+        typeof opts.script === 'function' ? opts.script(body, index) : (opts.script[index] ?? { content: 'done' });
       await opts.beforeAnswer?.(index, body);
       if ('status' in answer) {
         res.writeHead(answer.status, { 'content-type': 'application/json' });
@@ -68,18 +72,24 @@ export async function startScriptedModel(opts: ScriptedModelOptions): Promise<Sc
         function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) },
       }));
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({
-        id: `chatcmpl-${index}`,
-        object: 'chat.completion',
-        created: Math.floor(Date.now() / 1000),
-        model: body.model,
-        choices: [{
-          index: 0,
-          message: { role: 'assistant', content: answer.content ?? null, ...(toolCalls?.length ? { tool_calls: toolCalls } : {}) },
-          finish_reason: toolCalls?.length ? 'tool_calls' : 'stop',
-        }],
-        usage: answer.usage ? { ...answer.usage, total_tokens: answer.usage.prompt_tokens + answer.usage.completion_tokens } : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
-      }));
+      res.end(
+        JSON.stringify({
+          id: `chatcmpl-${index}`,
+          object: 'chat.completion',
+          created: Math.floor(Date.now() / 1000),
+          model: body.model,
+          choices: [
+            {
+              index: 0,
+              message: { role: 'assistant', content: answer.content ?? null, ...(toolCalls?.length ? { tool_calls: toolCalls } : {}) },
+              finish_reason: toolCalls?.length ? 'tool_calls' : 'stop',
+            },
+          ],
+          usage: answer.usage
+            ? { ...answer.usage, total_tokens: answer.usage.prompt_tokens + answer.usage.completion_tokens }
+            : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+        }),
+      );
     })().catch((err: unknown) => {
       res.writeHead(500);
       res.end(String(err));

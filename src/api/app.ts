@@ -8,7 +8,15 @@ import { createTokenCheck } from './auth.js';
 import { processMetrics } from '../observability/metrics.js';
 import { ApiError, issuePath } from './errors.js';
 import {
-  cancelRoute, eventsRoute, explainRoute, getRunRoute, healthRoute, listRunsRoute, readyRoute, retryRoute, submitRoute,
+  cancelRoute,
+  eventsRoute,
+  explainRoute,
+  getRunRoute,
+  healthRoute,
+  listRunsRoute,
+  readyRoute,
+  retryRoute,
+  submitRoute,
 } from './routes.js';
 import { mountScheduleRoutes } from './schedules.js';
 import { createRunService } from './service.js';
@@ -38,17 +46,34 @@ const TARGET_PATH: Record<string, string[]> = { json: [], query: [], param: [], 
 const validationHook: Hook<unknown, Env, string, unknown> = (result) => {
   if (result.success) return;
   const issue = result.error.issues[0]!;
-  const path = result.target === 'header' && issue.path[0] === 'idempotency-key' ? 'Idempotency-Key' : issuePath(issue, TARGET_PATH[result.target] ?? []);
-  throw new ApiError(400, 'invalid_request', `${result.target === 'json' ? 'the body' : `the ${result.target}`} does not fit the request schema: ${issue.message} (at ${path})`, {
-    path, details: { in: result.target === 'json' ? 'body' : result.target, issues: result.error.issues.map((i) => ({ path: issuePath(i), message: i.message })) },
-  });
+  const path =
+    result.target === 'header' && issue.path[0] === 'idempotency-key'
+      ? 'Idempotency-Key'
+      : issuePath(issue, TARGET_PATH[result.target] ?? []);
+  throw new ApiError(
+    400,
+    'invalid_request',
+    `${result.target === 'json' ? 'the body' : `the ${result.target}`} does not fit the request schema: ${issue.message} (at ${path})`,
+    {
+      path,
+      details: {
+        in: result.target === 'json' ? 'body' : result.target,
+        issues: result.error.issues.map((i) => ({ path: issuePath(i), message: i.message })),
+      },
+    },
+  );
 };
 
 /** cancel and retry take no body: a body would suggest a retry can mean something else than the original request. */
 const noBody: MiddlewareHandler = async (c, next) => {
   const text = c.req.raw.body ? await c.req.text() : '';
   if (text.trim().length > 0) {
-    throw new ApiError(400, 'invalid_request', 'this request takes no body (a retry is the same request again; to change the input submit a new run)', { path: '$' });
+    throw new ApiError(
+      400,
+      'invalid_request',
+      'this request takes no body (a retry is the same request again; to change the input submit a new run)',
+      { path: '$' },
+    );
   }
   await next();
 };
@@ -66,8 +91,9 @@ const singleValueHeaders: MiddlewareHandler = async (c, next) => {
   for (const [name, label] of SINGLE_VALUE_HEADERS) {
     const lines = incoming?.headersDistinct?.[name]?.length ?? 0;
     if (lines > 1) {
-      throw new ApiError(400, 'invalid_request', `the ${label} header was sent ${lines} times (more than once); send it once`,
-        { path: label });
+      throw new ApiError(400, 'invalid_request', `the ${label} header was sent ${lines} times (more than once); send it once`, {
+        path: label,
+      });
     }
   }
   await next();
@@ -88,7 +114,10 @@ export function createApp(opts: AppOptions): OpenAPIHono {
     const e = toApiError(err, opts.retryAfterSeconds);
     if (e.status >= 500) {
       const cause = e.cause as Error | undefined;
-      log.error({ event: 'api_error', method: c.req.method, path: c.req.routePath, status: e.status, code: e.code, err: cause?.message }, 'request failed');
+      log.error(
+        { event: 'api_error', method: c.req.method, path: c.req.routePath, status: e.status, code: e.code, err: cause?.message },
+        'request failed',
+      );
     }
     if (e.retryAfterMs !== null) c.header('Retry-After', String(Math.ceil(e.retryAfterMs / 1000)));
     if (e.status === 401) c.header('WWW-Authenticate', 'Bearer realm="ratchet"');
@@ -101,7 +130,16 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   app.use('*', async (c, next) => {
     const started = performance.now();
     await next();
-    log.debug({ event: 'http_request', method: c.req.method, route: c.req.routePath, status: c.res.status, durationMs: Math.round(performance.now() - started) }, 'request');
+    log.debug(
+      {
+        event: 'http_request',
+        method: c.req.method,
+        route: c.req.routePath,
+        status: c.res.status,
+        durationMs: Math.round(performance.now() - started),
+      },
+      'request',
+    );
   });
 
   // Health: no token, nothing about runs.
@@ -118,14 +156,26 @@ export function createApp(opts: AppOptions): OpenAPIHono {
 
   app.use('/v1/*', async (c: Context, next) => {
     if (opts.tokens.length > 0 && !checkToken(c.req.header('authorization'))) {
-      throw new ApiError(401, 'unauthorized', c.req.header('authorization') ? 'the bearer token is not accepted' : 'send Authorization: Bearer <token>');
+      throw new ApiError(
+        401,
+        'unauthorized',
+        c.req.header('authorization') ? 'the bearer token is not accepted' : 'send Authorization: Bearer <token>',
+      );
     }
     await next();
   });
-  app.use('/v1/*', bodyLimit({
-    maxSize: opts.bodyLimit,
-    onError: () => { throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, { path: '$', details: { limit: opts.bodyLimit } }); },
-  }));
+  app.use(
+    '/v1/*',
+    bodyLimit({
+      maxSize: opts.bodyLimit,
+      onError: () => {
+        throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, {
+          path: '$',
+          details: { limit: opts.bodyLimit },
+        });
+      },
+    }),
+  );
   app.use('/v1/*', singleValueHeaders);
   app.use('/v1/runs/:id/cancel', noBody);
   app.use('/v1/runs/:id/retry', noBody);
@@ -150,7 +200,14 @@ export function createApp(opts: AppOptions): OpenAPIHono {
     return c.body(await registry.metrics(), 200, { 'content-type': registry.contentType });
   });
 
-  registerDashboard(app, { ratchet: opts.ratchet, service, hub: opts.hub, tokens: opts.tokens, heartbeatMs: opts.streamHeartbeatMs, logger: log });
+  registerDashboard(app, {
+    ratchet: opts.ratchet,
+    service,
+    hub: opts.hub,
+    tokens: opts.tokens,
+    heartbeatMs: opts.streamHeartbeatMs,
+    logger: log,
+  });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
   app.doc('/v1/openapi.json', {

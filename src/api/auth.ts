@@ -10,7 +10,9 @@ export function createTokenCheck(tokens: readonly string[]): (authorization: str
   const digests = tokens.map((t) => createHash('sha256').update(t, 'utf8').digest());
   return (authorization) => {
     const m = /^Bearer[ ]+(\S.*)$/i.exec(authorization ?? '');
-    const presented = createHash('sha256').update(m?.[1]?.trim() ?? '', 'utf8').digest();
+    const presented = createHash('sha256')
+      .update(m?.[1]?.trim() ?? '', 'utf8')
+      .digest();
     let ok = false;
     for (const d of digests) ok = timingSafeEqual(d, presented) || ok;
     return ok && m !== null;

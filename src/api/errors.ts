@@ -7,21 +7,41 @@ import { RatchetError } from '../errors.js';
  * the client's own (a read that timed out, a network error, an answer that does not fit).
  */
 export const API_ERROR_CODES = [
-  'unauthorized', 'invalid_json', 'invalid_request', 'unsupported_media_type', 'body_too_large', 'invalid_input', 'unknown_workflow',
-  'unknown_run', 'unknown_schedule', 'idempotency_conflict', 'not_retryable', 'already_terminal', 'not_found', 'database_unavailable', 'internal',
-  'read_timeout', 'network_error', 'invalid_response',
+  'unauthorized',
+  'invalid_json',
+  'invalid_request',
+  'unsupported_media_type',
+  'body_too_large',
+  'invalid_input',
+  'unknown_workflow',
+  'unknown_run',
+  'unknown_schedule',
+  'idempotency_conflict',
+  'not_retryable',
+  'already_terminal',
+  'not_found',
+  'database_unavailable',
+  'internal',
+  'read_timeout',
+  'network_error',
+  'invalid_response',
 ] as const;
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
 
-export const errorBodySchema = z.object({
-  error: z.object({
-    code: z.enum(API_ERROR_CODES),
-    message: z.string(),
-    /** The JSON path of the offending value (`input.invoiceId`, `workflow`), when there is one. */
-    path: z.string().nullable(),
-    details: z.record(z.string(), z.unknown()),
-  }).strict(),
-}).strict().meta({ id: 'Error' });
+export const errorBodySchema = z
+  .object({
+    error: z
+      .object({
+        code: z.enum(API_ERROR_CODES),
+        message: z.string(),
+        /** The JSON path of the offending value (`input.invoiceId`, `workflow`), when there is one. */
+        path: z.string().nullable(),
+        details: z.record(z.string(), z.unknown()),
+      })
+      .strict(),
+  })
+  .strict()
+  .meta({ id: 'Error' });
 export type ErrorBody = z.infer<typeof errorBodySchema>;
 
 /** An error of the task API: HTTP status, stable code, JSON path, details. Thrown by the client too. */
@@ -32,7 +52,12 @@ export class ApiError extends Error {
   readonly details: Record<string, unknown>;
   /** From Retry-After, when the server sent one (503). */
   readonly retryAfterMs: number | null;
-  constructor(status: number, code: ApiErrorCode, message: string, opts: { path?: string | null; details?: Record<string, unknown>; retryAfterMs?: number | null; cause?: unknown } = {}) {
+  constructor(
+    status: number,
+    code: ApiErrorCode,
+    message: string,
+    opts: { path?: string | null; details?: Record<string, unknown>; retryAfterMs?: number | null; cause?: unknown } = {},
+  ) {
     super(message, { cause: opts.cause });
     this.name = 'ApiError';
     this.status = status;

@@ -3,7 +3,12 @@ import { z } from 'zod';
 import type { Ratchet } from '../engine.js';
 import { ApiError, errorBodySchema } from './errors.js';
 import {
-  scheduleBodySchema, scheduleDeleteResponseSchema, scheduleDetailSchema, scheduleListSchema, schedulePutResponseSchema, scheduleToJson,
+  scheduleBodySchema,
+  scheduleDeleteResponseSchema,
+  scheduleDetailSchema,
+  scheduleListSchema,
+  schedulePutResponseSchema,
+  scheduleToJson,
   tickToJson,
 } from './schedule-schemas.js';
 
@@ -18,26 +23,43 @@ const security = [{ bearer: [] }];
 const nameParams = z.object({ name: z.string().min(1).max(200) });
 
 const putRoute = createRoute({
-  method: 'post', path: '/v1/schedules', operationId: 'putSchedule', security, summary: 'Create (or replace) a cron schedule',
+  method: 'post',
+  path: '/v1/schedules',
+  operationId: 'putSchedule',
+  security,
+  summary: 'Create (or replace) a cron schedule',
   request: { body: { required: true, content: { 'application/json': { schema: scheduleBodySchema } } } },
   responses: {
-    200: json(schedulePutResponseSchema, 'replaced'), 201: json(schedulePutResponseSchema, 'created'),
-    400: error('the body does not fit the request schema'), 404: error('unknown_workflow'),
+    200: json(schedulePutResponseSchema, 'replaced'),
+    201: json(schedulePutResponseSchema, 'created'),
+    400: error('the body does not fit the request schema'),
+    404: error('unknown_workflow'),
     422: error('invalid_input: a cron that does not parse, an unknown time zone, or an input the workflow refuses (the path names it)'),
     ...common,
   },
 });
 const listRoute = createRoute({
-  method: 'get', path: '/v1/schedules', operationId: 'listSchedules', security, summary: 'Every schedule, by name',
+  method: 'get',
+  path: '/v1/schedules',
+  operationId: 'listSchedules',
+  security,
+  summary: 'Every schedule, by name',
   responses: { 200: json(scheduleListSchema, 'the schedules'), ...common },
 });
 const getRoute = createRoute({
-  method: 'get', path: '/v1/schedules/{name}', operationId: 'getSchedule', security, summary: 'A schedule and its latest decided ticks',
+  method: 'get',
+  path: '/v1/schedules/{name}',
+  operationId: 'getSchedule',
+  security,
+  summary: 'A schedule and its latest decided ticks',
   request: { params: nameParams },
   responses: { 200: json(scheduleDetailSchema, 'the schedule'), 404: error('unknown_schedule'), ...common },
 });
 const deleteRoute = createRoute({
-  method: 'delete', path: '/v1/schedules/{name}', operationId: 'deleteSchedule', security,
+  method: 'delete',
+  path: '/v1/schedules/{name}',
+  operationId: 'deleteSchedule',
+  security,
   summary: 'Delete a schedule (runs it started are kept; one defined in code comes back when a process that defines it starts)',
   request: { params: nameParams },
   responses: { 200: json(scheduleDeleteResponseSchema, 'deleted'), 404: error('unknown_schedule'), ...common },
@@ -60,7 +82,7 @@ export function mountScheduleRoutes(app: OpenAPIHono, ratchet: Ratchet): void {
   });
   app.openapi(deleteRoute, async (c) => {
     const { name } = c.req.valid('param');
-    if (!await ratchet.schedules.delete(name)) throw unknown(name);
+    if (!(await ratchet.schedules.delete(name))) throw unknown(name);
     return c.json({ name, deleted: true as const }, 200);
   });
 }

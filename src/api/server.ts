@@ -23,19 +23,26 @@ const listenFields = {
   host: z.string().min(1).max(255).optional(),
   /** 0 picks a free port. */
   port: z.number().int().min(0).max(65535).optional(),
-  bodyLimit: z.number().int().min(64).max(100 * 1024 * 1024).optional(),
+  bodyLimit: z
+    .number()
+    .int()
+    .min(64)
+    .max(100 * 1024 * 1024)
+    .optional(),
 };
 const listenOptions = z.object(listenFields).strict();
 export type ListenOptions = z.input<typeof listenOptions>;
 
-const serverOptions = z.object({
-  ratchet: z.custom<Ratchet>((v) => typeof v === 'object' && v !== null && 'submit' in v, 'a Ratchet from createRatchet'),
-  ...listenFields,
-  retryAfterSeconds: z.number().int().min(1).max(3600).optional(),
-  /** A heartbeat comment on a quiet run stream after this long, ms (default 15 s). */
-  streamHeartbeatMs: z.number().int().min(10).max(600_000).optional(),
-  logger: z.custom<Logger>().optional(),
-}).strict();
+const serverOptions = z
+  .object({
+    ratchet: z.custom<Ratchet>((v) => typeof v === 'object' && v !== null && 'submit' in v, 'a Ratchet from createRatchet'),
+    ...listenFields,
+    retryAfterSeconds: z.number().int().min(1).max(3600).optional(),
+    /** A heartbeat comment on a quiet run stream after this long, ms (default 15 s). */
+    streamHeartbeatMs: z.number().int().min(10).max(600_000).optional(),
+    logger: z.custom<Logger>().optional(),
+  })
+  .strict();
 export type ServerOptions = z.input<typeof serverOptions>;
 
 /**
@@ -70,8 +77,13 @@ export async function createServer(options: ServerOptions): Promise<ApiServer> {
   const logger = o.logger ?? o.ratchet.logger;
   const hub = createEventHub(o.ratchet.store.db, { logger });
   const app = createApp({
-    ratchet: o.ratchet, tokens, bodyLimit: o.bodyLimit ?? DEFAULT_BODY_LIMIT, retryAfterSeconds: o.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS, logger,
-    hub, streamHeartbeatMs: o.streamHeartbeatMs,
+    ratchet: o.ratchet,
+    tokens,
+    bodyLimit: o.bodyLimit ?? DEFAULT_BODY_LIMIT,
+    retryAfterSeconds: o.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS,
+    logger,
+    hub,
+    streamHeartbeatMs: o.streamHeartbeatMs,
   });
   const server = await new Promise<Server>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, hostname: host, port: o.port ?? DEFAULT_API_PORT }) as Server;
@@ -87,14 +99,20 @@ export async function createServer(options: ServerOptions): Promise<ApiServer> {
   logger.info({ event: 'api_listening', url, auth: tokens.length > 0 }, 'task API listening');
   let closed: Promise<void> | null = null;
   return {
-    url, host, port, app,
+    url,
+    host,
+    port,
+    app,
     close() {
       // Open streams end first, so their connections do not hold the close.
-      closed ??= hub.close().then(() => new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-        setTimeout(() => server.closeAllConnections(), 2000).unref();
-      }));
+      closed ??= hub.close().then(
+        () =>
+          new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            server.closeIdleConnections();
+            setTimeout(() => server.closeAllConnections(), 2000).unref();
+          }),
+      );
       return closed;
     },
   };

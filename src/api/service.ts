@@ -9,7 +9,15 @@ import { runUsage } from '../store/usage.js';
 import { cancelToJson, eventToJson, retryToJson, runSummaryToJson, runToJson } from './present.js';
 import { requestTimestampSchema } from './schemas.js';
 import type {
-  CancelResponse, EventListJson, EventsQuery, ListQuery, RetryResponse, RunJson, RunListJson, SubmitBody, SubmitResponse,
+  CancelResponse,
+  EventListJson,
+  EventsQuery,
+  ListQuery,
+  RetryResponse,
+  RunJson,
+  RunListJson,
+  SubmitBody,
+  SubmitResponse,
 } from './schemas.js';
 
 /**
@@ -65,7 +73,8 @@ export function createRunService(ratchet: Ratchet): RunService {
     async submit(body, idempotencyKey) {
       const deadline = deadlineOf(body.deadline);
       const r = await ratchet.submit(body.workflow, body.input, {
-        ...(idempotencyKey ? { idempotencyKey } : {}), ...(deadline !== undefined ? { deadline } : {}),
+        ...(idempotencyKey ? { idempotencyKey } : {}),
+        ...(deadline !== undefined ? { deadline } : {}),
         ...(body.version !== undefined ? { version: body.version } : {}),
         ...(body.priority !== undefined ? { priority: body.priority } : {}),
       });
@@ -108,7 +117,12 @@ export function createRunService(ratchet: Ratchet): RunService {
       if (!r) throw new UnknownRunError(id);
       if (!r.retried || !r.stage) {
         const reason = r.reason ?? 'not_failed';
-        throw new RunNotRetryableError(id, r.previousState, reason, reason === 'not_failed' ? RETRY_HINTS[r.previousState] : RETRY_HINTS[reason]);
+        throw new RunNotRetryableError(
+          id,
+          r.previousState,
+          reason,
+          reason === 'not_failed' ? RETRY_HINTS[r.previousState] : RETRY_HINTS[reason],
+        );
       }
       return retryToJson(id, { ...r, stage: r.stage });
     },

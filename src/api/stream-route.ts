@@ -35,7 +35,12 @@ const textOf = (item: StreamItem) => (item.kind === 'heartbeat' ? ': heartbeat\n
  */
 async function pipeToNode(out: ServerResponse, stream: AsyncGenerator<StreamItem, void>, ac: AbortController): Promise<void> {
   out.on('close', () => ac.abort());
-  out.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+  out.writeHead(200, {
+    'content-type': 'text/event-stream',
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+    'x-accel-buffering': 'no',
+  });
   out.write(`retry: ${STREAM_RETRY_MS}\n\n`);
   try {
     for await (const item of stream) {
@@ -73,13 +78,16 @@ export function streamHandler(opts: StreamRouteOptions) {
     }
     const ac = new AbortController();
     const stream = await openRunStream(opts.ratchet.store.db, opts.hub, runId, {
-      ...(resume !== undefined ? { afterEventId: resume } : {}), heartbeatMs: opts.heartbeatMs, signal: ac.signal,
+      ...(resume !== undefined ? { afterEventId: resume } : {}),
+      heartbeatMs: opts.heartbeatMs,
+      signal: ac.signal,
     });
     if (!stream) return c.body(null, 204);
     const outgoing = (c.env as { outgoing?: ServerResponse } | undefined)?.outgoing;
     if (outgoing) {
       pipeToNode(outgoing, stream, ac).catch((err: unknown) => {
-        if (!ac.signal.aborted) opts.logger.warn({ event: 'stream_failed', runId, err: (err as Error).message }, 'a run stream ended early');
+        if (!ac.signal.aborted)
+          opts.logger.warn({ event: 'stream_failed', runId, err: (err as Error).message }, 'a run stream ended early');
       });
       return RESPONSE_ALREADY_SENT;
     }

@@ -12,9 +12,15 @@ import { ApiError } from './errors.js';
 export function toApiError(err: unknown, retryAfterSeconds: number): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof DatabaseUnavailableError || isConnectionError(err)) {
-    return new ApiError(503, 'database_unavailable', 'the database did not answer; nothing was changed by this request unless a later read shows it (retry with the same Idempotency-Key)', {
-      retryAfterMs: retryAfterSeconds * 1000, cause: err,
-    });
+    return new ApiError(
+      503,
+      'database_unavailable',
+      'the database did not answer; nothing was changed by this request unless a later read shows it (retry with the same Idempotency-Key)',
+      {
+        retryAfterMs: retryAfterSeconds * 1000,
+        cause: err,
+      },
+    );
   }
   if (err instanceof IdempotencyConflictError) {
     return new ApiError(409, 'idempotency_conflict', err.message, { path: 'Idempotency-Key', details: { runId: err.runId }, cause: err });
@@ -25,7 +31,8 @@ export function toApiError(err: unknown, retryAfterSeconds: number): ApiError {
     const withIssues = Array.isArray(issues) ? { ...details, issues } : details;
     switch (err.code) {
       case 'invalid_input':
-        if (err.details.reason === 'unknown_workflow') return new ApiError(404, 'unknown_workflow', err.message, { path: 'workflow', details: withIssues, cause: err });
+        if (err.details.reason === 'unknown_workflow')
+          return new ApiError(404, 'unknown_workflow', err.message, { path: 'workflow', details: withIssues, cause: err });
         return new ApiError(422, 'invalid_input', err.message, { path, details: withIssues, cause: err });
       case 'invalid_definition':
         return new ApiError(422, 'invalid_input', err.message, { path, details: withIssues, cause: err });
@@ -43,7 +50,8 @@ export function toApiError(err: unknown, retryAfterSeconds: number): ApiError {
   }
   if (err instanceof HTTPException) {
     const status = err.status;
-    if (status === 413) return new ApiError(413, 'body_too_large', err.message || 'the request body is too large', { path: '$', cause: err });
+    if (status === 413)
+      return new ApiError(413, 'body_too_large', err.message || 'the request body is too large', { path: '$', cause: err });
     if (status === 415) return new ApiError(415, 'unsupported_media_type', 'send the body as application/json', { path: '$', cause: err });
     if (status === 400) return new ApiError(400, 'invalid_json', `the body is not JSON: ${err.message}`, { path: '$', cause: err });
     if (status === 401) return new ApiError(401, 'unauthorized', err.message, { cause: err });

@@ -16,21 +16,47 @@
  * (`run --url ... --wait`: 6 also when the client's deadline passed before the run ended.)
  */
 export const EXIT = {
-  ok: 0, unexpected: 1, invalidInput: 2, unknownRun: 3, databaseUnavailable: 4, runFailed: 5, runTimeout: 6, interrupted: 130,
-  conflict: 7, unauthorized: 8, serverUnreachable: 9,
+  ok: 0,
+  unexpected: 1,
+  invalidInput: 2,
+  unknownRun: 3,
+  databaseUnavailable: 4,
+  runFailed: 5,
+  runTimeout: 6,
+  interrupted: 130,
+  conflict: 7,
+  unauthorized: 8,
+  serverUnreachable: 9,
 } as const;
 
 /** The exit code for an error code (a RatchetError's or the task API's: they share names). */
 export function exitCodeFor(code: string): number {
   switch (code) {
-    case 'invalid_input': case 'invalid_definition': case 'data_dir_locked': case 'invalid_request': case 'invalid_json':
-    case 'unknown_workflow': case 'body_too_large': case 'unsupported_media_type':
+    case 'invalid_input':
+    case 'invalid_definition':
+    case 'data_dir_locked':
+    case 'invalid_request':
+    case 'invalid_json':
+    case 'unknown_workflow':
+    case 'body_too_large':
+    case 'unsupported_media_type':
       return EXIT.invalidInput;
-    case 'unknown_run': case 'unknown_schedule': return EXIT.unknownRun;
-    case 'database_unavailable': return EXIT.databaseUnavailable;
-    case 'not_retryable': case 'already_terminal': case 'idempotency_conflict': case 'illegal_transition': return EXIT.conflict;
-    case 'unauthorized': return EXIT.unauthorized;
-    case 'network_error': case 'read_timeout': return EXIT.serverUnreachable;
-    default: return EXIT.unexpected;
+    case 'unknown_run':
+    case 'unknown_schedule':
+      return EXIT.unknownRun;
+    case 'database_unavailable':
+      return EXIT.databaseUnavailable;
+    case 'not_retryable':
+    case 'already_terminal':
+    case 'idempotency_conflict':
+    case 'illegal_transition':
+      return EXIT.conflict;
+    case 'unauthorized':
+      return EXIT.unauthorized;
+    case 'network_error':
+    case 'read_timeout':
+      return EXIT.serverUnreachable;
+    default:
+      return EXIT.unexpected;
   }
 }

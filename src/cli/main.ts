@@ -35,27 +35,37 @@ const program = new Command('ratchet')
   .option('--database-url <url>', 'PostgreSQL URL (env DATABASE_URL); unset = embedded PGlite')
   .option('--data-dir <dir>', 'embedded data directory (env RATCHET_DATA_DIR)', undefined)
   .option('--json', 'print JSON instead of text', false)
-  .option('--url <url>', 'a task API server (env RATCHET_URL); unset = the store directly (status, list, events, explain, cancel, retry, run)')
+  .option(
+    '--url <url>',
+    'a task API server (env RATCHET_URL); unset = the store directly (status, list, events, explain, cancel, retry, run)',
+  )
   .option('--token <token>', 'bearer token: sent to --url; accepted by serve / dev (env RATCHET_TOKEN)')
   .exitOverride(); // usage errors become exit 2 below, like every other bad input
 
 const storeOptions = () => {
   const o = program.opts<{ databaseUrl?: string; dataDir?: string }>();
-  return { databaseUrl: o.databaseUrl ?? process.env.DATABASE_URL ?? undefined, dataDir: o.dataDir ?? process.env.RATCHET_DATA_DIR ?? undefined };
+  return {
+    databaseUrl: o.databaseUrl ?? process.env.DATABASE_URL ?? undefined,
+    dataDir: o.dataDir ?? process.env.RATCHET_DATA_DIR ?? undefined,
+  };
 };
 const print = (json: unknown, text: string) => {
   process.stdout.write(program.opts<{ json: boolean }>().json ? `${JSON.stringify(json)}\n` : `${text}\n`);
 };
 
 registerInitCommand(program);
-program.command('migrate')
+program
+  .command('migrate')
   .description('apply the database migrations (under an advisory lock) and exit')
   .action(async () => {
     const { openStore } = await import('../store/index.js');
     const opts = storeOptions();
     const store = await openStore(opts);
     await store.close();
-    print({ ok: true, backend: store.kind, dataDir: store.dataDir }, `migrations applied (${store.kind}${store.dataDir ? ` at ${store.dataDir}` : ''})`);
+    print(
+      { ok: true, backend: store.kind, dataDir: store.dataDir },
+      `migrations applied (${store.kind}${store.dataDir ? ` at ${store.dataDir}` : ''})`,
+    );
   });
 
 registerRunCommand(program);
@@ -82,8 +92,13 @@ try {
   }
   const { ApiError } = await import('../api/errors.js');
   const code = err instanceof RatchetError || err instanceof ApiError ? err.code : 'unexpected';
-  const path = err instanceof ApiError ? err.path : err instanceof RatchetError && typeof err.details.path === 'string' ? err.details.path : null;
+  const path =
+    err instanceof ApiError ? err.path : err instanceof RatchetError && typeof err.details.path === 'string' ? err.details.path : null;
   const json = program.opts<{ json: boolean }>().json;
-  process.stderr.write(json ? `${JSON.stringify({ error: { code, message: (err as Error).message, ...(path ? { path } : {}) } })}\n` : `ratchet: ${(err as Error).message}\n`);
+  process.stderr.write(
+    json
+      ? `${JSON.stringify({ error: { code, message: (err as Error).message, ...(path ? { path } : {}) } })}\n`
+      : `ratchet: ${(err as Error).message}\n`,
+  );
   process.exitCode = exitCodeFor(code);
 }

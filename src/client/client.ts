@@ -2,11 +2,28 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { Explanation } from '../observability/explanation.js';
 import {
-  cancelResponseSchema, eventListSchema, explanationSchema, idempotencyKeySchema, retryResponseSchema, runListSchema, runViewSchema,
-  submitResponseSchema, type CancelResponse, type EventListJson, type RetryResponse, type RunJson, type RunListJson, type SubmitResponse,
+  cancelResponseSchema,
+  eventListSchema,
+  explanationSchema,
+  idempotencyKeySchema,
+  retryResponseSchema,
+  runListSchema,
+  runViewSchema,
+  submitResponseSchema,
+  type CancelResponse,
+  type EventListJson,
+  type RetryResponse,
+  type RunJson,
+  type RunListJson,
+  type SubmitResponse,
 } from '../api/schemas.js';
 import {
-  scheduleDeleteResponseSchema, scheduleDetailSchema, scheduleListSchema, schedulePutResponseSchema, type ScheduleBody, type ScheduleDetailJson,
+  scheduleDeleteResponseSchema,
+  scheduleDetailSchema,
+  scheduleListSchema,
+  schedulePutResponseSchema,
+  type ScheduleBody,
+  type ScheduleDetailJson,
   type ScheduleJson,
 } from '../api/schedule-schemas.js';
 import { RUN_STATES, type RunState } from '../planner/states.js';
@@ -16,18 +33,25 @@ import { request, type HttpOptions } from './http.js';
 import { waitForRun, type WaitOptions, type WaitOutcome } from './wait.js';
 import { watchRunEvents, type EventJson, type WatchEnd, type WatchOptions } from './watch.js';
 
-const clientOptions = z.object({
-  /** The server, e.g. http://127.0.0.1:7700 */
-  baseUrl: z.url({ protocol: /^https?$/ }),
-  token: z.string().min(1).optional(),
-  fetch: z.custom<typeof fetch>((v) => typeof v === 'function').optional(),
-  /** now + sleep for the poller (tests inject one). */
-  clock: z.custom<Clock>((v) => typeof v === 'object' && v !== null && 'now' in v && 'sleep' in v).optional(),
-  /** Each request's own timeout, ms (default 10 s). */
-  timeoutMs: z.number().int().min(1).max(2 ** 31 - 1).optional(),
-  /** For jitter (tests inject one). */
-  random: z.custom<() => number>((v) => typeof v === 'function').optional(),
-}).strict();
+const clientOptions = z
+  .object({
+    /** The server, e.g. http://127.0.0.1:7700 */
+    baseUrl: z.url({ protocol: /^https?$/ }),
+    token: z.string().min(1).optional(),
+    fetch: z.custom<typeof fetch>((v) => typeof v === 'function').optional(),
+    /** now + sleep for the poller (tests inject one). */
+    clock: z.custom<Clock>((v) => typeof v === 'object' && v !== null && 'now' in v && 'sleep' in v).optional(),
+    /** Each request's own timeout, ms (default 10 s). */
+    timeoutMs: z
+      .number()
+      .int()
+      .min(1)
+      .max(2 ** 31 - 1)
+      .optional(),
+    /** For jitter (tests inject one). */
+    random: z.custom<() => number>((v) => typeof v === 'function').optional(),
+  })
+  .strict();
 export type ClientOptions = z.input<typeof clientOptions>;
 
 export interface SubmitArgs {
@@ -97,15 +121,31 @@ export function createClient(options: ClientOptions): RatchetClient {
       const idempotencyKey = parseInput(idempotencyKeySchema, args.idempotencyKey ?? randomUUID(), 'submit.idempotencyKey');
       const deadline = args.deadline instanceof Date ? args.deadline.toISOString() : args.deadline;
       const { status, data } = await request(http, {
-        method: 'POST', path: '/v1/runs', schema: submitResponseSchema, timeoutMs,
+        method: 'POST',
+        path: '/v1/runs',
+        schema: submitResponseSchema,
+        timeoutMs,
         headers: { 'idempotency-key': idempotencyKey },
-        body: { workflow, input, ...(deadline !== undefined ? { deadline } : {}), ...(args.version !== undefined ? { version: args.version } : {}),
-          ...(args.priority !== undefined ? { priority: args.priority } : {}) },
+        body: {
+          workflow,
+          input,
+          ...(deadline !== undefined ? { deadline } : {}),
+          ...(args.version !== undefined ? { version: args.version } : {}),
+          ...(args.priority !== undefined ? { priority: args.priority } : {}),
+        },
       });
       return { ...data, idempotencyKey, status: status === 202 ? 202 : 200 };
     },
     async get(id, opts = {}) {
-      return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}`, schema: runViewSchema, timeoutMs: opts.timeoutMs ?? timeoutMs, signal: opts.signal })).data;
+      return (
+        await request(http, {
+          method: 'GET',
+          path: `/v1/runs/${enc(id)}`,
+          schema: runViewSchema,
+          timeoutMs: opts.timeoutMs ?? timeoutMs,
+          signal: opts.signal,
+        })
+      ).data;
     },
     async list(args = {}) {
       const q = new URLSearchParams();
@@ -126,7 +166,9 @@ export function createClient(options: ClientOptions): RatchetClient {
       if (args.after) q.set('after', args.after);
       if (args.limit !== undefined) q.set('limit', String(args.limit));
       const qs = q.toString();
-      return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/events${qs ? `?${qs}` : ''}`, schema: eventListSchema, timeoutMs })).data;
+      return (
+        await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/events${qs ? `?${qs}` : ''}`, schema: eventListSchema, timeoutMs })
+      ).data;
     },
     async cancel(id) {
       return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/cancel`, schema: cancelResponseSchema, timeoutMs })).data;
@@ -138,7 +180,8 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/explain`, schema: explanationSchema, timeoutMs })).data;
     },
     async putSchedule(spec) {
-      return (await request(http, { method: 'POST', path: '/v1/schedules', schema: schedulePutResponseSchema, timeoutMs, body: spec })).data;
+      return (await request(http, { method: 'POST', path: '/v1/schedules', schema: schedulePutResponseSchema, timeoutMs, body: spec }))
+        .data;
     },
     async listSchedules() {
       return (await request(http, { method: 'GET', path: '/v1/schedules', schema: scheduleListSchema, timeoutMs })).data.schedules;
@@ -147,14 +190,23 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (await request(http, { method: 'GET', path: `/v1/schedules/${enc(name)}`, schema: scheduleDetailSchema, timeoutMs })).data;
     },
     async deleteSchedule(name) {
-      return (await request(http, { method: 'DELETE', path: `/v1/schedules/${enc(name)}`, schema: scheduleDeleteResponseSchema, timeoutMs })).data;
+      return (
+        await request(http, { method: 'DELETE', path: `/v1/schedules/${enc(name)}`, schema: scheduleDeleteResponseSchema, timeoutMs })
+      ).data;
     },
     wait(id, opts = {}) {
       return waitForRun(id, (readTimeout) => client.get(id, { timeoutMs: readTimeout, signal: opts.signal }), clock, random, opts);
     },
     watch(id, opts = {}) {
-      return watchRunEvents(http, id, clock, random, (runId, t, signal) => client.get(runId, { timeoutMs: t, signal }),
-        (runId, after) => client.events(runId, { ...(after ? { after } : {}), limit: 1000 }), opts);
+      return watchRunEvents(
+        http,
+        id,
+        clock,
+        random,
+        (runId, t, signal) => client.get(runId, { timeoutMs: t, signal }),
+        (runId, after) => client.events(runId, { ...(after ? { after } : {}), limit: 1000 }),
+        opts,
+      );
     },
     waitAll(ids, opts = {}) {
       const first = typeof opts.initialInterval === 'number' ? opts.initialInterval : 1000;

@@ -12,14 +12,15 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export const systemClock: Clock = {
   now: () => Date.now(),
-  sleep: (ms, signal) => new Promise<void>((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(t);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const t = setTimeout(done, Math.min(Math.max(0, ms), MAX_TIMER_MS));
-    signal?.addEventListener('abort', done, { once: true });
-  }),
+  sleep: (ms, signal) =>
+    new Promise<void>((resolve) => {
+      if (signal?.aborted) return resolve();
+      const done = () => {
+        clearTimeout(t);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const t = setTimeout(done, Math.min(Math.max(0, ms), MAX_TIMER_MS));
+      signal?.addEventListener('abort', done, { once: true });
+    }),
 };

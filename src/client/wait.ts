@@ -24,29 +24,31 @@ const duration = z.union([z.number().int().min(0), z.string().min(1)]).transform
   return r.ms;
 });
 
-export const waitOptionsSchema = z.object({
-  /** How long to watch: a duration ("10m", ms) from now, or an absolute Date (default 10 minutes). */
-  deadline: z.union([duration, z.date()]).optional(),
-  /** One status read's own timeout (default 10 s): short, it is only a read. */
-  readTimeout: duration.refine((n) => n > 0, 'must be more than 0 ms').optional(),
-  /** The first wait (default 1 s). */
-  initialInterval: duration.refine((n) => n > 0, 'must be more than 0 ms').optional(),
-  /** Each wait is the last one times this (default 1.5). */
-  factor: z.number().min(1).max(10).optional(),
-  /** The longest wait (default 30 s). */
-  maxInterval: duration.refine((n) => n > 0, 'must be more than 0 ms').optional(),
-  /** At most this many reads (default: what the schedule makes within the deadline, twice over for reads retried). */
-  maxPolls: z.number().int().min(1).max(1_000_000).optional(),
-  /** 0..1: each wait is drawn from [w × (1 − jitter), w] (default 0.2), so many watched runs spread out. */
-  jitter: z.number().min(0).max(1).optional(),
-  /** A wait before the first read (default 0; waitAll staggers the first reads of many runs with it). */
-  initialDelay: duration.optional(),
-  /** Called with each run read (e.g. to show stage progress). */
-  onRun: z.custom<(run: RunJson) => void>((v) => typeof v === 'function').optional(),
-  /** Called after each read with what was seen and decided. */
-  onPoll: z.custom<(poll: PollRecord) => void>((v) => typeof v === 'function').optional(),
-  signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal).optional(),
-}).strict();
+export const waitOptionsSchema = z
+  .object({
+    /** How long to watch: a duration ("10m", ms) from now, or an absolute Date (default 10 minutes). */
+    deadline: z.union([duration, z.date()]).optional(),
+    /** One status read's own timeout (default 10 s): short, it is only a read. */
+    readTimeout: duration.refine((n) => n > 0, 'must be more than 0 ms').optional(),
+    /** The first wait (default 1 s). */
+    initialInterval: duration.refine((n) => n > 0, 'must be more than 0 ms').optional(),
+    /** Each wait is the last one times this (default 1.5). */
+    factor: z.number().min(1).max(10).optional(),
+    /** The longest wait (default 30 s). */
+    maxInterval: duration.refine((n) => n > 0, 'must be more than 0 ms').optional(),
+    /** At most this many reads (default: what the schedule makes within the deadline, twice over for reads retried). */
+    maxPolls: z.number().int().min(1).max(1_000_000).optional(),
+    /** 0..1: each wait is drawn from [w × (1 − jitter), w] (default 0.2), so many watched runs spread out. */
+    jitter: z.number().min(0).max(1).optional(),
+    /** A wait before the first read (default 0; waitAll staggers the first reads of many runs with it). */
+    initialDelay: duration.optional(),
+    /** Called with each run read (e.g. to show stage progress). */
+    onRun: z.custom<(run: RunJson) => void>((v) => typeof v === 'function').optional(),
+    /** Called after each read with what was seen and decided. */
+    onPoll: z.custom<(poll: PollRecord) => void>((v) => typeof v === 'function').optional(),
+    signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal).optional(),
+  })
+  .strict();
 export type WaitOptions = z.input<typeof waitOptionsSchema>;
 
 export const DEFAULT_WAIT_DEADLINE_MS = 10 * 60_000;
@@ -84,7 +86,14 @@ export interface WaitOutcome {
 
 /** Read failures worth another read: no answer, or the server (or its database) briefly away. */
 function retryableRead(err: unknown): err is ApiError {
-  return err instanceof ApiError && (err.code === 'read_timeout' || err.code === 'network_error' || err.code === 'database_unavailable' || err.status >= 500 || err.status === 429);
+  return (
+    err instanceof ApiError &&
+    (err.code === 'read_timeout' ||
+      err.code === 'network_error' ||
+      err.code === 'database_unavailable' ||
+      err.status >= 500 ||
+      err.status === 429)
+  );
 }
 
 /** How many reads the schedule makes within `deadlineMs` at its shortest waits (the first read included). */
@@ -100,7 +109,13 @@ export function plannedPolls(deadlineMs: number, initial: number, factor: number
   return n;
 }
 
-export async function waitForRun(id: string, read: (timeoutMs: number) => Promise<RunJson>, clock: Clock, random: () => number, options: WaitOptions = {}): Promise<WaitOutcome> {
+export async function waitForRun(
+  id: string,
+  read: (timeoutMs: number) => Promise<RunJson>,
+  clock: Clock,
+  random: () => number,
+  options: WaitOptions = {},
+): Promise<WaitOutcome> {
   const o = parseInput(waitOptionsSchema, options, 'wait');
   const initial = o.initialInterval ?? 1000;
   const factor = o.factor ?? 1.5;
@@ -116,8 +131,16 @@ export async function waitForRun(id: string, read: (timeoutMs: number) => Promis
   let last: RunJson | null = null;
   let lastReadError: WaitOutcome['lastReadError'] = null;
   const end = (outcome: WaitOutcome['outcome'], reason: WaitOutcome['reason']): WaitOutcome => ({
-    outcome, reason, runId: id, state: last?.state ?? null, run: last, result: last?.state === 'succeeded' ? last.result : null,
-    error: last && last.state !== 'succeeded' ? last.error ?? null : null, lastReadError, polls, elapsedMs: clock.now() - start,
+    outcome,
+    reason,
+    runId: id,
+    state: last?.state ?? null,
+    run: last,
+    result: last?.state === 'succeeded' ? last.result : null,
+    error: last && last.state !== 'succeeded' ? (last.error ?? null) : null,
+    lastReadError,
+    polls,
+    elapsedMs: clock.now() - start,
   });
   const record = (r: Omit<PollRecord, 'runId' | 'poll' | 'elapsedMs' | 'state'>) =>
     o.onPoll?.({ runId: id, poll: polls, state: last?.state ?? null, elapsedMs: clock.now() - start, ...r });

@@ -13,23 +13,33 @@ export type EventJson = z.infer<typeof eventSchema>;
 /** Event types that end a run (its stream ends with one). */
 export const TERMINAL_EVENTS = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'];
 
-export const watchOptionsSchema = z.object({
-  /** Start after this event id (as Last-Event-ID): only later events come. */
-  after: z.string().regex(/^\d{1,19}$/, 'an event id').optional(),
-  /** Stop watching at this absolute time or after this many ms (default 10 minutes); the run goes on. */
-  deadline: z.union([z.number().int().min(0), z.date()]).optional(),
-  /** A stream silent (not even a heartbeat) for this long is dropped and reopened (default 45 s: three heartbeats). */
-  idleTimeoutMs: z.number().int().min(10).max(2 ** 31 - 1).optional(),
-  /** Consecutive failed connections (nothing received) before falling back to polling (default 5). */
-  maxStreamFailures: z.number().int().min(1).max(1000).optional(),
-  /** The first pause before reconnecting (default 250 ms, doubling up to 5 s). */
-  reconnectMs: z.number().int().min(0).max(60_000).optional(),
-  /** The bounded poller's schedule when falling back to polling (initialInterval, factor, maxInterval, jitter). */
-  poll: z.custom<Omit<WaitOptions, 'deadline' | 'signal' | 'onRun'>>((v) => typeof v === 'object' && v !== null).optional(),
-  /** Called when the stream cannot be used and the watch goes on by polling (why: the error code). */
-  onFallback: z.custom<(why: string) => void>((v) => typeof v === 'function').optional(),
-  signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal).optional(),
-}).strict();
+export const watchOptionsSchema = z
+  .object({
+    /** Start after this event id (as Last-Event-ID): only later events come. */
+    after: z
+      .string()
+      .regex(/^\d{1,19}$/, 'an event id')
+      .optional(),
+    /** Stop watching at this absolute time or after this many ms (default 10 minutes); the run goes on. */
+    deadline: z.union([z.number().int().min(0), z.date()]).optional(),
+    /** A stream silent (not even a heartbeat) for this long is dropped and reopened (default 45 s: three heartbeats). */
+    idleTimeoutMs: z
+      .number()
+      .int()
+      .min(10)
+      .max(2 ** 31 - 1)
+      .optional(),
+    /** Consecutive failed connections (nothing received) before falling back to polling (default 5). */
+    maxStreamFailures: z.number().int().min(1).max(1000).optional(),
+    /** The first pause before reconnecting (default 250 ms, doubling up to 5 s). */
+    reconnectMs: z.number().int().min(0).max(60_000).optional(),
+    /** The bounded poller's schedule when falling back to polling (initialInterval, factor, maxInterval, jitter). */
+    poll: z.custom<Omit<WaitOptions, 'deadline' | 'signal' | 'onRun'>>((v) => typeof v === 'object' && v !== null).optional(),
+    /** Called when the stream cannot be used and the watch goes on by polling (why: the error code). */
+    onFallback: z.custom<(why: string) => void>((v) => typeof v === 'function').optional(),
+    signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal).optional(),
+  })
+  .strict();
 export type WatchOptions = z.input<typeof watchOptionsSchema>;
 
 /** How a watch ended: the run's terminal event came (`ended`), or the watcher stopped first. */
@@ -55,8 +65,13 @@ const DEFAULT_DEADLINE_MS = 10 * 60_000;
  * result is one `get(id)` away.
  */
 export async function* watchRunEvents(
-  http: HttpOptions, id: string, clock: Clock, random: () => number, getRun: (id: string, timeoutMs: number, signal?: AbortSignal) => Promise<RunJson>,
-  listEvents: (id: string, after: string | undefined) => Promise<{ events: EventJson[]; nextCursor: string | null }>, options: WatchOptions = {},
+  http: HttpOptions,
+  id: string,
+  clock: Clock,
+  random: () => number,
+  getRun: (id: string, timeoutMs: number, signal?: AbortSignal) => Promise<RunJson>,
+  listEvents: (id: string, after: string | undefined) => Promise<{ events: EventJson[]; nextCursor: string | null }>,
+  options: WatchOptions = {},
 ): AsyncGenerator<EventJson, WatchEnd> {
   const o = parseInput(watchOptionsSchema, options, 'watch');
   const start = clock.now();
@@ -68,7 +83,8 @@ export async function* watchRunEvents(
   let failures = 0;
   let pause = o.reconnectMs ?? 250;
   const end = (outcome: WatchEnd['outcome'], via: WatchEnd['via']): WatchEnd => ({ outcome, terminal, lastEventId: last, via, reconnects });
-  const stopped = (): WatchEnd['outcome'] | null => (o.signal?.aborted ? 'aborted' : clock.now() >= deadlineAt ? 'client_deadline_exceeded' : null);
+  const stopped = (): WatchEnd['outcome'] | null =>
+    o.signal?.aborted ? 'aborted' : clock.now() >= deadlineAt ? 'client_deadline_exceeded' : null;
 
   let fallback: string | null = null;
   while (fallback === null) {
@@ -94,7 +110,11 @@ export async function* watchRunEvents(
       if (!res.ok) {
         const text = await res.text().catch(() => '');
         let body: z.infer<typeof errorBodySchema> | null = null;
-        try { body = errorBodySchema.parse(JSON.parse(text)); } catch { /* not an error body */ }
+        try {
+          body = errorBodySchema.parse(JSON.parse(text));
+        } catch {
+          /* not an error body */
+        }
         if (res.status === 404 && body?.error.code === 'not_found') {
           fallback = 'stream_not_served';
           break;
@@ -102,7 +122,11 @@ export async function* watchRunEvents(
         if (body && res.status < 500 && res.status !== 429) {
           throw new ApiError(res.status, body.error.code, body.error.message, { path: body.error.path, details: body.error.details });
         }
-        throw new ApiError(res.status, res.status >= 500 ? 'internal' : 'invalid_response', `GET /v1/runs/${id}/stream: HTTP ${res.status}`);
+        throw new ApiError(
+          res.status,
+          res.status >= 500 ? 'internal' : 'invalid_response',
+          `GET /v1/runs/${id}/stream: HTTP ${res.status}`,
+        );
       }
       const parser = createSseParser();
       const decoder = new TextDecoder();
@@ -143,7 +167,7 @@ export async function* watchRunEvents(
     reconnects++;
     const stopNow = stopped();
     if (stopNow) return end(stopNow, 'stream');
-    await clock.sleep(Math.min(delivered > 0 ? o.reconnectMs ?? 250 : pause, Math.max(0, deadlineAt - clock.now())), o.signal);
+    await clock.sleep(Math.min(delivered > 0 ? (o.reconnectMs ?? 250) : pause, Math.max(0, deadlineAt - clock.now())), o.signal);
     if (delivered === 0) pause = Math.min(pause * 2, 5000);
     else pause = o.reconnectMs ?? 250;
   }
@@ -163,14 +187,28 @@ export async function* watchRunEvents(
       if (!page.nextCursor) return;
     }
   };
-  const polling = waitForRun(id, async (timeoutMs) => {
-    const run = await getRun(id, timeoutMs, o.signal);
-    await drain();
-    wake?.();
-    return run;
-  }, clock, random, { ...o.poll, deadline: new Date(deadlineAt), ...(o.signal ? { signal: o.signal } : {}) }).then(
-    (w) => { finished = { state: w.state, error: null }; wake?.(); return w; },
-    (err: unknown) => { finished = { state: null, error: err }; wake?.(); throw err; },
+  const polling = waitForRun(
+    id,
+    async (timeoutMs) => {
+      const run = await getRun(id, timeoutMs, o.signal);
+      await drain();
+      wake?.();
+      return run;
+    },
+    clock,
+    random,
+    { ...o.poll, deadline: new Date(deadlineAt), ...(o.signal ? { signal: o.signal } : {}) },
+  ).then(
+    (w) => {
+      finished = { state: w.state, error: null };
+      wake?.();
+      return w;
+    },
+    (err: unknown) => {
+      finished = { state: null, error: err };
+      wake?.();
+      throw err;
+    },
   );
   polling.catch(() => {});
   for (;;) {
@@ -181,7 +219,9 @@ export async function* watchRunEvents(
       yield e;
     }
     if (finished) break;
-    await new Promise<void>((resolve) => { wake = resolve; });
+    await new Promise<void>((resolve) => {
+      wake = resolve;
+    });
     wake = null;
   }
   const w = await polling;

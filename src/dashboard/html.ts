@@ -18,7 +18,9 @@ function piece(v: unknown): string {
 
 export function html(strings: TemplateStringsArray, ...values: unknown[]): Html {
   let out = strings[0]!;
-  values.forEach((v, i) => { out += piece(v) + strings[i + 1]!; });
+  values.forEach((v, i) => {
+    out += piece(v) + strings[i + 1]!;
+  });
   return new Html(out);
 }
 
@@ -35,7 +37,8 @@ ${opts.signedIn ? html`<form method="post" action="/logout"><input type="hidden"
 </header><main>${body}</main><script src="/assets/dashboard.js"></script></body></html>`.text;
 }
 
-export const fmtTime = (d: Date | string | null): string => (d === null ? '-' : (typeof d === 'string' ? d : d.toISOString()).replace('T', ' ').replace(/\.\d+Z$/, 'Z'));
+export const fmtTime = (d: Date | string | null): string =>
+  d === null ? '-' : (typeof d === 'string' ? d : d.toISOString()).replace('T', ' ').replace(/\.\d+Z$/, 'Z');
 
 export function fmtMs(ms: number): string {
   if (ms < 1000) return `${Math.round(ms)} ms`;

@@ -38,13 +38,21 @@ export function listPage(v: ListView): Html {
 <label>Workflow <input name="workflow" list="workflows" value="${v.workflow}" placeholder="any"></label>
 <datalist id="workflows">${v.workflows.map((w) => html`<option value="${w}">`)}</datalist>
 <button type="submit">Filter</button> <a href="/">clear</a></form>
-<section class="approvals"><h2>Awaiting approval</h2>${v.awaitingApproval.length === 0
-    ? html`<p class="muted">Nothing awaits a decision.</p>`
-    : html`<ul>${v.awaitingApproval.map((a) => html`<li><a href="/runs/${a.runId}">${a.runId}</a> ${a.stage} since ${fmtTime(a.since)}</li>`)}</ul>`}</section>
+<section class="approvals"><h2>Awaiting approval</h2>${
+    v.awaitingApproval.length === 0
+      ? html`<p class="muted">Nothing awaits a decision.</p>`
+      : html`<ul>${v.awaitingApproval.map((a) => html`<li><a href="/runs/${a.runId}">${a.runId}</a> ${a.stage} since ${fmtTime(a.since)}</li>`)}</ul>`
+  }</section>
 <table class="runs"><thead><tr><th>Run</th><th>Workflow</th><th>State</th><th>Created</th><th>Finished</th><th>Error</th></tr></thead><tbody>
-${v.runs.length === 0 ? html`<tr><td colspan="6" class="muted">No runs.</td></tr>` : v.runs.map((r) => html`<tr data-run-id="${r.id}">
+${
+  v.runs.length === 0
+    ? html`<tr><td colspan="6" class="muted">No runs.</td></tr>`
+    : v.runs.map(
+        (r) => html`<tr data-run-id="${r.id}">
 <td><a href="/runs/${r.id}">${r.id}</a></td><td>${r.workflow}</td><td><span class="state s-${r.state}">${r.state}</span></td>
-<td>${fmtTime(r.createdAt)}</td><td>${fmtTime(r.finishedAt)}</td><td class="err">${errorLine(r.error)}</td></tr>`)}
+<td>${fmtTime(r.createdAt)}</td><td>${fmtTime(r.finishedAt)}</td><td class="err">${errorLine(r.error)}</td></tr>`,
+      )
+}
 </tbody></table>
 <nav class="pager">${v.nextCursor ? html`<a rel="next" href="/${qs({ state: v.state, workflow: v.workflow, cursor: v.nextCursor })}">Older runs →</a>` : html`<span class="muted">No older runs.</span>`}</nav>`;
 }
@@ -62,15 +70,21 @@ function timelineView(tl: Timeline): Html {
   const span = tl.end - tl.start;
   return html`<div class="timeline" role="img" aria-label="timeline of stages and attempts">
 <div class="axis"><span>${fmtTime(new Date(tl.start))}</span><span>${fmtMs(span)}</span></div>
-${tl.lanes.map((lane) => html`<div class="lane" data-stage-seq="${lane.seq}"><div class="lane-label" title="${lane.tool} (${lane.toolClass})">${lane.seq}. ${lane.name} <span class="state s-${lane.state}">${lane.state}</span></div>
+${tl.lanes.map(
+  (
+    lane,
+  ) => html`<div class="lane" data-stage-seq="${lane.seq}"><div class="lane-label" title="${lane.tool} (${lane.toolClass})">${lane.seq}. ${lane.name} <span class="state s-${lane.state}">${lane.state}</span></div>
 <div class="lane-track">
 ${lane.waits.map((w) => html`<div class="wait" style="left:${pct(tl, w.start).toFixed(3)}%;width:${Math.max(0.3, pct(tl, w.end) - pct(tl, w.start)).toFixed(3)}%" title="${w.label}"></div>`)}
-${lane.attempts.map((a) => html`<div class="bar o-${a.outcome}${a.reclaimed ? ' reclaimed' : ''}" data-attempt="${a.attempt}" data-outcome="${a.outcome}"
+${lane.attempts.map(
+  (a) => html`<div class="bar o-${a.outcome}${a.reclaimed ? ' reclaimed' : ''}" data-attempt="${a.attempt}" data-outcome="${a.outcome}"
  style="left:${pct(tl, a.start).toFixed(3)}%;width:${Math.max(0.5, pct(tl, a.end) - pct(tl, a.start)).toFixed(3)}%"
  title="attempt ${a.attempt} · fence ${a.fence ?? '-'} · ${a.owner ?? 'owner unknown'} · ${a.outcome} · ${fmtMs(a.end - a.start)}${a.reclaimed ? ' · reclaimed an expired lease' : ''}${a.fastPath ? ' · fast path' : ''}">
-<span>#${a.attempt}${a.reclaimed ? ' ↺' : ''}</span></div>`)}
+<span>#${a.attempt}${a.reclaimed ? ' ↺' : ''}</span></div>`,
+)}
 ${lane.marks.map((m) => html`<div class="mark m-${m.kind}" style="left:${pct(tl, m.at).toFixed(3)}%" title="${m.label}"></div>`)}
-</div></div>`)}
+</div></div>`,
+)}
 <div class="legend"><span class="bar o-running">running</span><span class="bar o-succeeded">succeeded</span><span class="bar o-failed">failed</span><span class="bar o-retried">retried</span>
 <span class="bar o-lease_lost">lease lost</span><span class="bar o-cancelled">cancelled</span><span class="wait-key">waiting</span><span class="mark-key m-reclaim">reclaim</span><span class="mark-key m-retry">retry</span></div>
 </div>`;
@@ -99,7 +113,7 @@ export function approvalActions(_run: RunRow, _csrf: string): Html {
 /** The part of the run page that live updates replace: state, buttons, timeline, stages, explain. */
 export function runPanel(run: RunRow, events: EventRow[], explanation: Explanation | null, csrf: string): Html {
   const terminal = TERMINAL_RUN_STATES.includes(run.state as RunState);
-  const tl = buildTimeline(run.stages, events, run.createdAt, run.dbNow, terminal ? run.finishedAt ?? run.updatedAt : null);
+  const tl = buildTimeline(run.stages, events, run.createdAt, run.dbNow, terminal ? (run.finishedAt ?? run.updatedAt) : null);
   const stageSeqs = JSON.stringify(Object.fromEntries(run.stages.map((st) => [st.id, st.seq])));
   return html`<div id="panel" data-state="${run.state}" data-stages="${stageSeqs}">
 <div class="summary"><span class="state big s-${run.state}" id="run-state">${run.state}</span>
@@ -109,22 +123,51 @@ export function runPanel(run: RunRow, events: EventRow[], explanation: Explanati
 ${run.error ? html`<dt>error</dt><dd class="err">${errorLine(run.error)}</dd>` : ''}</dl>${actions(run, csrf)}</div>
 <h2>Timeline</h2>${timelineView(tl)}
 <h2>Stages</h2><table class="stages"><thead><tr><th>#</th><th>Name</th><th>Tool (class)</th><th>State</th><th>Attempt</th><th>Fence</th><th>Held by</th><th>Since</th><th>Lease until</th><th>Heartbeat</th><th>Last error</th></tr></thead><tbody>
-${run.stages.map((s) => html`<tr data-stage-seq="${s.seq}"><td>${s.seq}</td><td>${s.name}</td><td>${s.tool} (${s.toolClass})</td><td><span class="state s-${s.state}">${s.state}</span></td>
-<td>${s.attempt}/${s.maxAttempts}</td><td>${s.fence ?? '-'}</td><td>${s.state === 'running' ? s.ownerId ?? '-' : '-'}</td><td>${s.state === 'running' ? fmtTime(s.claimedAt) : '-'}</td>
-<td>${s.state === 'running' ? fmtTime(s.leaseUntil) : '-'}</td><td>${s.state === 'running' ? fmtTime(s.heartbeatAt) : '-'}</td><td class="err">${errorLine(s.error)}</td></tr>`)}
+${run.stages.map(
+  (
+    s,
+  ) => html`<tr data-stage-seq="${s.seq}"><td>${s.seq}</td><td>${s.name}</td><td>${s.tool} (${s.toolClass})</td><td><span class="state s-${s.state}">${s.state}</span></td>
+<td>${s.attempt}/${s.maxAttempts}</td><td>${s.fence ?? '-'}</td><td>${s.state === 'running' ? (s.ownerId ?? '-') : '-'}</td><td>${s.state === 'running' ? fmtTime(s.claimedAt) : '-'}</td>
+<td>${s.state === 'running' ? fmtTime(s.leaseUntil) : '-'}</td><td>${s.state === 'running' ? fmtTime(s.heartbeatAt) : '-'}</td><td class="err">${errorLine(s.error)}</td></tr>`,
+)}
 </tbody></table>
 ${explainView(explanation)}</div>`;
 }
 
 export function eventRow(e: EventRow, seqOf: Map<string, number>): Html {
   const data = e.data as Record<string, unknown> | null;
-  const facts = data ? Object.entries(data).filter(([k]) => EVENT_FACTS.has(k)).map(([k, v]) => `${k}=${k === 'error' || k === 'lastError' ? errorLine(v) : typeof v === 'string' ? v : JSON.stringify(v)}`).join(' ') : '';
-  return html`<tr data-event-id="${e.id}"><td>${e.id}</td><td>${fmtTime(e.at)}</td><td>${e.type}</td><td>${e.stageId ? seqOf.get(e.stageId) ?? e.stageId : ''}</td><td>${e.attempt ?? ''}</td><td>${e.fence ?? ''}</td><td class="facts">${facts.slice(0, 300)}</td></tr>`;
+  const facts = data
+    ? Object.entries(data)
+        .filter(([k]) => EVENT_FACTS.has(k))
+        .map(([k, v]) => `${k}=${k === 'error' || k === 'lastError' ? errorLine(v) : typeof v === 'string' ? v : JSON.stringify(v)}`)
+        .join(' ')
+    : '';
+  return html`<tr data-event-id="${e.id}"><td>${e.id}</td><td>${fmtTime(e.at)}</td><td>${e.type}</td><td>${e.stageId ? (seqOf.get(e.stageId) ?? e.stageId) : ''}</td><td>${e.attempt ?? ''}</td><td>${e.fence ?? ''}</td><td class="facts">${facts.slice(0, 300)}</td></tr>`;
 }
 
 /** Event data keys worth a column (ids, owners, reasons, codes, delays): never payloads. */
-export const EVENT_FACTS = new Set(['owner', 'previousOwner', 'previousFence', 'reason', 'code', 'error', 'lastError', 'delayMs', 'availableAt', 'leaseUntil',
-  'fastPath', 'requestId', 'stages', 'outcome', 'currentFence', 'currentState', 'durationMs', 'resultHash', 'resultBytes', 'effectKey']);
+export const EVENT_FACTS = new Set([
+  'owner',
+  'previousOwner',
+  'previousFence',
+  'reason',
+  'code',
+  'error',
+  'lastError',
+  'delayMs',
+  'availableAt',
+  'leaseUntil',
+  'fastPath',
+  'requestId',
+  'stages',
+  'outcome',
+  'currentFence',
+  'currentState',
+  'durationMs',
+  'resultHash',
+  'resultBytes',
+  'effectKey',
+]);
 
 export function runPage(run: RunRow, events: EventRow[], explanation: Explanation | null, csrf: string): Html {
   const seqOf = new Map(run.stages.map((s) => [s.id, s.seq]));

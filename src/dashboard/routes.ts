@@ -29,7 +29,8 @@ const EVENTS_SHOWN = 2000;
 
 /** Inline style attributes carry the timeline's positions (numbers the server computed); scripts stay 'self' only. */
 const SECURITY_HEADERS: Record<string, string> = {
-  'Content-Security-Policy': "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'Content-Security-Policy':
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'same-origin',
   'Cache-Control': 'no-store',
@@ -44,7 +45,11 @@ const SECURITY_HEADERS: Record<string, string> = {
 export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): void {
   const session = createDashboardSession(opts.tokens);
   const page = (c: Context, title: string, body: Parameters<typeof layout>[1], status = 200) =>
-    c.html(layout(title, body, { csrf: session.csrf(c), signedIn: opts.tokens.length > 0 && session.signedIn(c) }), status as 200, SECURITY_HEADERS);
+    c.html(
+      layout(title, body, { csrf: session.csrf(c), signedIn: opts.tokens.length > 0 && session.signedIn(c) }),
+      status as 200,
+      SECURITY_HEADERS,
+    );
 
   const signedIn: MiddlewareHandler = async (c, next) => {
     if (session.signedIn(c)) return next();
@@ -52,26 +57,47 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     return c.json({ error: { code: 'unauthorized', message: 'sign in first (POST /login with the token)', path: null, details: {} } }, 401);
   };
   const csrf: MiddlewareHandler = async (c, next) => {
-    const sent = c.req.header('x-csrf-token') ?? (c.req.header('content-type')?.includes('form') ? String((await c.req.parseBody()).csrf ?? '') : undefined);
+    const sent =
+      c.req.header('x-csrf-token') ??
+      (c.req.header('content-type')?.includes('form') ? String((await c.req.parseBody()).csrf ?? '') : undefined);
     if (!session.checkCsrf(c, sent)) {
-      return c.json({ error: { code: 'unauthorized', message: 'the CSRF token or the Origin does not match this session: reload the page', path: null, details: {} } }, 403);
+      return c.json(
+        {
+          error: {
+            code: 'unauthorized',
+            message: 'the CSRF token or the Origin does not match this session: reload the page',
+            path: null,
+            details: {},
+          },
+        },
+        403,
+      );
     }
     return next();
   };
 
-  app.get('/assets/dashboard.js', (c) => c.body(DASHBOARD_JS, 200, { 'content-type': 'text/javascript; charset=utf-8', 'cache-control': 'no-cache' }));
-  app.get('/assets/dashboard.css', (c) => c.body(DASHBOARD_CSS, 200, { 'content-type': 'text/css; charset=utf-8', 'cache-control': 'no-cache' }));
+  app.get('/assets/dashboard.js', (c) =>
+    c.body(DASHBOARD_JS, 200, { 'content-type': 'text/javascript; charset=utf-8', 'cache-control': 'no-cache' }),
+  );
+  app.get('/assets/dashboard.css', (c) =>
+    c.body(DASHBOARD_CSS, 200, { 'content-type': 'text/css; charset=utf-8', 'cache-control': 'no-cache' }),
+  );
 
   app.get('/favicon.ico', (c) => c.body(null, 204));
   app.get('/login', (c) => page(c, 'Sign in', loginPage(null)));
   app.post('/login', async (c) => {
     const origin = c.req.header('origin');
-    if (origin && origin !== new URL(c.req.url).origin) return page(c, 'Sign in', loginPage('This sign-in did not come from this server.'), 403);
+    if (origin && origin !== new URL(c.req.url).origin)
+      return page(c, 'Sign in', loginPage('This sign-in did not come from this server.'), 403);
     const body = await c.req.parseBody();
     const token = typeof body.token === 'string' ? body.token.trim() : '';
     if (opts.tokens.length > 0 && !session.accepts(token)) return page(c, 'Sign in', loginPage('That token is not accepted.'), 401);
     setCookie(c, SESSION_COOKIE, token, {
-      httpOnly: true, sameSite: 'Strict', path: '/', maxAge: SESSION_MAX_AGE_S, secure: new URL(c.req.url).protocol === 'https:',
+      httpOnly: true,
+      sameSite: 'Strict',
+      path: '/',
+      maxAge: SESSION_MAX_AGE_S,
+      secure: new URL(c.req.url).protocol === 'https:',
     });
     return c.redirect('/', 303);
   });
@@ -84,20 +110,35 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const state = c.req.query('state') ?? '';
     const workflow = (c.req.query('workflow') ?? '').trim();
     const cursor = c.req.query('cursor') || undefined;
-    const page1 = await opts.ratchet.listRuns({
-      ...(RUN_STATES.includes(state as RunState) ? { states: [state as RunState] } : {}), ...(workflow ? { workflow } : {}),
-      ...(cursor ? { cursor } : {}), limit: DASHBOARD_PAGE_SIZE,
-    }).catch(() => ({ runs: [], nextCursor: null }));
-    return page(c, 'Runs', listPage({
-      runs: page1.runs, nextCursor: page1.nextCursor, state: RUN_STATES.includes(state as RunState) ? state : '', workflow,
-      workflows: opts.ratchet.registry.list().map((w) => w.name), awaitingApproval: [],
-    }));
+    const page1 = await opts.ratchet
+      .listRuns({
+        ...(RUN_STATES.includes(state as RunState) ? { states: [state as RunState] } : {}),
+        ...(workflow ? { workflow } : {}),
+        ...(cursor ? { cursor } : {}),
+        limit: DASHBOARD_PAGE_SIZE,
+      })
+      .catch(() => ({ runs: [], nextCursor: null }));
+    return page(
+      c,
+      'Runs',
+      listPage({
+        runs: page1.runs,
+        nextCursor: page1.nextCursor,
+        state: RUN_STATES.includes(state as RunState) ? state : '',
+        workflow,
+        workflows: opts.ratchet.registry.list().map((w) => w.name),
+        awaitingApproval: [],
+      }),
+    );
   });
 
   const loadRun = async (id: string) => {
     const run = await opts.ratchet.store.getRun(id);
     if (!run) throw new UnknownRunError(id);
-    const [events, explanation] = await Promise.all([opts.ratchet.store.listEvents(id, { limit: EVENTS_SHOWN }), opts.ratchet.explain(id).catch(() => null)]);
+    const [events, explanation] = await Promise.all([
+      opts.ratchet.store.listEvents(id, { limit: EVENTS_SHOWN }),
+      opts.ratchet.explain(id).catch(() => null),
+    ]);
     return { run, events, explanation };
   };
   app.get('/runs/:id', signedIn, async (c) => {
@@ -106,7 +147,13 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
       const { run, events, explanation } = await loadRun(id);
       return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c)));
     } catch (err) {
-      if (err instanceof UnknownRunError) return page(c, 'Unknown run', html`<h1>Unknown run</h1><p>No run ${id} here (never submitted, or pruned).</p><p><a href="/">← runs</a></p>`, 404);
+      if (err instanceof UnknownRunError)
+        return page(
+          c,
+          'Unknown run',
+          html`<h1>Unknown run</h1><p>No run ${id} here (never submitted, or pruned).</p><p><a href="/">← runs</a></p>`,
+          404,
+        );
       throw err;
     }
   });
@@ -114,7 +161,11 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const { run, events, explanation } = await loadRun(c.req.param('id'));
     return c.html(runPanel(run, events, explanation, session.csrf(c)).text, 200, SECURITY_HEADERS);
   });
-  app.get('/runs/:id/stream', signedIn, streamHandler({ ratchet: opts.ratchet, hub: opts.hub, heartbeatMs: opts.heartbeatMs, logger: opts.logger }));
+  app.get(
+    '/runs/:id/stream',
+    signedIn,
+    streamHandler({ ratchet: opts.ratchet, hub: opts.hub, heartbeatMs: opts.heartbeatMs, logger: opts.logger }),
+  );
 
   const action = (name: 'cancel' | 'retry') => async (c: Context) => {
     const id = c.req.param('id')!;

@@ -34,7 +34,9 @@ export function createDashboardSession(tokens: readonly string[]): DashboardSess
   const signedIn = (c: Context) => open || (tokenOf(c) !== undefined && check(`Bearer ${tokenOf(c)}`));
   const csrf = (c: Context) => {
     if (!signedIn(c)) return '';
-    return createHmac('sha256', open ? processKey : Buffer.from(tokenOf(c)!, 'utf8')).update('ratchet-dashboard-csrf').digest('base64url');
+    return createHmac('sha256', open ? processKey : Buffer.from(tokenOf(c)!, 'utf8'))
+      .update('ratchet-dashboard-csrf')
+      .digest('base64url');
   };
   return {
     signedIn,

@@ -20,8 +20,16 @@ export interface AttemptBar {
   fastPath: boolean;
 }
 
-export interface Mark { at: number; kind: 'reclaim' | 'lease_lost' | 'retry' | 'ownership_unknown' | 'result_rejected' | 'request'; label: string }
-export interface Wait { start: number; end: number; label: string }
+export interface Mark {
+  at: number;
+  kind: 'reclaim' | 'lease_lost' | 'retry' | 'ownership_unknown' | 'result_rejected' | 'request';
+  label: string;
+}
+export interface Wait {
+  start: number;
+  end: number;
+  label: string;
+}
 
 export interface Lane {
   stageId: string;
@@ -35,15 +43,32 @@ export interface Lane {
   waits: Wait[];
 }
 
-export interface Timeline { start: number; end: number; lanes: Lane[] }
+export interface Timeline {
+  start: number;
+  end: number;
+  lanes: Lane[];
+}
 
 const t = (d: Date) => d.getTime();
 const str = (v: unknown): string | null => (typeof v === 'string' ? v : null);
 
 export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: Date, now: Date, runEnd: Date | null): Timeline {
-  const lanes = new Map<string, Lane>(stages.map((s) => [s.id, {
-    stageId: s.id, seq: s.seq, name: s.name, tool: s.tool, toolClass: s.toolClass, state: s.state, attempts: [], marks: [], waits: [],
-  }]));
+  const lanes = new Map<string, Lane>(
+    stages.map((s) => [
+      s.id,
+      {
+        stageId: s.id,
+        seq: s.seq,
+        name: s.name,
+        tool: s.tool,
+        toolClass: s.toolClass,
+        state: s.state,
+        attempts: [],
+        marks: [],
+        waits: [],
+      },
+    ]),
+  );
   const end = t(runEnd ?? now);
   const open = (lane: Lane) => lane.attempts.find((a) => a.outcome === 'running');
   const close = (lane: Lane, at: number, outcome: AttemptOutcome) => {
@@ -66,7 +91,11 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
         const reclaimed = e.type === 'lease_reclaimed';
         if (reclaimed) {
           close(lane, at, 'lease_lost');
-          lane.marks.push({ at, kind: 'reclaim', label: `attempt ${e.attempt} reclaimed the expired lease of ${str(data.previousOwner) ?? 'a lost owner'} (fence ${str(data.previousFence) ?? '-'})` });
+          lane.marks.push({
+            at,
+            kind: 'reclaim',
+            label: `attempt ${e.attempt} reclaimed the expired lease of ${str(data.previousOwner) ?? 'a lost owner'} (fence ${str(data.previousFence) ?? '-'})`,
+          });
         } else {
           close(lane, at, 'unknown');
         }
@@ -76,15 +105,31 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
           pendingWait.delete(lane.stageId);
         }
         lane.attempts.push({
-          attempt: e.attempt ?? lane.attempts.length + 1, fence: e.fence, owner: str(data.owner), start: at, end, outcome: 'running',
-          reclaimed, fastPath: data.fastPath === true,
+          attempt: e.attempt ?? lane.attempts.length + 1,
+          fence: e.fence,
+          owner: str(data.owner),
+          start: at,
+          end,
+          outcome: 'running',
+          reclaimed,
+          fastPath: data.fastPath === true,
         });
         break;
       }
-      case 'stage_succeeded': close(lane, at, 'succeeded'); break;
-      case 'stage_failed': case 'attempts_exhausted': case 'stage_duration_exceeded': close(lane, at, 'failed'); break;
-      case 'stage_cancelled': close(lane, at, 'cancelled'); break;
-      case 'lease_released': close(lane, at, 'released'); break;
+      case 'stage_succeeded':
+        close(lane, at, 'succeeded');
+        break;
+      case 'stage_failed':
+      case 'attempts_exhausted':
+      case 'stage_duration_exceeded':
+        close(lane, at, 'failed');
+        break;
+      case 'stage_cancelled':
+        close(lane, at, 'cancelled');
+        break;
+      case 'lease_released':
+        close(lane, at, 'released');
+        break;
       case 'retry_scheduled': {
         close(lane, at, 'retried');
         const delay = typeof data.delayMs === 'number' ? data.delayMs : null;
@@ -92,11 +137,28 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
         pendingWait.set(lane.stageId, { start: at, label: `waiting to retry${delay !== null ? ` (${delay} ms)` : ''}` });
         break;
       }
-      case 'heartbeat_lost': lane.marks.push({ at, kind: 'lease_lost', label: `attempt ${e.attempt ?? '?'} lost its lease (fence ${e.fence ?? '-'})` }); break;
-      case 'ownership_unknown': lane.marks.push({ at, kind: 'ownership_unknown', label: `attempt ${e.attempt ?? '?'}: ownership unknown (the database did not answer)` }); break;
-      case 'result_rejected': lane.marks.push({ at, kind: 'result_rejected', label: `a finish of fence ${e.fence ?? '-'} was rejected (${str(data.reason) ?? 'stale'})` }); break;
-      case 'tool_request_started': lane.marks.push({ at, kind: 'request', label: `attempt ${e.attempt ?? '?'} began an irreversible request` }); break;
-      default: break;
+      case 'heartbeat_lost':
+        lane.marks.push({ at, kind: 'lease_lost', label: `attempt ${e.attempt ?? '?'} lost its lease (fence ${e.fence ?? '-'})` });
+        break;
+      case 'ownership_unknown':
+        lane.marks.push({
+          at,
+          kind: 'ownership_unknown',
+          label: `attempt ${e.attempt ?? '?'}: ownership unknown (the database did not answer)`,
+        });
+        break;
+      case 'result_rejected':
+        lane.marks.push({
+          at,
+          kind: 'result_rejected',
+          label: `a finish of fence ${e.fence ?? '-'} was rejected (${str(data.reason) ?? 'stale'})`,
+        });
+        break;
+      case 'tool_request_started':
+        lane.marks.push({ at, kind: 'request', label: `attempt ${e.attempt ?? '?'} began an irreversible request` });
+        break;
+      default:
+        break;
     }
   }
   // A run that ended with an attempt still open (cancelled, expired): the attempt ends with the run.

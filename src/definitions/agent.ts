@@ -96,12 +96,20 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
   const names = new Map<string, number>();
   o.tools.forEach((t, i) => {
     const earlier = names.get(t.name);
-    if (earlier !== undefined) throw new InvalidDefinitionError(`tool name "${t.name}" is offered twice (tools[${earlier}] and tools[${i}])`, `${where}.tools[${i}]`);
+    if (earlier !== undefined)
+      throw new InvalidDefinitionError(
+        `tool name "${t.name}" is offered twice (tools[${earlier}] and tools[${i}])`,
+        `${where}.tools[${i}]`,
+      );
     names.set(t.name, i);
   });
   const agent: AgentSpec = Object.freeze({
     model: Object.freeze({
-      name: o.model.name, class: o.model.class, baseURL: o.model.baseURL ?? null, apiKey: o.model.apiKey ?? null, temperature: o.model.temperature ?? null,
+      name: o.model.name,
+      class: o.model.class,
+      baseURL: o.model.baseURL ?? null,
+      apiKey: o.model.apiKey ?? null,
+      temperature: o.model.temperature ?? null,
     }),
     instructions: o.instructions,
     tools: Object.freeze([...o.tools]),

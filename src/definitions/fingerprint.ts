@@ -22,8 +22,15 @@ function sortKeys(value: unknown): unknown {
 
 export function toolClassFingerprint(c: ToolClass): Record<string, unknown> {
   return {
-    name: c.name, leaseMs: c.leaseMs, heartbeatMs: c.heartbeatMs, timeoutMs: c.timeoutMs, maxDurationMs: c.maxDurationMs,
-    missedHeartbeats: c.missedHeartbeats, jitterMs: c.jitterMs, isolation: c.isolation, retry: c.retry,
+    name: c.name,
+    leaseMs: c.leaseMs,
+    heartbeatMs: c.heartbeatMs,
+    timeoutMs: c.timeoutMs,
+    maxDurationMs: c.maxDurationMs,
+    missedHeartbeats: c.missedHeartbeats,
+    jitterMs: c.jitterMs,
+    isolation: c.isolation,
+    retry: c.retry,
   };
 }
 
@@ -73,7 +80,12 @@ export function workflowHash(name: string, steps: readonly Step[], version = 1, 
     version: 1,
     workflow: name,
     ...versionField(version),
-    steps: steps.map((s) => ({ name: s.name, hasInput: typeof s.input === 'function', tool: toolFingerprint(s.tool), ...(graph ? graphFingerprint(s) : {}) })),
+    steps: steps.map((s) => ({
+      name: s.name,
+      hasInput: typeof s.input === 'function',
+      tool: toolFingerprint(s.tool),
+      ...(graph ? graphFingerprint(s) : {}),
+    })),
   };
   return createHash('sha256').update(canonicalJson(structure)).digest('hex');
 }

@@ -42,27 +42,42 @@ export function checkGraph(nodes: readonly GraphNode[], after: readonly (readonl
     const seen = new Set<string>();
     node.after.forEach((dep, j) => {
       const at = `${where}.steps[${i}].after[${j}]`;
-      if (dep === node.name) throw new InvalidDefinitionError(`step "${node.name}" cannot wait for itself`, at, { step: node.name, cycle: [dep, dep] });
+      if (dep === node.name)
+        throw new InvalidDefinitionError(`step "${node.name}" cannot wait for itself`, at, { step: node.name, cycle: [dep, dep] });
       if (!index.has(dep)) {
-        throw new InvalidDefinitionError(`step "${node.name}" waits for "${dep}", which is no step of this workflow ` +
-          `(steps: ${nodes.map((n) => n.name).join(', ')})`, at, { step: node.name, unknown: dep });
+        throw new InvalidDefinitionError(
+          `step "${node.name}" waits for "${dep}", which is no step of this workflow ` + `(steps: ${nodes.map((n) => n.name).join(', ')})`,
+          at,
+          { step: node.name, unknown: dep },
+        );
       }
       if (seen.has(dep)) throw new InvalidDefinitionError(`step "${node.name}" names "${dep}" twice in after`, at, { step: node.name });
       seen.add(dep);
     });
   });
-  const cycle = findCycle(nodes.map((n) => n.name), after, index);
+  const cycle = findCycle(
+    nodes.map((n) => n.name),
+    after,
+    index,
+  );
   if (cycle) {
     const first = index.get(cycle[0]!)!;
-    throw new InvalidDefinitionError(`the steps wait for each other in a cycle: ${cycle.join(' -> ')}`, `${where}.steps[${first}].after`,
-      { cycle });
+    throw new InvalidDefinitionError(`the steps wait for each other in a cycle: ${cycle.join(' -> ')}`, `${where}.steps[${first}].after`, {
+      cycle,
+    });
   }
   // Without a cycle every step is reached from a start, unless no step starts with the run.
-  const reached = reachable(nodes.map((n) => n.name), after);
+  const reached = reachable(
+    nodes.map((n) => n.name),
+    after,
+  );
   const lost = nodes.findIndex((n) => !reached.has(n.name));
   if (lost >= 0) {
-    throw new InvalidDefinitionError(`step "${nodes[lost]!.name}" can never start: no step that starts with the run leads to it`,
-      `${where}.steps[${lost}]`, { step: nodes[lost]!.name });
+    throw new InvalidDefinitionError(
+      `step "${nodes[lost]!.name}" can never start: no step that starts with the run leads to it`,
+      `${where}.steps[${lost}]`,
+      { step: nodes[lost]!.name },
+    );
   }
 }
 

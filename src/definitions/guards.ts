@@ -37,8 +37,9 @@ export function isWorkflow(value: unknown): value is Workflow {
 
 /** A zod schema, from this copy of zod or another one (checked by shape, not instanceof). */
 export function isZodSchema(value: unknown): value is z.ZodType {
-  return typeof value === 'object' && value !== null && '_zod' in value &&
-    typeof (value as { safeParse?: unknown }).safeParse === 'function';
+  return (
+    typeof value === 'object' && value !== null && '_zod' in value && typeof (value as { safeParse?: unknown }).safeParse === 'function'
+  );
 }
 
 export const zodSchemaField = z.custom<z.ZodType>(isZodSchema, { message: 'must be a zod schema (z.object(...), z.string(), ...)' });

@@ -3,13 +3,24 @@ export { parseDuration, resolveDuration, durationSchema, positiveDurationSchema,
 export { DEFAULT_RETRY_POLICY, retryOptionsSchema, mergeRetryPolicy } from './retry-policy.js';
 export type { RetryOptions } from './retry-policy.js';
 export {
-  defineToolClass, toolClassOptionsSchema, TOOL_CLASS_NAME, DEFAULT_MISSED_HEARTBEATS, DEFAULT_CLASS_JITTER_MS,
+  defineToolClass,
+  toolClassOptionsSchema,
+  TOOL_CLASS_NAME,
+  DEFAULT_MISSED_HEARTBEATS,
+  DEFAULT_CLASS_JITTER_MS,
 } from './tool-class.js';
 export type { ToolClassOptions } from './tool-class.js';
 export { defineTool, toolOptionsSchema, TOOL_NAME } from './tool.js';
 export type { ToolOptions } from './tool.js';
 export {
-  defineWorkflow, workflowOptionsSchema, toolStepSchema, mapStepSchema, childStepSchema, WORKFLOW_NAME, MAX_STEPS, MAP_DEFAULT_MAX_ITEMS,
+  defineWorkflow,
+  workflowOptionsSchema,
+  toolStepSchema,
+  mapStepSchema,
+  childStepSchema,
+  WORKFLOW_NAME,
+  MAX_STEPS,
+  MAP_DEFAULT_MAX_ITEMS,
   MAP_MAX_ITEMS_LIMIT,
 } from './workflow.js';
 export type { StepOptions, ToolStepOptions, MapStepOptions, ChildStepOptions, WorkflowOptions } from './workflow.js';
@@ -24,5 +35,18 @@ export { loadWorkflows, WorkflowLoadError } from './loader.js';
 export { createRegistry } from './registry.js';
 export type { Registry } from './registry.js';
 export type {
-  Duration, Backoff, RetryPolicy, ToolClass, ToolContext, ReconcileResult, Tool, StepInputArgs, Step, StepKind, MapSpec, ChildWorkflowSpec, Workflow, AgentSpec,
+  Duration,
+  Backoff,
+  RetryPolicy,
+  ToolClass,
+  ToolContext,
+  ReconcileResult,
+  Tool,
+  StepInputArgs,
+  Step,
+  StepKind,
+  MapSpec,
+  ChildWorkflowSpec,
+  Workflow,
+  AgentSpec,
 } from './types.js';

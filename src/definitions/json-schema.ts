@@ -22,7 +22,9 @@ export function toolJsonSchema(tool: Pick<Tool, 'name' | 'input'>): JsonSchema {
     return schema;
   } catch (err) {
     throw new InvalidDefinitionError(
-      `the input of tool "${tool.name}" cannot be shown to a model as JSON Schema: ${(err as Error).message}`, `tool[${tool.name}].input`);
+      `the input of tool "${tool.name}" cannot be shown to a model as JSON Schema: ${(err as Error).message}`,
+      `tool[${tool.name}].input`,
+    );
   }
 }
 

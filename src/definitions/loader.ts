@@ -12,11 +12,16 @@ const SKIP = /\.d\.m?ts$|\.test\./;
 
 /** A workflow file that could not be imported (syntax error, a definition refused at import, ...). */
 export class WorkflowLoadError extends InvalidDefinitionError {
-  constructor(readonly file: string, cause: unknown) {
+  constructor(
+    readonly file: string,
+    cause: unknown,
+  ) {
     const message = cause instanceof Error ? cause.message : String(cause);
     const causeCode = (cause as { code?: unknown } | null)?.code;
-    super(`cannot load workflow file ${file}: ${message}`, file,
-      { file, cause: { name: (cause as Error | null)?.name, message, ...(typeof causeCode === 'string' ? { code: causeCode } : {}) } });
+    super(`cannot load workflow file ${file}: ${message}`, file, {
+      file,
+      cause: { name: (cause as Error | null)?.name, message, ...(typeof causeCode === 'string' ? { code: causeCode } : {}) },
+    });
     Object.defineProperty(this, 'cause', { value: cause, enumerable: false, writable: true, configurable: true });
   }
 }
@@ -27,7 +32,7 @@ async function sourceFiles(dir: string): Promise<string[]> {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
     if (entry.name.startsWith('_') || entry.name.startsWith('.') || entry.name === 'node_modules') continue;
     const path = join(dir, entry.name);
-    if (entry.isDirectory()) out.push(...await sourceFiles(path));
+    if (entry.isDirectory()) out.push(...(await sourceFiles(path)));
     else if (entry.isFile() && SOURCE.test(entry.name) && !SKIP.test(entry.name)) out.push(path);
   }
   return out.sort();
@@ -78,7 +83,7 @@ export async function loadDefinitions(dir: string): Promise<{ workflows: Workflo
   for (const file of files) {
     let exports: Record<string, unknown>;
     try {
-      exports = await import(pathToFileURL(file).href) as Record<string, unknown>;
+      exports = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
     } catch (err) {
       throw new WorkflowLoadError(file, err);
     }
@@ -91,8 +96,11 @@ export async function loadDefinitions(dir: string): Promise<{ workflows: Workflo
       const earlier = byVersion.get(id);
       if (earlier) {
         const what = version === 1 ? `workflow name "${value.name}"` : `version ${version} of workflow "${value.name}"`;
-        throw new InvalidDefinitionError(`${what} is declared twice: in ${earlier.sourceFile} and in ${file}`, file,
-          { workflow: value.name, version, files: [earlier.sourceFile, file] });
+        throw new InvalidDefinitionError(`${what} is declared twice: in ${earlier.sourceFile} and in ${file}`, file, {
+          workflow: value.name,
+          version,
+          files: [earlier.sourceFile, file],
+        });
       }
       byVersion.set(id, Object.freeze({ ...value, version, sourceFile: file }));
     }

@@ -41,10 +41,13 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
     const ofName = versions.get(w.name) ?? new Map<number, Workflow>();
     const twin = ofName.get(w.version);
     if (twin) {
-      const what = w.version === 1 ? `workflow name "${w.name}" is used twice`
-        : `version ${w.version} of workflow "${w.name}" is declared twice`;
-      throw new InvalidDefinitionError(`${what}: ${origin(twin)} and ${origin(w)}`, `workflows[${i}]`,
-        { workflow: w.name, version: w.version, files: [twin.sourceFile, w.sourceFile] });
+      const what =
+        w.version === 1 ? `workflow name "${w.name}" is used twice` : `version ${w.version} of workflow "${w.name}" is declared twice`;
+      throw new InvalidDefinitionError(`${what}: ${origin(twin)} and ${origin(w)}`, `workflows[${i}]`, {
+        workflow: w.name,
+        version: w.version,
+        files: [twin.sourceFile, w.sourceFile],
+      });
     }
     ofName.set(w.version, w);
     versions.set(w.name, ofName);
@@ -62,16 +65,22 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
     for (const tool of toolsOf(w)) {
       const t = tools.get(tool.name);
       if (t && t.tool !== tool && strict) {
-        throw new InvalidDefinitionError(`two different tools are named "${tool.name}": in ${origin(t.in)} and in ${origin(w)}`,
-          `${at}.steps`, { tool: tool.name, workflows: [t.in.name, w.name] });
+        throw new InvalidDefinitionError(
+          `two different tools are named "${tool.name}": in ${origin(t.in)} and in ${origin(w)}`,
+          `${at}.steps`,
+          { tool: tool.name, workflows: [t.in.name, w.name] },
+        );
       }
       if (!t) tools.set(tool.name, { tool, in: w });
     }
     for (const cls of classesOf(w)) {
       const c = classes.get(cls.name);
       if (c && c.cls !== cls && strict) {
-        throw new InvalidDefinitionError(`two different tool classes are named "${cls.name}": in ${origin(c.in)} and in ${origin(w)}`,
-          `${at}.steps`, { toolClass: cls.name, workflows: [c.in.name, w.name] });
+        throw new InvalidDefinitionError(
+          `two different tool classes are named "${cls.name}": in ${origin(c.in)} and in ${origin(w)}`,
+          `${at}.steps`,
+          { toolClass: cls.name, workflows: [c.in.name, w.name] },
+        );
       }
       if (!c) classes.set(cls.name, { cls, in: w });
     }
@@ -91,12 +100,19 @@ export function createRegistry(workflows: readonly Workflow[]): Registry {
       if (w) return w;
       const ofName = versions.get(name);
       if (!ofName) {
-        throw new InvalidInputError(`unknown workflow "${name}"`, 'workflow',
-          { reason: 'unknown_workflow', workflow: name, known: [...versions.keys()].sort() });
+        throw new InvalidInputError(`unknown workflow "${name}"`, 'workflow', {
+          reason: 'unknown_workflow',
+          workflow: name,
+          known: [...versions.keys()].sort(),
+        });
       }
       const loaded = [...ofName.keys()].sort((a, b) => a - b);
-      throw new InvalidInputError(`workflow "${name}" has no loaded version ${version} (loaded: ${loaded.join(', ')})`, 'version',
-        { reason: 'unknown_version', workflow: name, version, loaded });
+      throw new InvalidInputError(`workflow "${name}" has no loaded version ${version} (loaded: ${loaded.join(', ')})`, 'version', {
+        reason: 'unknown_version',
+        workflow: name,
+        version,
+        loaded,
+      });
     },
     byHash: (hash: string) => byHash.get(hash),
     list: () => [...all],
@@ -121,12 +137,19 @@ function checkChildWorkflows(workflows: readonly Workflow[], versions: Map<strin
       const ofName = versions.get(spec.name);
       const where = `workflows[${i}].${at}`;
       if (!ofName) {
-        throw new InvalidDefinitionError(`${origin(w)} starts child workflow "${spec.name}", which is not loaded ` +
-          `(loaded: ${[...versions.keys()].sort().join(', ')})`, where, { workflow: w.name, child: spec.name });
+        throw new InvalidDefinitionError(
+          `${origin(w)} starts child workflow "${spec.name}", which is not loaded ` + `(loaded: ${[...versions.keys()].sort().join(', ')})`,
+          where,
+          { workflow: w.name, child: spec.name },
+        );
       }
       if (spec.version !== null && !ofName.has(spec.version)) {
-        throw new InvalidDefinitionError(`${origin(w)} starts version ${spec.version} of "${spec.name}", which is not loaded ` +
-          `(loaded: ${[...ofName.keys()].sort((a, b) => a - b).join(', ')})`, where, { workflow: w.name, child: spec.name, version: spec.version });
+        throw new InvalidDefinitionError(
+          `${origin(w)} starts version ${spec.version} of "${spec.name}", which is not loaded ` +
+            `(loaded: ${[...ofName.keys()].sort((a, b) => a - b).join(', ')})`,
+          where,
+          { workflow: w.name, child: spec.name, version: spec.version },
+        );
       }
     }
   });
@@ -143,8 +166,11 @@ function checkChildWorkflows(workflows: readonly Workflow[], versions: Map<strin
         const s = state.get(spec.name);
         if (s === 'open') {
           const cycle = [...path.slice(path.indexOf(spec.name)), spec.name];
-          throw new InvalidDefinitionError(`child runs would start each other without end: ${cycle.join(' -> ')}`,
-            `workflows[${workflows.indexOf(w)}].${at}`, { cycle });
+          throw new InvalidDefinitionError(
+            `child runs would start each other without end: ${cycle.join(' -> ')}`,
+            `workflows[${workflows.indexOf(w)}].${at}`,
+            { cycle },
+          );
         }
         if (s === undefined) visit(spec.name);
       }

@@ -13,12 +13,14 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = Object.freeze({
 /** What authors write: every field optional, merged over a base policy. */
 export const retryOptionsSchema = z.strictObject({
   maxAttempts: z.int().min(1, 'must be at least 1 (the first attempt counts)').optional(),
-  backoff: z.strictObject({
-    initial: durationSchema.optional(),
-    factor: z.number().min(1, 'must be at least 1').max(1000).optional(),
-    max: durationSchema.optional(),
-    jitter: z.number().min(0, 'must be within 0..1').max(1, 'must be within 0..1').optional(),
-  }).optional(),
+  backoff: z
+    .strictObject({
+      initial: durationSchema.optional(),
+      factor: z.number().min(1, 'must be at least 1').max(1000).optional(),
+      max: durationSchema.optional(),
+      jitter: z.number().min(0, 'must be within 0..1').max(1, 'must be within 0..1').optional(),
+    })
+    .optional(),
   maxElapsed: durationSchema.nullable().optional(),
 });
 
@@ -35,7 +37,10 @@ export function mergeRetryPolicy(base: RetryPolicy, options: ParsedRetryOptions 
   };
   if (backoff.maxMs < backoff.initialMs) {
     throw new InvalidDefinitionError(
-      `backoff.max ${backoff.maxMs} ms must not be below backoff.initial ${backoff.initialMs} ms`, `${path}.backoff.max`, { backoff });
+      `backoff.max ${backoff.maxMs} ms must not be below backoff.initial ${backoff.initialMs} ms`,
+      `${path}.backoff.max`,
+      { backoff },
+    );
   }
   return Object.freeze({
     maxAttempts: options?.maxAttempts ?? base.maxAttempts,

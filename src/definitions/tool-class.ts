@@ -50,8 +50,12 @@ type ParsedToolClassOptions = z.output<typeof toolClassOptionsSchema>;
 /** Parsed options -> the resolved class, once: the cross-field rules live here. */
 function compileToolClass(o: ParsedToolClassOptions, where: string): ToolClass {
   const numbers = {
-    leaseMs: o.lease, heartbeatMs: o.heartbeat, missedHeartbeats: o.missedHeartbeats, jitterMs: o.jitter,
-    timeoutMs: o.timeout, maxDurationMs: o.maxDuration,
+    leaseMs: o.lease,
+    heartbeatMs: o.heartbeat,
+    missedHeartbeats: o.missedHeartbeats,
+    jitterMs: o.jitter,
+    timeoutMs: o.timeout,
+    maxDurationMs: o.maxDuration,
   };
   if (o.heartbeat >= o.lease) {
     throw new InvalidDefinitionError(`heartbeat ${o.heartbeat} ms must be shorter than lease ${o.lease} ms`, `${where}.heartbeat`, numbers);
@@ -61,13 +65,19 @@ function compileToolClass(o: ParsedToolClassOptions, where: string): ToolClass {
   if (o.lease <= floor) {
     throw new InvalidDefinitionError(
       `lease ${o.lease} ms must exceed missedHeartbeats ${o.missedHeartbeats} × heartbeat ${o.heartbeat} ms + ` +
-      `jitter ${o.jitter} ms = ${floor} ms`, `${where}.lease`, { ...numbers, minimumLeaseMs: floor + 1 });
+        `jitter ${o.jitter} ms = ${floor} ms`,
+      `${where}.lease`,
+      { ...numbers, minimumLeaseMs: floor + 1 },
+    );
   }
   // timeout limits each call; maxDuration the whole attempt (reconcile + run), so it must outlast one call.
   if (o.timeout >= o.maxDuration) {
     throw new InvalidDefinitionError(
       `timeout ${o.timeout} ms must be shorter than maxDuration ${o.maxDuration} ms: timeout limits one call (run, or reconcile), ` +
-      'maxDuration the whole attempt from its claim', `${where}.timeout`, numbers);
+        'maxDuration the whole attempt from its claim',
+      `${where}.timeout`,
+      numbers,
+    );
   }
   return {
     kind: 'tool_class',

@@ -44,7 +44,10 @@ export function defineTool<I, O>(options: ToolOptions<I, O>): Tool<I, O> {
   if (bad.length > 0) {
     throw new InvalidDefinitionError(
       `output is not JSON-serialisable: ${bad.map((b) => `${b.type} at ${b.path}`).join(', ')} ` +
-      '(results are stored as JSON; use strings or numbers, e.g. z.iso.datetime() for a date)', `${where}.output`, { parts: bad });
+        '(results are stored as JSON; use strings or numbers, e.g. z.iso.datetime() for a date)',
+      `${where}.output`,
+      { parts: bad },
+    );
   }
   const tool: Tool<I, O> = {
     kind: 'tool',

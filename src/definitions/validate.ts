@@ -17,9 +17,8 @@ export function parseDefinition<S extends z.ZodType>(schema: S, value: unknown, 
   if (result.success) return result.data;
   const issues = result.error.issues.map((issue) => ({ path: joinPath(where, issue.path), message: issue.message }));
   const first = issues[0] ?? { path: where, message: 'invalid definition' };
-  const message = issues.length === 1
-    ? first.message
-    : `${issues.length} problems: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`;
+  const message =
+    issues.length === 1 ? first.message : `${issues.length} problems: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`;
   throw new InvalidDefinitionError(message, first.path, { issues });
 }
 

@@ -8,7 +8,10 @@ import { definitionPath, parseDefinition } from './validate.js';
 import { workflowVersionSchema } from './workflow.js';
 
 export const workflowToolOptionsSchema = z.strictObject({
-  workflow: z.union([z.string().regex(TOOL_NAME, 'must be a workflow name'), z.custom<Workflow>(isWorkflow, { message: 'not a workflow' })]),
+  workflow: z.union([
+    z.string().regex(TOOL_NAME, 'must be a workflow name'),
+    z.custom<Workflow>(isWorkflow, { message: 'not a workflow' }),
+  ]),
   version: workflowVersionSchema.optional(),
   name: z.string().regex(TOOL_NAME, 'must be a letter then up to 63 letters, digits, "_" or "-"').optional(),
   description: z.string().min(1).max(10_000),
@@ -36,16 +39,23 @@ export interface WorkflowToolOptions {
  */
 export function defineWorkflowTool(options: WorkflowToolOptions): Tool {
   const w = (options as { workflow?: unknown } | null)?.workflow;
-  const where = definitionPath('workflowTool', (options as { name?: unknown } | null)?.name ?? (typeof w === 'string' ? w : (w as Workflow | undefined)?.name));
+  const where = definitionPath(
+    'workflowTool',
+    (options as { name?: unknown } | null)?.name ?? (typeof w === 'string' ? w : (w as Workflow | undefined)?.name),
+  );
   const o = parseDefinition(workflowToolOptionsSchema, options, where);
   const byName = typeof o.workflow === 'string';
   if (!byName && o.version !== undefined) {
     throw new InvalidDefinitionError('version goes with a workflow named by a string; a definition carries its own', `${where}.version`);
   }
   const input = options.input ?? (byName ? undefined : (o.workflow as Workflow).input);
-  if (!input) throw new InvalidDefinitionError('a workflow named by a string needs `input`: the arguments the model must give', `${where}.input`);
-  const childWorkflow: ChildWorkflowSpec = Object.freeze(typeof o.workflow === 'string'
-    ? { name: o.workflow, version: o.version ?? null } : { name: o.workflow.name, version: o.workflow.version });
+  if (!input)
+    throw new InvalidDefinitionError('a workflow named by a string needs `input`: the arguments the model must give', `${where}.input`);
+  const childWorkflow: ChildWorkflowSpec = Object.freeze(
+    typeof o.workflow === 'string'
+      ? { name: o.workflow, version: o.version ?? null }
+      : { name: o.workflow.name, version: o.workflow.version },
+  );
   const tool: Tool = {
     kind: 'tool',
     name: o.name ?? childWorkflow.name,

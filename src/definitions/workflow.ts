@@ -125,7 +125,8 @@ export interface WorkflowOptions<I> {
   concurrencyKey?: { key: (input: I) => string; limit: number };
 }
 
-type ParsedStep = { kind: 'tool'; o: z.output<typeof toolStepSchema> }
+type ParsedStep =
+  | { kind: 'tool'; o: z.output<typeof toolStepSchema> }
   | { kind: 'map'; o: z.output<typeof mapStepSchema> }
   | { kind: 'workflow'; o: z.output<typeof childStepSchema> };
 
@@ -146,7 +147,11 @@ function defaultName(p: ParsedStep): string {
 /** The resolved, frozen steps (dependencies resolved and checked). */
 function buildSteps(parsed: readonly ParsedStep[], where: string): Step[] {
   const names = parsed.map((p) => p.o.name ?? defaultName(p));
-  const nodes = parsed.map((p, i) => ({ name: names[i]!, conditional: p.o.when !== undefined, ...(p.o.after ? { after: p.o.after } : {}) }));
+  const nodes = parsed.map((p, i) => ({
+    name: names[i]!,
+    conditional: p.o.when !== undefined,
+    ...(p.o.after ? { after: p.o.after } : {}),
+  }));
   const after = resolveAfter(nodes);
   const steps = parsed.map((p, i): Step => {
     const common = {
@@ -156,7 +161,12 @@ function buildSteps(parsed: readonly ParsedStep[], where: string): Step[] {
       ...(p.o.when ? { when: p.o.when as (args: StepInputArgs) => boolean } : {}),
     };
     if (p.kind === 'tool') {
-      return Object.freeze({ ...common, kind: 'tool', tool: p.o.tool, ...(p.o.input ? { input: p.o.input as (args: StepInputArgs) => unknown } : {}) });
+      return Object.freeze({
+        ...common,
+        kind: 'tool',
+        tool: p.o.tool,
+        ...(p.o.input ? { input: p.o.input as (args: StepInputArgs) => unknown } : {}),
+      });
     }
     if (p.kind === 'map') {
       const m = p.o.map;
@@ -170,11 +180,20 @@ function buildSteps(parsed: readonly ParsedStep[], where: string): Step[] {
     }
     const w = p.o.workflow;
     if (typeof w !== 'string' && p.o.version !== undefined) {
-      throw new InvalidDefinitionError('version goes with a workflow named by a string; a definition carries its own', `${where}.steps[${i}].version`);
+      throw new InvalidDefinitionError(
+        'version goes with a workflow named by a string; a definition carries its own',
+        `${where}.steps[${i}].version`,
+      );
     }
-    const workflow: ChildWorkflowSpec = Object.freeze(typeof w === 'string' ? { name: w, version: p.o.version ?? null } : { name: w.name, version: w.version });
+    const workflow: ChildWorkflowSpec = Object.freeze(
+      typeof w === 'string' ? { name: w, version: p.o.version ?? null } : { name: w.name, version: w.version },
+    );
     return Object.freeze({
-      ...common, kind: 'workflow', tool: CHILD_RUN_TOOL, workflow, ...(p.o.input ? { input: p.o.input as (args: StepInputArgs) => unknown } : {}),
+      ...common,
+      kind: 'workflow',
+      tool: CHILD_RUN_TOOL,
+      workflow,
+      ...(p.o.input ? { input: p.o.input as (args: StepInputArgs) => unknown } : {}),
     });
   });
   checkNames(steps, where);
@@ -195,20 +214,29 @@ function checkNames(steps: readonly Step[], where: string): void {
   steps.forEach((step, i) => {
     const earlier = stepAt.get(step.name);
     if (earlier !== undefined) {
-      throw new InvalidDefinitionError(`step name "${step.name}" is used by steps[${earlier}] and steps[${i}]; ` +
-        'a tool used twice needs an explicit name on each step', `${where}.steps[${i}].name`, { step: step.name });
+      throw new InvalidDefinitionError(
+        `step name "${step.name}" is used by steps[${earlier}] and steps[${i}]; ` + 'a tool used twice needs an explicit name on each step',
+        `${where}.steps[${i}].name`,
+        { step: step.name },
+      );
     }
     stepAt.set(step.name, i);
     const tool = tools.get(step.tool.name);
     if (tool && tool.tool !== step.tool) {
-      throw new InvalidDefinitionError(`two different tools are named "${step.tool.name}" (steps[${tool.at}] and steps[${i}])`,
-        `${where}.steps[${i}].tool`, { tool: step.tool.name });
+      throw new InvalidDefinitionError(
+        `two different tools are named "${step.tool.name}" (steps[${tool.at}] and steps[${i}])`,
+        `${where}.steps[${i}].tool`,
+        { tool: step.tool.name },
+      );
     }
     tools.set(step.tool.name, { tool: step.tool, at: i });
     const cls = classes.get(step.tool.class.name);
     if (cls && cls.cls !== step.tool.class) {
-      throw new InvalidDefinitionError(`two different tool classes are named "${step.tool.class.name}" (steps[${cls.at}] and steps[${i}])`,
-        `${where}.steps[${i}].tool.class`, { toolClass: step.tool.class.name });
+      throw new InvalidDefinitionError(
+        `two different tool classes are named "${step.tool.class.name}" (steps[${cls.at}] and steps[${i}])`,
+        `${where}.steps[${i}].tool.class`,
+        { toolClass: step.tool.class.name },
+      );
     }
     classes.set(step.tool.class.name, { cls: step.tool.class, at: i });
   });
@@ -228,8 +256,11 @@ export function defineWorkflow<I>(options: WorkflowOptions<I>): Workflow<I> {
   if (o.concurrencyKey) {
     const bounded = steps.findIndex((s) => s.map?.maxParallel != null);
     if (bounded >= 0) {
-      throw new InvalidDefinitionError('a map\'s maxParallel cannot be combined with the workflow\'s concurrencyKey yet (a stage holds one ' +
-        'concurrency key); drop one of them', `${where}.steps[${bounded}].map.maxParallel`);
+      throw new InvalidDefinitionError(
+        "a map's maxParallel cannot be combined with the workflow's concurrencyKey yet (a stage holds one " +
+          'concurrency key); drop one of them',
+        `${where}.steps[${bounded}].map.maxParallel`,
+      );
     }
   }
   return Object.freeze({

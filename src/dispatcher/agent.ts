@@ -10,7 +10,15 @@ type PlanRow = NonNullable<FinishRow['plan']>[number];
 /** The model call stage of an agent (its lease, timeout and retries: the model's class). */
 export function modelStage(agent: AgentSpec): Omit<StageSpec, 'input'> {
   const c = agent.model.class;
-  return { name: 'model', tool: MODEL_STAGE_TOOL, toolClass: c.name, leaseMs: c.leaseMs, timeoutMs: c.timeoutMs, maxDurationMs: c.maxDurationMs, maxAttempts: c.retry.maxAttempts };
+  return {
+    name: 'model',
+    tool: MODEL_STAGE_TOOL,
+    toolClass: c.name,
+    leaseMs: c.leaseMs,
+    timeoutMs: c.timeoutMs,
+    maxDurationMs: c.maxDurationMs,
+    maxAttempts: c.retry.maxAttempts,
+  };
 }
 
 /** An agent run starts with one model call. */
@@ -46,15 +54,24 @@ function planFrom(agent: AgentSpec, afterSeq: number, actions: PlannedAction[]):
  * the answer's hash and size and each refusal's reason, never the model's text or arguments
  * (those stay in the stage's result, where payloads belong).
  */
-export function onModelAnswer(agent: AgentSpec, stage: ClaimedStage, answer: AssistantMessage, history: readonly RunStageRow[], data: Record<string, unknown>): FinishRow {
+export function onModelAnswer(
+  agent: AgentSpec,
+  stage: ClaimedStage,
+  answer: AssistantMessage,
+  history: readonly RunStageRow[],
+  data: Record<string, unknown>,
+): FinishRow {
   const base = { stageId: stage.id, fence: stage.fence, outcome: 'succeeded' as const };
   const calls = answer.tool_calls ?? [];
   const earlier = history.filter((s) => s.tool === MODEL_STAGE_TOOL && s.seq < stage.seq);
   const modelCalls = earlier.length + 1;
   const replans = earlier.filter((s) => (s.result as ModelStageResult | null)?.invalid).length;
   const info = {
-    ...data, resultHash: payloadHash(answer), resultBytes: Buffer.byteLength(JSON.stringify(answer)),
-    toolCalls: calls.length, modelCall: modelCalls,
+    ...data,
+    resultHash: payloadHash(answer),
+    resultBytes: Buffer.byteLength(JSON.stringify(answer)),
+    toolCalls: calls.length,
+    modelCall: modelCalls,
   };
 
   if (calls.length === 0) {
@@ -75,7 +92,10 @@ export function onModelAnswer(agent: AgentSpec, stage: ClaimedStage, answer: Ass
     return failed(stage, error, { ...refused, decision: 'invalid_actions' }, { errors: checked.errors });
   }
   if (modelCalls >= agent.maxSteps) {
-    const error = { code: 'max_steps_exceeded', message: `the agent reached maxSteps (${agent.maxSteps} model calls) and the model still proposed ${calls.length} action(s)` };
+    const error = {
+      code: 'max_steps_exceeded',
+      message: `the agent reached maxSteps (${agent.maxSteps} model calls) and the model still proposed ${calls.length} action(s)`,
+    };
     return failed(stage, error, { ...info, decision: 'max_steps_exceeded' });
   }
   return { ...base, result: { message: answer } satisfies ModelStageResult, data: info, plan: planFrom(agent, stage.seq, checked.actions) };
@@ -83,7 +103,10 @@ export function onModelAnswer(agent: AgentSpec, stage: ClaimedStage, answer: Ass
 
 /** The model stage fails with its run: the stage a retry of the run starts from. */
 function failed(
-  stage: ClaimedStage, error: { code: string; message: string }, data: Record<string, unknown>, detail: Record<string, unknown> = {},
+  stage: ClaimedStage,
+  error: { code: string; message: string },
+  data: Record<string, unknown>,
+  detail: Record<string, unknown> = {},
 ): FinishRow {
   const stageError = { ...error, kind: 'permanent' as const, attempt: stage.attempt, fence: stage.fence, ...detail };
   return { stageId: stage.id, fence: stage.fence, outcome: 'failed', error: stageError, run: { state: 'failed', error }, data };
@@ -92,7 +115,12 @@ function failed(
 /** An agent's tool stage succeeded: the next planned stage (a tool call or the model) is queued with the input it holds. */
 export function onAgentToolSuccess(stage: ClaimedStage, output: unknown, data: Record<string, unknown>): FinishRow {
   return {
-    stageId: stage.id, fence: stage.fence, outcome: 'succeeded', result: output,
-    data: { ...data, resultHash: payloadHash(output) }, next: { seq: stage.seq + 1, input: null }, nextKeepInput: true,
+    stageId: stage.id,
+    fence: stage.fence,
+    outcome: 'succeeded',
+    result: output,
+    data: { ...data, resultHash: payloadHash(output) },
+    next: { seq: stage.seq + 1, input: null },
+    nextKeepInput: true,
   };
 }

@@ -29,7 +29,10 @@ export type StepInput = { ok: true; input: unknown } | { ok: false; error: Perma
  * may throw a store error, which the caller asks again.
  */
 export async function stepInput(
-  deps: DispatchDeps, workflow: Workflow, run: { runId: string; runInput: unknown }, seq: number,
+  deps: DispatchDeps,
+  workflow: Workflow,
+  run: { runId: string; runInput: unknown },
+  seq: number,
   fresh?: { name: string; output: unknown },
 ): Promise<StepInput> {
   const step = workflow.steps[seq - 1];
@@ -47,8 +50,20 @@ export async function stepInput(
   }
 }
 
-export async function onSuccess(deps: DispatchDeps, workflow: Workflow, stage: ClaimedStage, output: unknown, data: Record<string, unknown>): Promise<FinishRow> {
-  const base = { stageId: stage.id, fence: stage.fence, outcome: 'succeeded' as const, result: output, data: { ...data, resultHash: payloadHash(output) } };
+export async function onSuccess(
+  deps: DispatchDeps,
+  workflow: Workflow,
+  stage: ClaimedStage,
+  output: unknown,
+  data: Record<string, unknown>,
+): Promise<FinishRow> {
+  const base = {
+    stageId: stage.id,
+    fence: stage.fence,
+    outcome: 'succeeded' as const,
+    result: output,
+    data: { ...data, resultHash: payloadHash(output) },
+  };
   if (stage.seq >= workflow.steps.length) return { ...base, run: { state: 'succeeded', result: output } };
   const seq = stage.seq + 1;
   const next = await stepInput(deps, workflow, stage, seq, { name: workflow.steps[stage.seq - 1]!.name, output });
@@ -70,7 +85,13 @@ export function elapsedSinceFirstClaim(stage: ClaimedStage, now = monotonicNow()
  * A failed attempt: a retry after its backoff, or the run failed with the error (and the
  * attempts) kept. maxElapsed is measured up to this decision, not to the attempt's claim.
  */
-export function onFailure(deps: DispatchDeps, tool: { name: string; retry: RetryPolicy }, stage: ClaimedStage, err: unknown, data: Record<string, unknown>): FinishRow {
+export function onFailure(
+  deps: DispatchDeps,
+  tool: { name: string; retry: RetryPolicy },
+  stage: ClaimedStage,
+  err: unknown,
+  data: Record<string, unknown>,
+): FinishRow {
   const error: StageError = storable(describeError(err, stage.attempt, stage.fence));
   const decision = decideRetry({
     policy: tool.retry,
@@ -80,11 +101,25 @@ export function onFailure(deps: DispatchDeps, tool: { name: string; retry: Retry
     random: deps.random,
   });
   const eventData = { ...data, error };
-  if (decision.retry) return { stageId: stage.id, fence: stage.fence, outcome: 'queued', error, retryDelayMs: decision.delayMs, data: eventData };
-  const runError = decision.reason === 'attempts_exhausted' || decision.reason === 'max_elapsed'
-    ? { code: decision.reason, message: `${tool.name} failed after ${stage.attempt} attempt(s): ${error.message}`, attempts: stage.attempt, lastError: error }
-    : error;
-  return { stageId: stage.id, fence: stage.fence, outcome: 'failed', error: runError, run: { state: 'failed', error: runError }, data: { ...eventData, decision: decision.reason } };
+  if (decision.retry)
+    return { stageId: stage.id, fence: stage.fence, outcome: 'queued', error, retryDelayMs: decision.delayMs, data: eventData };
+  const runError =
+    decision.reason === 'attempts_exhausted' || decision.reason === 'max_elapsed'
+      ? {
+          code: decision.reason,
+          message: `${tool.name} failed after ${stage.attempt} attempt(s): ${error.message}`,
+          attempts: stage.attempt,
+          lastError: error,
+        }
+      : error;
+  return {
+    stageId: stage.id,
+    fence: stage.fence,
+    outcome: 'failed',
+    error: runError,
+    run: { state: 'failed', error: runError },
+    data: { ...eventData, decision: decision.reason },
+  };
 }
 
 /**
@@ -94,17 +129,30 @@ export function onFailure(deps: DispatchDeps, tool: { name: string; retry: Retry
  */
 export function onUnstorable(stage: ClaimedStage, err: unknown, data: Record<string, unknown>): FinishRow {
   const error = storable({
-    code: 'result_not_storable', kind: 'permanent', name: 'PermanentError', attempt: stage.attempt, fence: stage.fence,
+    code: 'result_not_storable',
+    kind: 'permanent',
+    name: 'PermanentError',
+    attempt: stage.attempt,
+    fence: stage.fence,
     message: `what stage ${stage.seq} (${stage.tool}) produced cannot be stored: ${err instanceof Error ? err.message : String(err)}`,
   });
   return {
-    stageId: stage.id, fence: stage.fence, outcome: 'failed', error, run: { state: 'failed', error },
+    stageId: stage.id,
+    fence: stage.fence,
+    outcome: 'failed',
+    error,
+    run: { state: 'failed', error },
     data: { ...data, error, decision: 'result_not_storable' },
   };
 }
 
 /** A permanent failure that does not involve the tool (changed definition, deadline). */
-export function terminal(stage: ClaimedStage, outcome: 'failed' | 'cancelled', runState: 'failed' | 'expired', error: { code: string; message: string }): FinishRow {
+export function terminal(
+  stage: ClaimedStage,
+  outcome: 'failed' | 'cancelled',
+  runState: 'failed' | 'expired',
+  error: { code: string; message: string },
+): FinishRow {
   return { stageId: stage.id, fence: stage.fence, outcome, error, run: { state: runState, error }, data: { error } };
 }
 

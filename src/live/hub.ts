@@ -39,8 +39,12 @@ export function createEventHub(db: Db, opts: { logger?: Logger; pollMs?: number 
   const ac = new AbortController();
   setMaxListeners(0, ac.signal); // every open stream listens for the hub's close
   const log = opts.logger?.child({ component: 'event-hub' });
-  const wakeRun = (runId: string) => { for (const w of subscribers.get(runId) ?? []) w(); };
-  const wakeAll = () => { for (const set of subscribers.values()) for (const w of set) w(); };
+  const wakeRun = (runId: string) => {
+    for (const w of subscribers.get(runId) ?? []) w();
+  };
+  const wakeAll = () => {
+    for (const set of subscribers.values()) for (const w of set) w();
+  };
 
   let listener: Listener | null = null;
   let pollTimer: NodeJS.Timeout | null = null;
@@ -78,7 +82,8 @@ export function createEventHub(db: Db, opts: { logger?: Logger; pollMs?: number 
         log?.debug({ event: 'stream_listening', channel: EVENTS_CHANNEL }, 'listening for events');
         wakeAll();
       },
-      lost: (err, retryInMs) => log?.warn({ event: 'stream_listen_lost', err: err.message, retryInMs }, 'the LISTEN connection failed; reconnecting'),
+      lost: (err, retryInMs) =>
+        log?.warn({ event: 'stream_listen_lost', err: err.message, retryInMs }, 'the LISTEN connection failed; reconnecting'),
     });
   };
 

@@ -34,7 +34,12 @@ export interface RunStreamOptions {
  * run and InvalidInputError (path Last-Event-ID) for a resume id that is not one of its events,
  * before anything is sent.
  */
-export async function openRunStream(db: Queryable, hub: EventHub, runId: string, opts: RunStreamOptions = {}): Promise<AsyncGenerator<StreamItem, void> | null> {
+export async function openRunStream(
+  db: Queryable,
+  hub: EventHub,
+  runId: string,
+  opts: RunStreamOptions = {},
+): Promise<AsyncGenerator<StreamItem, void> | null> {
   let position = STREAM_START;
   if (opts.afterEventId !== undefined) {
     const p = await eventPosition(db, runId, opts.afterEventId);
@@ -58,7 +63,13 @@ export async function openRunStream(db: Queryable, hub: EventHub, runId: string,
  * each once, from `position` on; ends after the run's terminal event, or when the run is found
  * over with nothing left to send. Heartbeat items fill silences.
  */
-async function* streamRun(db: Queryable, hub: EventHub, runId: string, start: StreamPosition, opts: RunStreamOptions): AsyncGenerator<StreamItem, void> {
+async function* streamRun(
+  db: Queryable,
+  hub: EventHub,
+  runId: string,
+  start: StreamPosition,
+  opts: RunStreamOptions,
+): AsyncGenerator<StreamItem, void> {
   const heartbeatMs = opts.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
   let position = start;
   let dirty = true;
@@ -91,7 +102,8 @@ async function* streamRun(db: Queryable, hub: EventHub, runId: string, start: St
             if (now && isTerminalState(now.state) && !now.retriedAfter) return;
           }
         }
-        if (checkEnd && before && isTerminalState(before.state) && !before.retriedAfter && batch.events.length === 0 && !batch.heldBack) return;
+        if (checkEnd && before && isTerminalState(before.state) && !before.retriedAfter && batch.events.length === 0 && !batch.heldBack)
+          return;
         checkEnd = false;
         if (batch.full) dirty = true;
         if (batch.heldBack) {

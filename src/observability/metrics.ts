@@ -67,20 +67,35 @@ export function createMetrics(registry = new Registry()): Metrics {
       return () => void sources.delete(sample);
     },
     leasesExpired: counter('ratchet_leases_lost_total', 'Leases found lost (expired or taken over) at a heartbeat', byClassAndWorkflow),
-    extensionFailures: counter('ratchet_lease_extension_failures_total',
-      'Extend statements that errored or did not answer in time (ownership unknown, not lost), by reason', ['reason']),
+    extensionFailures: counter(
+      'ratchet_lease_extension_failures_total',
+      'Extend statements that errored or did not answer in time (ownership unknown, not lost), by reason',
+      ['reason'],
+    ),
     reclaims: counter('ratchet_reclaims_total', 'Claims that took over an expired lease', byClassAndWorkflow),
-    resultsRejected: counter('ratchet_results_rejected_total', 'Finishes the fence refused (stale owner, token, lease)', byClassAndWorkflow),
+    resultsRejected: counter(
+      'ratchet_results_rejected_total',
+      'Finishes the fence refused (stale owner, token, lease)',
+      byClassAndWorkflow,
+    ),
     stageDuration: new Histogram({
-      name: 'ratchet_stage_duration_seconds', help: 'One attempt from claim to finish', labelNames: [...ATTEMPT_LABELS, 'outcome'],
-      buckets, registers,
+      name: 'ratchet_stage_duration_seconds',
+      help: 'One attempt from claim to finish',
+      labelNames: [...ATTEMPT_LABELS, 'outcome'],
+      buckets,
+      registers,
     }),
     stagesClaimed: counter('ratchet_stages_claimed_total', 'Attempts claimed', byClassAndWorkflow),
-    ownershipUnknown: counter('ratchet_ownership_unknown_total', 'Attempts whose lease confirmation deadline passed without an answer',
-      byClassAndWorkflow),
+    ownershipUnknown: counter(
+      'ratchet_ownership_unknown_total',
+      'Attempts whose lease confirmation deadline passed without an answer',
+      byClassAndWorkflow,
+    ),
     unservedClass: new Gauge({
-      name: 'ratchet_class_unserved', help: '1 when no worker has served the class recently while it has due stages',
-      labelNames: ['tool_class'], registers,
+      name: 'ratchet_class_unserved',
+      help: '1 when no worker has served the class recently while it has due stages',
+      labelNames: ['tool_class'],
+      registers,
     }),
   };
 }
@@ -114,7 +129,8 @@ function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[])
   new Gauge({
     name: 'ratchet_heartbeat_age_seconds',
     help: 'Time since the last confirmed heartbeat (or claim) of the held attempts, the oldest per label set, at scrape time',
-    labelNames: ATTEMPT_LABELS, registers,
+    labelNames: ATTEMPT_LABELS,
+    registers,
     collect() {
       this.reset();
       for (const { labels, value } of perLabels(read(), Math.max, (a) => a.heartbeatAgeSeconds)) this.set(labels, value);
@@ -123,7 +139,8 @@ function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[])
   new Gauge({
     name: 'ratchet_lease_remaining_seconds',
     help: 'Lease time the worker can still vouch for (its confirmation deadline), the least per label set, at scrape time',
-    labelNames: ATTEMPT_LABELS, registers,
+    labelNames: ATTEMPT_LABELS,
+    registers,
     collect() {
       this.reset();
       for (const { labels, value } of perLabels(read(), Math.min, (a) => a.leaseRemainingSeconds)) this.set(labels, value);
@@ -132,28 +149,40 @@ function registerScrapeGauges(registers: Registry[], read: () => WorkerSample[])
   new Gauge({
     name: 'ratchet_worker_slots_in_use',
     help: 'Stages of the class whose tool a worker runs now (a slot is freed when the tool settles or is left behind)',
-    labelNames: ['tool_class'], registers,
+    labelNames: ['tool_class'],
+    registers,
     collect() {
       this.reset();
       for (const [toolClass, n] of byClass(read(), (slot) => slot.inUse)) this.set({ tool_class: toolClass }, n);
     },
   });
   new Gauge({
-    name: 'ratchet_worker_slots', help: "Slots per tool class (the workers' concurrency)", labelNames: ['tool_class'], registers,
+    name: 'ratchet_worker_slots',
+    help: "Slots per tool class (the workers' concurrency)",
+    labelNames: ['tool_class'],
+    registers,
     collect() {
       this.reset();
       for (const [toolClass, n] of byClass(read(), (slot) => slot.capacity)) this.set({ tool_class: toolClass }, n);
     },
   });
   new Gauge({
-    name: 'ratchet_tool_threads', help: 'Tool threads (isolation: thread) alive, busy with a call or idle',
-    labelNames: ['state'], registers,
+    name: 'ratchet_tool_threads',
+    help: 'Tool threads (isolation: thread) alive, busy with a call or idle',
+    labelNames: ['state'],
+    registers,
     collect() {
       this.reset();
       const threads = read().flatMap((s) => (s.threads ? [s.threads] : []));
       if (threads.length === 0) return;
-      this.set({ state: 'busy' }, threads.reduce((n, t) => n + t.busy, 0));
-      this.set({ state: 'idle' }, threads.reduce((n, t) => n + t.threads - t.busy, 0));
+      this.set(
+        { state: 'busy' },
+        threads.reduce((n, t) => n + t.busy, 0),
+      );
+      this.set(
+        { state: 'idle' },
+        threads.reduce((n, t) => n + t.threads - t.busy, 0),
+      );
     },
   });
 }
@@ -170,7 +199,8 @@ export function processMetrics(): Metrics {
  * port). Returns the URL and a close().
  */
 export async function serveMetrics(
-  registry: Registry, opts: { port: number; host?: string },
+  registry: Registry,
+  opts: { port: number; host?: string },
 ): Promise<{ url: string; close(): Promise<void> }> {
   const host = opts.host ?? '127.0.0.1';
   const server = createServer((req, res) => {
@@ -194,9 +224,10 @@ export async function serveMetrics(
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}/metrics`,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }

@@ -5,7 +5,10 @@ import { Counter, type Registry } from 'prom-client';
  * stage's `stage_succeeded` event (data.usage), summed per run by GET /v1/runs/:id, and
  * counted in Prometheus by model and workflow. A provider that sends no usage counts nothing.
  */
-export interface ModelUsage { inputTokens: number; outputTokens: number }
+export interface ModelUsage {
+  inputTokens: number;
+  outputTokens: number;
+}
 
 const usageOfAnswer = new WeakMap<object, ModelUsage>();
 
@@ -21,10 +24,14 @@ function tokenCounter(registry: Registry): Counter<'model' | 'workflow' | 'direc
   let c = counters.get(registry);
   if (!c) {
     const existing = registry.getSingleMetric('ratchet_model_tokens_total') as Counter<'model' | 'workflow' | 'direction'> | undefined;
-    c = existing ?? new Counter({
-      name: 'ratchet_model_tokens_total', help: 'model tokens used by model stages that finished, by model, workflow and direction (input / output)',
-      labelNames: ['model', 'workflow', 'direction'], registers: [registry],
-    });
+    c =
+      existing ??
+      new Counter({
+        name: 'ratchet_model_tokens_total',
+        help: 'model tokens used by model stages that finished, by model, workflow and direction (input / output)',
+        labelNames: ['model', 'workflow', 'direction'],
+        registers: [registry],
+      });
     counters.set(registry, c);
   }
   return c;

@@ -1,7 +1,11 @@
 import type { ActionError, ToolCall } from '../agent/model-output.js';
 import type { Tool } from '../definitions/types.js';
 
-export interface PlannedAction { callId: string; tool: Tool; input: unknown }
+export interface PlannedAction {
+  callId: string;
+  tool: Tool;
+  input: unknown;
+}
 export type ActionValidation = { ok: true; actions: PlannedAction[] } | { ok: false; errors: ActionError[] };
 
 /**
@@ -16,7 +20,12 @@ export type ActionValidation = { ok: true; actions: PlannedAction[] } | { ok: fa
 export function validateActions(allowed: readonly Tool<any, any>[], calls: readonly ToolCall[], maxActions: number): ActionValidation {
   const errors: ActionError[] = [];
   if (calls.length > maxActions) {
-    errors.push({ callId: null, index: null, reason: 'too_many_actions', message: `${calls.length} tool calls in one answer; at most ${maxActions} are allowed` });
+    errors.push({
+      callId: null,
+      index: null,
+      reason: 'too_many_actions',
+      message: `${calls.length} tool calls in one answer; at most ${maxActions} are allowed`,
+    });
   }
   const byName = new Map(allowed.map((t) => [t.name, t]));
   const actions: PlannedAction[] = [];
@@ -24,8 +33,15 @@ export function validateActions(allowed: readonly Tool<any, any>[], calls: reado
     const callId = call.id;
     const tool = byName.get(call.function.name);
     if (!tool) {
-      const ascii = /^[\x20-\x7e]*$/.test(call.function.name) ? '' : ' (it contains characters outside ASCII: tool names must match exactly)';
-      errors.push({ callId, index, reason: 'unknown_tool', message: `unknown tool "${call.function.name}"${ascii}; allowed: ${[...byName.keys()].join(', ')}` });
+      const ascii = /^[\x20-\x7e]*$/.test(call.function.name)
+        ? ''
+        : ' (it contains characters outside ASCII: tool names must match exactly)';
+      errors.push({
+        callId,
+        index,
+        reason: 'unknown_tool',
+        message: `unknown tool "${call.function.name}"${ascii}; allowed: ${[...byName.keys()].join(', ')}`,
+      });
       return;
     }
     let args: unknown;

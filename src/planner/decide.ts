@@ -130,12 +130,15 @@ export function decideAtClaim(q: ClaimQuestion): ClaimDecision {
   if (step.when) {
     const w = guarded('when_failed', `when() of step ${step.name}`, () => step.when!(args));
     if (!w.ok) return w.fail;
-    if (typeof w.value !== 'boolean') return plannerFailure('when_failed', `when() of step ${step.name} returned ${typeof w.value}, not a boolean`);
+    if (typeof w.value !== 'boolean')
+      return plannerFailure('when_failed', `when() of step ${step.name} returned ${typeof w.value}, not a boolean`);
     if (!w.value) return { kind: 'skip', reason: 'when_false' };
   }
 
   if (step.kind === 'map') return expandMap(q.workflow, q.runId, q.runInput, node, args);
-  const input = step.input ? guarded('step_input_failed', `input() of step ${step.name}`, () => step.input!(args)) : { ok: true as const, value: q.runInput };
+  const input = step.input
+    ? guarded('step_input_failed', `input() of step ${step.name}`, () => step.input!(args))
+    : { ok: true as const, value: q.runInput };
   if (!input.ok) return input.fail;
   const json = asJson('step_input_failed', `the input of step ${step.name}`, input.value);
   if (!json.ok) return json.fail;
@@ -156,11 +159,16 @@ function decideAgentStage(agent: AgentSpec, q: ClaimQuestion, self: PersistedSta
     return over ?? { kind: 'run', input: self.input ?? {} };
   }
   const tool = agent.tools.find((t) => t.name === self.tool);
-  if (tool?.childWorkflow) return q.child ? childOutcome(q.child) : { kind: 'start_child', workflow: tool.childWorkflow, input: self.input ?? null };
+  if (tool?.childWorkflow)
+    return q.child ? childOutcome(q.child) : { kind: 'start_child', workflow: tool.childWorkflow, input: self.input ?? null };
   return { kind: 'run', input: self.input ?? null };
 }
 
-const CHILD_ENDS: Record<string, GraphErrorCode> = { failed: 'child_run_failed', cancelled: 'child_run_cancelled', expired: 'child_run_expired' };
+const CHILD_ENDS: Record<string, GraphErrorCode> = {
+  failed: 'child_run_failed',
+  cancelled: 'child_run_cancelled',
+  expired: 'child_run_expired',
+};
 
 /** A child-run stage after its child started: the child's result, its failure as this stage's, or wait. */
 export function childOutcome(child: ChildRunState): ClaimDecision {
@@ -168,6 +176,8 @@ export function childOutcome(child: ChildRunState): ClaimDecision {
   const code = CHILD_ENDS[child.state];
   if (!code) return { kind: 'wait' };
   const reason = (child.error as { message?: unknown } | null)?.message;
-  return plannerFailure(code, `child run ${child.id} ${child.state}${typeof reason === 'string' ? `: ${reason}` : ''}`,
-    { childRunId: child.id, childError: child.error ?? null });
+  return plannerFailure(code, `child run ${child.id} ${child.state}${typeof reason === 'string' ? `: ${reason}` : ''}`, {
+    childRunId: child.id,
+    childError: child.error ?? null,
+  });
 }

@@ -46,9 +46,11 @@ export function decideFailure(workflow: Workflow, stage: FailedStage, toolErrors
  */
 export function toolErrorsOver(agent: AgentSpec, failedToolCalls: number): PlannerFailure | null {
   if (failedToolCalls <= agent.maxToolErrors) return null;
-  return plannerFailure('too_many_tool_errors',
+  return plannerFailure(
+    'too_many_tool_errors',
     `${failedToolCalls} tool calls failed in this run; the agent tells at most ${agent.maxToolErrors} to the model (maxToolErrors)`,
-    { failedToolCalls, maxToolErrors: agent.maxToolErrors });
+    { failedToolCalls, maxToolErrors: agent.maxToolErrors },
+  );
 }
 
 /** Failed tool calls in an agent run's history (model calls excluded). */

@@ -35,7 +35,11 @@ export function runGraph(workflow: Workflow): RunGraph {
   if (known) return known;
   const seqOf = new Map(workflow.steps.map((s, i) => [s.name, i + 1]));
   const nodes: GraphNode[] = workflow.steps.map((step, i) => ({
-    seq: i + 1, step, deps: step.after.map((n) => seqOf.get(n)!), nextSeqs: [], ancestors: new Set<string>(),
+    seq: i + 1,
+    step,
+    deps: step.after.map((n) => seqOf.get(n)!),
+    nextSeqs: [],
+    ancestors: new Set<string>(),
   }));
   for (const n of nodes) for (const d of n.deps) nodes[d - 1]!.nextSeqs.push(n.seq);
   // Ancestors in an order where every dependency comes first (definitions refuse cycles).

@@ -35,20 +35,28 @@ export function expandMap(workflow: Workflow, runId: string, runInput: unknown, 
   if (!got.ok) return got.fail;
   const list = got.value;
   if (!Array.isArray(list)) {
-    return plannerFailure('map_items_failed', `items() of step ${step.name} returned ${list === null ? 'null' : typeof list}, not an array`);
+    return plannerFailure(
+      'map_items_failed',
+      `items() of step ${step.name} returned ${list === null ? 'null' : typeof list}, not an array`,
+    );
   }
   if (list.length > map.maxItems) {
-    return plannerFailure('map_too_large', `step ${step.name} maps over ${list.length} items; at most ${map.maxItems} are allowed (map.maxItems)`,
-      { items: list.length, maxItems: map.maxItems });
+    return plannerFailure(
+      'map_too_large',
+      `step ${step.name} maps over ${list.length} items; at most ${map.maxItems} are allowed (map.maxItems)`,
+      { items: list.length, maxItems: map.maxItems },
+    );
   }
   if (list.length === 0) return { kind: 'done', result: [] };
   const cls = step.tool.class;
-  const concurrency = map.maxParallel !== null
-    ? { concurrencyKey: mapConcurrencyKey(runId, step.name), concurrencyLimit: map.maxParallel }
-    : concurrencyOf(workflow, runInput);
+  const concurrency =
+    map.maxParallel !== null
+      ? { concurrencyKey: mapConcurrencyKey(runId, step.name), concurrencyLimit: map.maxParallel }
+      : concurrencyOf(workflow, runInput);
   const items: GraphStageSpec[] = [];
   for (const [i, item] of list.entries()) {
-    const input = map.input ? guarded('map_item_input_failed', `input() of step ${step.name} for item ${i}`, () => map.input!(item, i, args))
+    const input = map.input
+      ? guarded('map_item_input_failed', `input() of step ${step.name} for item ${i}`, () => map.input!(item, i, args))
       : { ok: true as const, value: item as unknown };
     if (!input.ok) return input.fail;
     try {
@@ -93,7 +101,8 @@ export function gatherMap(step: Step, items: readonly PersistedStage[]): ClaimDe
   for (const item of ordered) {
     if (item.state === 'succeeded') values.push(item.result ?? null);
     else if (item.state === 'failed' && step.continueOnError) values.push({ ok: false, error: item.error ?? null });
-    else if (item.state === 'failed') throw new Error(`map ${step.name}: item ${item.itemIndex} failed for good without continueOnError, yet its run went on`);
+    else if (item.state === 'failed')
+      throw new Error(`map ${step.name}: item ${item.itemIndex} failed for good without continueOnError, yet its run went on`);
     else return { kind: 'wait' };
   }
   return { kind: 'done', result: values };

@@ -3,15 +3,22 @@ import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
 import type { StageSpec } from '../store/index.js';
 
 /** The run's concurrency key (from the workflow's key function), or none. */
-export function concurrencyOf(workflow: Workflow, input: unknown): { concurrencyKey: string; concurrencyLimit: number } | Record<string, never> {
+export function concurrencyOf(
+  workflow: Workflow,
+  input: unknown,
+): { concurrencyKey: string; concurrencyLimit: number } | Record<string, never> {
   if (!workflow.concurrencyKey) return {};
   let key: unknown;
   try {
     key = workflow.concurrencyKey.key(input);
   } catch (err) {
-    throw new InvalidInputError(`the concurrency key of workflow ${workflow.name} could not be computed: ${(err as Error).message}`, 'input');
+    throw new InvalidInputError(
+      `the concurrency key of workflow ${workflow.name} could not be computed: ${(err as Error).message}`,
+      'input',
+    );
   }
-  if (typeof key !== 'string' || key.length === 0) throw new InvalidInputError(`the concurrency key of workflow ${workflow.name} must be a non-empty string`, 'input');
+  if (typeof key !== 'string' || key.length === 0)
+    throw new InvalidInputError(`the concurrency key of workflow ${workflow.name} must be a non-empty string`, 'input');
   return { concurrencyKey: key, concurrencyLimit: workflow.concurrencyKey.limit };
 }
 
@@ -23,9 +30,14 @@ export function concurrencyOf(workflow: Workflow, input: unknown): { concurrency
 export function assertRunnable(workflow: Workflow): void {
   const childTool = workflow.agent?.tools.findIndex((t) => t.childWorkflow) ?? -1;
   if (!workflow.graph && childTool < 0) return;
-  const what = workflow.graph ? 'the run graph (after, when, map, child runs or continueOnError)' : 'a workflow as an agent tool (a child run)';
-  throw new InvalidDefinitionError(`workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`,
-    workflow.graph ? `workflow[${workflow.name}].steps` : `agent[${workflow.name}].tools[${childTool}]`, { reason: 'graph_not_runnable' });
+  const what = workflow.graph
+    ? 'the run graph (after, when, map, child runs or continueOnError)'
+    : 'a workflow as an agent tool (a child run)';
+  throw new InvalidDefinitionError(
+    `workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`,
+    workflow.graph ? `workflow[${workflow.name}].steps` : `agent[${workflow.name}].tools[${childTool}]`,
+    { reason: 'graph_not_runnable' },
+  );
 }
 
 /**
@@ -47,7 +59,7 @@ export function planStaticRun(workflow: Workflow, input: unknown): StageSpec[] {
       maxDurationMs: cls.maxDurationMs,
       maxAttempts: step.tool.retry.maxAttempts,
       ...concurrency,
-      ...(i === 0 ? { input: step.input ? step.input({ input, results: {} }) ?? null : input } : {}),
+      ...(i === 0 ? { input: step.input ? (step.input({ input, results: {} }) ?? null) : input } : {}),
     };
   });
 }

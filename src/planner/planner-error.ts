@@ -8,7 +8,10 @@ export interface PlannerError {
   details?: Record<string, unknown>;
 }
 
-export interface PlannerFailure { kind: 'fail'; error: PlannerError }
+export interface PlannerFailure {
+  kind: 'fail';
+  error: PlannerError;
+}
 
 export function plannerFailure(code: GraphErrorCode, message: string, details?: Record<string, unknown>): PlannerFailure {
   return { kind: 'fail', error: { code, message, kind: 'permanent', ...(details ? { details } : {}) } };

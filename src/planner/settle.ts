@@ -31,18 +31,30 @@ export type AttemptEnd = { kind: 'succeeded'; output: unknown } | { kind: 'faile
  * for good go through the same group-failure rule.
  */
 export function settleStage(
-  workflow: Workflow, stage: FailedStage, decision: ClaimDecision, attempt?: AttemptEnd, toolErrorsSoFar = 0,
+  workflow: Workflow,
+  stage: FailedStage,
+  decision: ClaimDecision,
+  attempt?: AttemptEnd,
+  toolErrorsSoFar = 0,
 ): GraphFinish {
   switch (decision.kind) {
     case 'run':
       if (!attempt) throw new Error('settleStage: a stage that ran a tool needs how the attempt ended');
-      return attempt.kind === 'succeeded' ? { outcome: 'succeeded', result: attempt.output ?? null } : failure(workflow, stage, attempt.error, toolErrorsSoFar);
-    case 'skip': return { outcome: 'skipped', reason: decision.reason };
-    case 'done': return { outcome: 'succeeded', result: decision.result };
-    case 'expand': return { outcome: 'waiting', waitFor: decision.items.length, plan: decision.items };
-    case 'start_child': return { outcome: 'waiting', startChild: { workflow: decision.workflow, input: decision.input } };
-    case 'wait': return { outcome: 'hand_back' };
-    case 'fail': return failure(workflow, stage, decision.error, toolErrorsSoFar);
+      return attempt.kind === 'succeeded'
+        ? { outcome: 'succeeded', result: attempt.output ?? null }
+        : failure(workflow, stage, attempt.error, toolErrorsSoFar);
+    case 'skip':
+      return { outcome: 'skipped', reason: decision.reason };
+    case 'done':
+      return { outcome: 'succeeded', result: decision.result };
+    case 'expand':
+      return { outcome: 'waiting', waitFor: decision.items.length, plan: decision.items };
+    case 'start_child':
+      return { outcome: 'waiting', startChild: { workflow: decision.workflow, input: decision.input } };
+    case 'wait':
+      return { outcome: 'hand_back' };
+    case 'fail':
+      return failure(workflow, stage, decision.error, toolErrorsSoFar);
   }
 }
 
@@ -59,7 +71,9 @@ function failure(workflow: Workflow, stage: FailedStage, error: unknown, toolErr
  * is decided by its own claim); null otherwise, and the successor is queued and woken.
  */
 export function fastPathInput(
-  workflow: Workflow, q: { runId: string; runInput: unknown; seq: number; stages: readonly PersistedStage[] }, result: unknown,
+  workflow: Workflow,
+  q: { runId: string; runInput: unknown; seq: number; stages: readonly PersistedStage[] },
+  result: unknown,
 ): { seq: number; input: unknown } | null {
   if (workflow.agent) return null;
   const next = linearSuccessor(workflow, q.seq);

@@ -68,7 +68,9 @@ export function assertTransition(entity: 'run' | 'stage', from: string, to: stri
 export function sourcesOf(entity: 'stage', to: StageState): StageState[];
 export function sourcesOf(entity: 'run', to: RunState): RunState[];
 export function sourcesOf(entity: 'run' | 'stage', to: string): string[] {
-  return Object.entries(tables[entity]).filter(([, next]) => next.includes(to)).map(([from]) => from);
+  return Object.entries(tables[entity])
+    .filter(([, next]) => next.includes(to))
+    .map(([from]) => from);
 }
 
 /** A SQL list literal of states, e.g. `'queued','running'`; states are our own constants, never input. */

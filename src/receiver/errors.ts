@@ -22,7 +22,10 @@ export class InvalidFenceError extends InvalidInputError {
 
 /** An idempotency key that is empty, too long, or holds control characters. */
 export class InvalidIdempotencyKeyError extends InvalidInputError {
-  constructor(reason: string, readonly value: unknown) {
+  constructor(
+    reason: string,
+    readonly value: unknown,
+  ) {
     super(`invalid idempotency key: ${reason}`, 'idempotencyKey', { value: preview(value) });
   }
 }
@@ -43,8 +46,11 @@ export class InvalidHandlerResponseError extends InvalidInputError {
  */
 export class HandlerEndedTransactionError extends InvalidInputError {
   constructor(options?: { cause?: unknown }) {
-    super("the effect handler ended the guard's transaction (COMMIT or ROLLBACK on tx): its writes were not kept, " +
-      'nothing was stored; write through tx and let the guard commit', 'handler');
+    super(
+      "the effect handler ended the guard's transaction (COMMIT or ROLLBACK on tx): its writes were not kept, " +
+        'nothing was stored; write through tx and let the guard commit',
+      'handler',
+    );
     if (options?.cause !== undefined) Object.defineProperty(this, 'cause', { value: options.cause, enumerable: false });
   }
 }

@@ -5,7 +5,13 @@ import { HandlerEndedTransactionError, InvalidHandlerResponseError } from './err
 import { assertFingerprint, assertIdempotencyKey, parseFence } from './fence.js';
 import { createMiddleware, type HttpHandler, type MiddlewareOptions, type RequestListener } from './http.js';
 import {
-  DEFAULT_RECEIVER_SCHEMA, HANDLER_ENDED_TRANSACTION, SCHEMA_NAME, advisoryLockId, receiverSql, type EffectRow, type ReceiverSql,
+  DEFAULT_RECEIVER_SCHEMA,
+  HANDLER_ENDED_TRANSACTION,
+  SCHEMA_NAME,
+  advisoryLockId,
+  receiverSql,
+  type EffectRow,
+  type ReceiverSql,
 } from './sql.js';
 
 /** Anything that lends a pg client: a `pg.Pool`, or a wrapper around one. */
@@ -68,7 +74,10 @@ const SAVEPOINT = 'ratchet_receiver_effect';
 
 const IN_PROGRESS: GuardResult = { status: 409, body: { error: 'in_progress' }, verdict: 'in_progress', replayed: false };
 const KEY_REUSED: GuardResult = {
-  status: 422, body: { error: 'idempotency_key_reused' }, verdict: 'idempotency_key_reused', replayed: false,
+  status: 422,
+  body: { error: 'idempotency_key_reused' },
+  verdict: 'idempotency_key_reused',
+  replayed: false,
 };
 
 function checkResponse(response: unknown): { status: number; body: unknown; json: string } {
@@ -125,7 +134,9 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
   async function migrate(): Promise<void> {
     const client = await db.connect();
     let broken: Error | undefined;
-    const unwatch = watchConnection(client, (err) => { broken = err; });
+    const unwatch = watchConnection(client, (err) => {
+      broken = err;
+    });
     try {
       await client.query('BEGIN');
       try {
@@ -133,7 +144,9 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
         for (const statement of sql.migrate) await client.query(statement);
         await client.query('COMMIT');
       } catch (err) {
-        await client.query('ROLLBACK').catch((e: Error) => { broken = e; });
+        await client.query('ROLLBACK').catch((e: Error) => {
+          broken = e;
+        });
         throw err;
       }
     } finally {
@@ -158,7 +171,9 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
     const client = await db.connect();
     let open = false;
     let broken: Error | undefined;
-    const unwatch = watchConnection(client, (err) => { broken = err; });
+    const unwatch = watchConnection(client, (err) => {
+      broken = err;
+    });
     const end = async <T>(statement: 'COMMIT' | 'ROLLBACK', result: T): Promise<T> => {
       await client.query(statement);
       open = false;
@@ -188,7 +203,10 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
       const highest = BigInt(row.fence);
       if (wanted < highest) {
         return await end('ROLLBACK', {
-          status: 409, body: { error: 'stale_fence', highest: highest.toString() }, verdict: 'stale_fence', replayed: false,
+          status: 409,
+          body: { error: 'stale_fence', highest: highest.toString() },
+          verdict: 'stale_fence',
+          replayed: false,
         });
       }
       await client.query(sql.admit, [key, wanted.toString()]);
@@ -224,7 +242,10 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
       });
       return await end('COMMIT', { status: response.status, body: response.body, verdict: 'applied', replayed: false });
     } catch (err) {
-      if (open) await client.query('ROLLBACK').catch((e: Error) => { broken = e; });
+      if (open)
+        await client.query('ROLLBACK').catch((e: Error) => {
+          broken = e;
+        });
       throw err;
     } finally {
       unwatch();
@@ -242,7 +263,10 @@ export function createFenceGuard(db: GuardPool, opts: FenceGuardOptions = {}): F
           throw new HandlerEndedTransactionError({ cause: handlerError ?? cleanupError });
         }
         if (handlerError === undefined) throw cleanupError;
-        throw new AggregateError([handlerError, cleanupError], 'ratchet/receiver: the handler failed and the guard could not record its fence');
+        throw new AggregateError(
+          [handlerError, cleanupError],
+          'ratchet/receiver: the handler failed and the guard could not record its fence',
+        );
       }
     }
   }

@@ -37,11 +37,13 @@ function send(res: ServerResponse, status: number, body: unknown, headers: Recor
     return;
   }
   const text = JSON.stringify(body ?? null);
-  res.writeHead(status, {
-    ...headers,
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': String(Buffer.byteLength(text)),
-  }).end(text);
+  res
+    .writeHead(status, {
+      ...headers,
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': String(Buffer.byteLength(text)),
+    })
+    .end(text);
 }
 
 /**
@@ -90,8 +92,14 @@ function readJsonBody(req: IncomingMessage, limit: number): Promise<BodyResult> 
         resolve({ ok: false, status: 400, error: 'invalid_json' });
       }
     };
-    const onError = (err: Error) => { cleanup(); reject(err); };
-    const onAborted = () => { cleanup(); reject(new Error('request aborted by the client')); };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(err);
+    };
+    const onAborted = () => {
+      cleanup();
+      reject(new Error('request aborted by the client'));
+    };
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', onError);
@@ -146,8 +154,12 @@ export function createMiddleware(run: RunFn, handler: HttpHandler, opts: Middlew
     const body = await readJsonBody(req, limit);
     if (!body.ok) {
       // An unread body cannot be left on a kept-alive connection: close it after answering.
-      return send(res, body.status, { error: body.error, ...(body.status === 413 ? { limit } : {}) },
-        body.status === 413 ? { connection: 'close' } : {});
+      return send(
+        res,
+        body.status,
+        { error: body.error, ...(body.status === 413 ? { limit } : {}) },
+        body.status === 413 ? { connection: 'close' } : {},
+      );
     }
 
     let result: GuardResult;

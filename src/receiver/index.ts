@@ -1,7 +1,14 @@
 /** ratchet/receiver: the fence guard for services that receive Ratchet's tool requests. */
 export { createFenceGuard } from './fence-guard.js';
 export type {
-  EffectHandler, FenceGuard, FenceGuardOptions, GuardPool, GuardResponse, GuardResult, GuardVerdict, RunOptions,
+  EffectHandler,
+  FenceGuard,
+  FenceGuardOptions,
+  GuardPool,
+  GuardResponse,
+  GuardResult,
+  GuardVerdict,
+  RunOptions,
 } from './fence-guard.js';
 export { DEFAULT_BODY_LIMIT } from './http.js';
 export type { HttpHandler, HttpHandlerContext, MiddlewareOptions, RequestListener } from './http.js';

@@ -1,4 +1,4 @@
-import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
+import { InvalidDefinitionError, type InvalidInputError } from '../errors.js';
 import { isWorkflow } from '../definitions/guards.js';
 import type { Workflow } from '../definitions/types.js';
 import { definitionPath, parseDefinition } from '../definitions/validate.js';
@@ -38,8 +38,12 @@ export function isSchedule(value: unknown): value is Schedule {
 }
 
 /** Refuses a cron expression or time zone cron-parser cannot use, and an input the workflow's schema refuses. */
-export function checkSchedule(spec: ScheduleSpec, workflow: Workflow | null, where: string,
-  ErrorType: typeof InvalidDefinitionError | typeof InvalidInputError = InvalidDefinitionError): void {
+export function checkSchedule(
+  spec: ScheduleSpec,
+  workflow: Workflow | null,
+  where: string,
+  ErrorType: typeof InvalidDefinitionError | typeof InvalidInputError = InvalidDefinitionError,
+): void {
   const problem = cronProblem(spec);
   if (problem) throw new ErrorType(problem.message, `${where}.${problem.path}`, { reason: `invalid_${problem.path}` });
   if (!workflow) return;
@@ -47,8 +51,11 @@ export function checkSchedule(spec: ScheduleSpec, workflow: Workflow | null, whe
   const parsed = workflow.input.safeParse(spec.input ?? {});
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    throw new ErrorType(`the schedule's input does not fit workflow "${workflow.name}": ${issue.message}`,
-      [`${where}.input`, ...issue.path.map(String)].join('.'), { reason: 'invalid_schedule_input' });
+    throw new ErrorType(
+      `the schedule's input does not fit workflow "${workflow.name}": ${issue.message}`,
+      [`${where}.input`, ...issue.path.map(String)].join('.'),
+      { reason: 'invalid_schedule_input' },
+    );
   }
 }
 
@@ -68,7 +75,7 @@ export function withSourceFile(schedule: Schedule, sourceFile: string): Schedule
 export function defineSchedule<I>(options: ScheduleOptions<I>): Schedule {
   const where = definitionPath('schedule', (options as { name?: unknown } | null)?.name);
   const given = options as ScheduleOptions<I> | null;
-  const workflow = given && isWorkflow(given.workflow) ? given.workflow as Workflow : null;
+  const workflow = given && isWorkflow(given.workflow) ? (given.workflow as Workflow) : null;
   const spec = parseDefinition(scheduleSpecSchema, { ...given, workflow: workflow ? workflow.name : given?.workflow }, where);
   checkSchedule(spec, workflow, where);
   const schedule = { ...spec, input: spec.input ?? {}, kind: 'schedule' as const, workflowDefinition: workflow };

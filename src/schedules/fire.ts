@@ -21,7 +21,11 @@ export interface FireDeps {
   logger: Logger;
 }
 
-export interface FireCounts { started: number; skipped: number; missed: number }
+export interface FireCounts {
+  started: number;
+  skipped: number;
+  missed: number;
+}
 
 /** The run idempotency key of one tick: the same on every worker, so one tick is one run. */
 export const tickRunKey = (schedule: string, tick: Date) => `schedule:${schedule}:${tick.toISOString()}`;
@@ -63,10 +67,13 @@ async function fireOne(deps: FireDeps, s: LeasedSchedule): Promise<FireCounts> {
   counts.missed = due.missed;
   let lastRun = s.lastRunId;
   for (const tick of due.fire) {
-    if (s.overlap === 'skip' && lastRun !== null && await runIsActive(deps.db, lastRun)) {
-      if (!await recordTick(deps.db, s.name, deps.owner, tick, 'skipped', null)) return counts; // lease lost: stop
+    if (s.overlap === 'skip' && lastRun !== null && (await runIsActive(deps.db, lastRun))) {
+      if (!(await recordTick(deps.db, s.name, deps.owner, tick, 'skipped', null))) return counts; // lease lost: stop
       counts.skipped++;
-      deps.logger.info({ event: 'schedule_tick_skipped', schedule: s.name, tick, runId: lastRun }, 'tick skipped: the previous run is still going');
+      deps.logger.info(
+        { event: 'schedule_tick_skipped', schedule: s.name, tick, runId: lastRun },
+        'tick skipped: the previous run is still going',
+      );
       continue;
     }
     const key = tickRunKey(s.name, tick);
@@ -79,13 +86,16 @@ async function fireOne(deps: FireDeps, s: LeasedSchedule): Promise<FireCounts> {
       if (!(err instanceof IdempotencyConflictError)) throw err;
       runId = err.runId;
     }
-    if (!await recordTick(deps.db, s.name, deps.owner, tick, 'started', runId)) return counts;
+    if (!(await recordTick(deps.db, s.name, deps.owner, tick, 'started', runId))) return counts;
     lastRun = runId;
     counts.started++;
     deps.logger.info({ event: 'schedule_tick_started', schedule: s.name, tick, runId }, 'schedule started a run');
   }
   if (due.missed > 0) {
-    deps.logger.warn({ event: 'schedule_ticks_missed', schedule: s.name, missed: due.missed, catchUp: s.catchUp }, 'missed ticks dropped (catchUp)');
+    deps.logger.warn(
+      { event: 'schedule_ticks_missed', schedule: s.name, missed: due.missed, catchUp: s.catchUp },
+      'missed ticks dropped (catchUp)',
+    );
   }
   const decided = due.latest ?? s.lastTickAt;
   await finishFiring(deps.db, s.name, deps.owner, due.latest, nextTick(spec, decided > s.lastTickAt ? decided : s.lastTickAt));

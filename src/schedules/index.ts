@@ -3,4 +3,11 @@ export { defineSchedule, isSchedule, type Schedule, type ScheduleOptions } from 
 export { scheduleSpecSchema, SCHEDULE_NAME, MAX_CATCH_UP, type CatchUp, type Overlap, type ScheduleSpec } from './spec.js';
 export { dueTicks, nextTick, cronProblem, type CronSpec, type DueTicks } from './ticks.js';
 export { fireDueSchedules, tickRunKey, FIRING_LEASE_MS, type FireCounts, type SubmitRun } from './fire.js';
-export { createScheduleService, checkCodeSchedules, syncCodeSchedules, toScheduleView, type ScheduleService, type ScheduleView } from './service.js';
+export {
+  createScheduleService,
+  checkCodeSchedules,
+  syncCodeSchedules,
+  toScheduleView,
+  type ScheduleService,
+  type ScheduleView,
+} from './service.js';

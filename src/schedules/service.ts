@@ -3,7 +3,13 @@ import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
 import type { Db } from '../store/db.js';
 import { parseInput } from '../store/validate.js';
 import {
-  deleteSchedule, getSchedule, listSchedules, listTicks, upsertSchedule, type ScheduleRow, type TickRow,
+  deleteSchedule,
+  getSchedule,
+  listSchedules,
+  listTicks,
+  upsertSchedule,
+  type ScheduleRow,
+  type TickRow,
 } from '../store/schedules.js';
 import { checkSchedule, type Schedule } from './define.js';
 import { catchUpToCount, countToCatchUp, scheduleSpecSchema, type CatchUp, type ScheduleSpec } from './spec.js';
@@ -11,14 +17,21 @@ import { nextTick } from './ticks.js';
 
 /** A schedule as the API, the client and the CLI show it. */
 export interface ScheduleView {
-  name: string; cron: string; timezone: string; workflow: string; input: unknown; overlap: 'skip' | 'allow'; catchUp: CatchUp;
+  name: string;
+  cron: string;
+  timezone: string;
+  workflow: string;
+  input: unknown;
+  overlap: 'skip' | 'allow';
+  catchUp: CatchUp;
   source: 'code' | 'api';
   /** Every tick up to here is decided (started, skipped, or missed). */
   lastTickAt: Date;
   /** The next tick that will fire (null: the expression has none left). */
   nextTickAt: Date | null;
   lastRunId: string | null;
-  createdAt: Date; updatedAt: Date;
+  createdAt: Date;
+  updatedAt: Date;
 }
 
 export const toScheduleView = (r: ScheduleRow): ScheduleView => ({ ...r, catchUp: countToCatchUp(r.catchUp) });
@@ -35,8 +48,9 @@ export interface ScheduleService {
 }
 
 async function write(db: Db, spec: ScheduleSpec, source: 'code' | 'api'): Promise<{ created: boolean }> {
-  return upsertSchedule(db, { ...spec, input: spec.input ?? {}, catchUp: catchUpToCount(spec.catchUp), source },
-    (after) => nextTick(spec, after));
+  return upsertSchedule(db, { ...spec, input: spec.input ?? {}, catchUp: catchUpToCount(spec.catchUp), source }, (after) =>
+    nextTick(spec, after),
+  );
 }
 
 /**
@@ -49,11 +63,15 @@ export function checkCodeSchedules(schedules: readonly Schedule[], registry: Reg
     const where = `schedule[${s.name}]`;
     const twin = names.get(s.name);
     if (twin && twin !== s) {
-      throw new InvalidDefinitionError(`schedule name "${s.name}" is declared twice${twin.sourceFile ? ` (${twin.sourceFile}, ${s.sourceFile})` : ''}`, where);
+      throw new InvalidDefinitionError(
+        `schedule name "${s.name}" is declared twice${twin.sourceFile ? ` (${twin.sourceFile}, ${s.sourceFile})` : ''}`,
+        where,
+      );
     }
     names.set(s.name, s);
     const workflow = registry.get(s.workflow);
-    if (!workflow) throw new InvalidDefinitionError(`schedule "${s.name}" starts workflow "${s.workflow}", which is not loaded`, `${where}.workflow`);
+    if (!workflow)
+      throw new InvalidDefinitionError(`schedule "${s.name}" starts workflow "${s.workflow}", which is not loaded`, `${where}.workflow`);
     checkSchedule(s, workflow, where);
   }
 }

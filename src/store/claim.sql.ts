@@ -110,7 +110,10 @@ function keyedCandidates(limit: number, by: ClaimOrder): string {
   const key = `s.state = 'queued' AND s.tool_class = $2 AND s.concurrency_key IS NOT NULL`;
   const pr = by === 'priority' ? 's.priority' : '0';
   const prOrder = by === 'priority' ? 's.priority DESC NULLS LAST, ' : '';
-  const dueOfKey = (k: string, n: string) => `SELECT s.id, ${pr} AS pr, s.available_at AS at, s.concurrency_limit AS lim FROM ratchet.stages s
+  const dueOfKey = (
+    k: string,
+    n: string,
+  ) => `SELECT s.id, ${pr} AS pr, s.available_at AS at, s.concurrency_limit AS lim FROM ratchet.stages s
         WHERE ${key} AND s.concurrency_key = ${k} AND s.definition_hash = u.hash AND s.available_at <= ${CLK}
         ORDER BY ${prOrder}s.available_at, s.id LIMIT ${n}`;
   return `
@@ -232,7 +235,9 @@ picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL S
 export const pickCandidatesSql = (limit: number, hashes: number, keyed: boolean, by: ClaimOrder = 'priority'): string => {
   check(limit, hashes);
   const kinds = ['queued', 'expired', ...(keyed ? ['keyed'] : [])];
-  const walk = keyed ? keyedCandidates(limit, by) : `
+  const walk = keyed
+    ? keyedCandidates(limit, by)
+    : `
 walk(k, visited) AS (SELECT $4::text, 0)`; // no keys walked: the cursor stays
   return `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own', by)},${walk},

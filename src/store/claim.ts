@@ -1,34 +1,59 @@
 import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
 import {
-  AGE_SHARE, CLAIM_IDS_SQL, claimSql, type ClaimOrder, COUNT_RATE_SQL, COUNT_RUNNING_CLASS_SQL, COUNT_RUNNING_KEYS_SQL, LOCK_CLASS_SQL, LOCK_KEYS_SQL,
-  MAX_CLAIM_DEFINITIONS, pickCandidatesSql, RECORD_RATE_SQL, WAITING_DEFINITIONS_SQL,
+  AGE_SHARE,
+  CLAIM_IDS_SQL,
+  claimSql,
+  type ClaimOrder,
+  COUNT_RATE_SQL,
+  COUNT_RUNNING_CLASS_SQL,
+  COUNT_RUNNING_KEYS_SQL,
+  LOCK_CLASS_SQL,
+  LOCK_KEYS_SQL,
+  MAX_CLAIM_DEFINITIONS,
+  pickCandidatesSql,
+  RECORD_RATE_SQL,
+  WAITING_DEFINITIONS_SQL,
 } from './claim.sql.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
 import { parseInput } from './validate.js';
 
-export const claimLimitsSchema = z.object({
-  /** At most this many stages of the class hold a live lease at once, across all workers. */
-  classConcurrency: z.number().int().min(1).max(100_000).optional(),
-  /** At most `max` claims of the class start in any window of `windowMs`, across all workers. */
-  rate: z.object({ max: z.number().int().min(1).max(1_000_000), windowMs: z.number().int().min(1).max(2 ** 31 - 1) }).strict().optional(),
-  /** The class has stages under concurrency keys: count live leases per key before claiming. */
-  keyed: z.boolean().optional(),
-}).strict();
+export const claimLimitsSchema = z
+  .object({
+    /** At most this many stages of the class hold a live lease at once, across all workers. */
+    classConcurrency: z.number().int().min(1).max(100_000).optional(),
+    /** At most `max` claims of the class start in any window of `windowMs`, across all workers. */
+    rate: z
+      .object({
+        max: z.number().int().min(1).max(1_000_000),
+        windowMs: z
+          .number()
+          .int()
+          .min(1)
+          .max(2 ** 31 - 1),
+      })
+      .strict()
+      .optional(),
+    /** The class has stages under concurrency keys: count live leases per key before claiming. */
+    keyed: z.boolean().optional(),
+  })
+  .strict();
 export type ClaimLimits = z.input<typeof claimLimitsSchema>;
 
-const claimArgs = z.object({
-  owner: z.string().min(1).max(200),
-  toolClass: z.string().min(1).max(200),
-  limit: z.number().int().min(1).max(1000),
-  /**
-   * Hashes of the workflow definitions this claimer has loaded: only stages of runs started
-   * with one of them are claimed; the rest wait, no attempt spent, for a claimer that has them.
-   * A worker always names them; omitted (tools, tests) means any definition.
-   */
-  definitions: z.array(z.string().min(1).max(200)).max(MAX_CLAIM_DEFINITIONS).optional(),
-  limits: claimLimitsSchema.optional(),
-}).strict();
+const claimArgs = z
+  .object({
+    owner: z.string().min(1).max(200),
+    toolClass: z.string().min(1).max(200),
+    limit: z.number().int().min(1).max(1000),
+    /**
+     * Hashes of the workflow definitions this claimer has loaded: only stages of runs started
+     * with one of them are claimed; the rest wait, no attempt spent, for a claimer that has them.
+     * A worker always names them; omitted (tools, tests) means any definition.
+     */
+    definitions: z.array(z.string().min(1).max(200)).max(MAX_CLAIM_DEFINITIONS).optional(),
+    limits: claimLimitsSchema.optional(),
+  })
+  .strict();
 
 /**
  * Where each keyed claim's walk over concurrency keys goes on from, per store and class: the
@@ -71,7 +96,13 @@ export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<Cl
   return rows.map((r) => toClaimed(r, sentAt));
 }
 
-interface ClaimOf { owner: string; toolClass: string; limit: number; hashes: string[]; by: ClaimOrder }
+interface ClaimOf {
+  owner: string;
+  toolClass: string;
+  limit: number;
+  hashes: string[];
+  by: ClaimOrder;
+}
 
 /** The key cursor this process's next keyed claim of `toolClass` starts after (tests). */
 export const keyCursorOf = (db: Db, toolClass: string): string | undefined => keyCursors.get(db)?.get(toolClass);
@@ -85,7 +116,12 @@ async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeo
   return rows;
 }
 
-async function claimLimited(tx: Queryable, from: string, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<{ rows: Row[]; cursor: string | null }> {
+async function claimLimited(
+  tx: Queryable,
+  from: string,
+  c: ClaimOf,
+  limits: z.output<typeof claimLimitsSchema>,
+): Promise<{ rows: Row[]; cursor: string | null }> {
   let budget = c.limit;
   if (limits.classConcurrency !== undefined || limits.rate) {
     await tx.query(LOCK_CLASS_SQL, [c.toolClass], 'ratchet_lock_class');
@@ -100,15 +136,20 @@ async function claimLimited(tx: Queryable, from: string, c: ClaimOf, limits: z.o
   }
   if (budget <= 0) return { rows: [], cursor: null };
   const keyed = limits.keyed === true;
-  const picked = await tx.query(pickCandidatesSql(budget, c.hashes.length, keyed, c.by),
-    [c.owner, c.toolClass, c.hashes, from], `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}_${c.by}`);
+  const picked = await tx.query(
+    pickCandidatesSql(budget, c.hashes.length, keyed, c.by),
+    [c.owner, c.toolClass, c.hashes, from],
+    `ratchet_pick_${budget}_${c.hashes.length}${keyed ? '_keyed' : ''}_${c.by}`,
+  );
   const cursor = keyed ? ((picked[0]?.next_cursor as string | null) ?? '') : null;
   const cands = picked.filter((p) => p.id !== null);
   let chosen = cands;
   const keys = [...new Set(cands.map((p) => p.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
   if (keys.length > 0) {
     await tx.query(LOCK_KEYS_SQL, [keys], 'ratchet_lock_keys');
-    const live = new Map((await tx.query(COUNT_RUNNING_KEYS_SQL, [keys], 'ratchet_count_running_keys')).map((r) => [r.key as string, r.n as number]));
+    const live = new Map(
+      (await tx.query(COUNT_RUNNING_KEYS_SQL, [keys], 'ratchet_count_running_keys')).map((r) => [r.key as string, r.n as number]),
+    );
     chosen = cands.filter((p) => {
       const key = p.concurrency_key as string | null;
       if (key === null) return true;

@@ -151,7 +151,10 @@ export function createPostgresDb(opts: PostgresOptions): Db {
         return out;
       } catch (err) {
         broken = err instanceof DatabaseUnavailableError;
-        if (!broken) await client.query('ROLLBACK').catch(() => { broken = true; });
+        if (!broken)
+          await client.query('ROLLBACK').catch(() => {
+            broken = true;
+          });
         throw err;
       } finally {
         client.release(broken ? true : undefined);
@@ -172,8 +175,11 @@ export function createPostgresDb(opts: PostgresOptions): Db {
     session(label: string) {
       // Server side, a statement whose client gave up may still wait (on a lock, say): it is
       // cancelled after the pool's answer limit, so an abandoned one cannot linger.
-      return createSession({ ...connection, application_name: `${connection.application_name}:${label}`,
-        statement_timeout: opts.statementTimeoutMs ?? opts.queryTimeoutMs ?? 10_000 });
+      return createSession({
+        ...connection,
+        application_name: `${connection.application_name}:${label}`,
+        statement_timeout: opts.statementTimeoutMs ?? opts.queryTimeoutMs ?? 10_000,
+      });
     },
     listen(channel, on) {
       return createPgListener({ ...connection, application_name: `${connection.application_name}:listen` }, channel, on);

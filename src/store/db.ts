@@ -61,14 +61,23 @@ export class StatementTimeLimitError extends Error {
 export function withTimeLimit<T>(work: Promise<T>, limitMs: number | undefined, onLimit: () => void): Promise<T> {
   if (limitMs === undefined) return work;
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      work.catch(() => {}); // abandoned: whatever it does later is not waited for
-      onLimit();
-      reject(new StatementTimeLimitError(limitMs));
-    }, Math.max(0, Math.min(limitMs, 2 ** 31 - 1)));
+    const timer = setTimeout(
+      () => {
+        work.catch(() => {}); // abandoned: whatever it does later is not waited for
+        onLimit();
+        reject(new StatementTimeLimitError(limitMs));
+      },
+      Math.max(0, Math.min(limitMs, 2 ** 31 - 1)),
+    );
     work.then(
-      (v) => { clearTimeout(timer); resolve(v); },
-      (e: unknown) => { clearTimeout(timer); reject(e); },
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        reject(e);
+      },
     );
   });
 }

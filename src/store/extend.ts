@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { DbSession, QueryOptions, Queryable } from './db.js';
 import { EXTEND_SQL, RELEASE_SQL } from './extend.sql.js';
 import { confirmedUntil, leasesArgs, monotonicNow } from './lease.js';

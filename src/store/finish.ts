@@ -8,35 +8,69 @@ import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
 import { parseInput } from './validate.js';
 
 const json = z.unknown();
-const finishRow = z.object({
-  stageId: z.string().regex(/^\d{1,19}$/),
-  fence: z.string().regex(/^\d{1,19}$/),
-  outcome: z.enum(['succeeded', 'failed', 'queued', 'cancelled']),
-  result: json.optional(),
-  error: json.optional(),
-  retryDelayMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
-  /**
-   * The next stage, queued with its input; or, with `error`, failed because its input could not
-   * be computed (only with the run failed: a retry of the run starts from it).
-   */
-  next: z.object({ seq: z.number().int().min(1), input: json, error: json.optional() }).strict().optional(),
-  /** The fast path: claim the next stage for this owner in the same statement (a keyed one is queued instead). */
-  claimNext: z.boolean().optional(),
-  /** Queue the next stage with the input it already holds (an agent's planned tool call). */
-  nextKeepInput: z.boolean().optional(),
-  /** An agent's plan: new stages inserted with this finish (the first `queued`, the rest `pending`). */
-  plan: z.array(z.object({
-    seq: z.number().int().min(1), name: z.string().min(1).max(200), tool: z.string().min(1).max(200), toolClass: z.string().min(1).max(200),
-    state: z.enum(['queued', 'pending']), leaseMs: z.number().int().positive(), timeoutMs: z.number().int().positive(),
-    maxDurationMs: z.number().int().positive(), maxAttempts: z.number().int().min(1), input: json,
-    concurrencyKey: z.string().optional(), concurrencyLimit: z.number().int().min(1).optional(),
-  }).strict()).min(1).max(1000).optional(),
-  run: z.object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() }).strict().optional(),
-  /** The key the tool derived for its effect (`tool.idempotencyKey(input)`), kept on the stage. */
-  effectKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
-  /** Extra event data (ids, hashes, durations; never payloads). */
-  data: z.record(z.string(), json).optional(),
-}).strict();
+const finishRow = z
+  .object({
+    stageId: z.string().regex(/^\d{1,19}$/),
+    fence: z.string().regex(/^\d{1,19}$/),
+    outcome: z.enum(['succeeded', 'failed', 'queued', 'cancelled']),
+    result: json.optional(),
+    error: json.optional(),
+    retryDelayMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(2 ** 31 - 1)
+      .optional(),
+    /**
+     * The next stage, queued with its input; or, with `error`, failed because its input could not
+     * be computed (only with the run failed: a retry of the run starts from it).
+     */
+    next: z
+      .object({ seq: z.number().int().min(1), input: json, error: json.optional() })
+      .strict()
+      .optional(),
+    /** The fast path: claim the next stage for this owner in the same statement (a keyed one is queued instead). */
+    claimNext: z.boolean().optional(),
+    /** Queue the next stage with the input it already holds (an agent's planned tool call). */
+    nextKeepInput: z.boolean().optional(),
+    /** An agent's plan: new stages inserted with this finish (the first `queued`, the rest `pending`). */
+    plan: z
+      .array(
+        z
+          .object({
+            seq: z.number().int().min(1),
+            name: z.string().min(1).max(200),
+            tool: z.string().min(1).max(200),
+            toolClass: z.string().min(1).max(200),
+            state: z.enum(['queued', 'pending']),
+            leaseMs: z.number().int().positive(),
+            timeoutMs: z.number().int().positive(),
+            maxDurationMs: z.number().int().positive(),
+            maxAttempts: z.number().int().min(1),
+            input: json,
+            concurrencyKey: z.string().optional(),
+            concurrencyLimit: z.number().int().min(1).optional(),
+          })
+          .strict(),
+      )
+      .min(1)
+      .max(1000)
+      .optional(),
+    run: z
+      .object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() })
+      .strict()
+      .optional(),
+    /** The key the tool derived for its effect (`tool.idempotencyKey(input)`), kept on the stage. */
+    effectKey: z
+      .string()
+      .min(1)
+      .max(500)
+      .regex(/^[^\u0000]*$/, 'must not contain \\u0000')
+      .optional(),
+    /** Extra event data (ids, hashes, durations; never payloads). */
+    data: z.record(z.string(), json).optional(),
+  })
+  .strict();
 export type FinishRow = z.input<typeof finishRow>;
 
 export interface FinishVerdict {
@@ -58,8 +92,10 @@ const DATE_FIELDS = ['lease_until', 'claimed_at', 'first_claimed_at', 'db_now', 
 /** Serialises one finish row; throws InvalidInputError for that row alone. */
 export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<string, unknown> {
   const row = parseInput(finishRow, input, path);
-  if (!canTransition('stage', 'running', row.outcome)) throw new InvalidInputError(`outcome ${row.outcome} is not a legal end of a running stage`, `${path}.outcome`);
-  if (row.outcome === 'queued' && row.retryDelayMs === undefined) throw new InvalidInputError('a retry needs retryDelayMs', `${path}.retryDelayMs`);
+  if (!canTransition('stage', 'running', row.outcome))
+    throw new InvalidInputError(`outcome ${row.outcome} is not a legal end of a running stage`, `${path}.outcome`);
+  if (row.outcome === 'queued' && row.retryDelayMs === undefined)
+    throw new InvalidInputError('a retry needs retryDelayMs', `${path}.retryDelayMs`);
   if (row.next?.error !== undefined && row.run?.state !== 'failed') {
     throw new InvalidInputError('a next stage fails only with its run (run.state failed)', `${path}.next.error`);
   }
@@ -77,8 +113,8 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
     nextSeq: row.next?.seq ?? null,
     nextInput: row.next ? parse(row.next.input, `${path}.next.input`) : null,
     nextError: row.next ? parse(row.next.error, `${path}.next.error`) : null,
-    claimNext: row.next && row.next.error === undefined ? row.claimNext ?? false : false,
-    nextKeepInput: row.next ? row.nextKeepInput ?? false : false,
+    claimNext: row.next && row.next.error === undefined ? (row.claimNext ?? false) : false,
+    nextKeepInput: row.next ? (row.nextKeepInput ?? false) : false,
     plan: row.plan ? row.plan.map((p, i) => ({ ...p, input: parse(p.input, `${path}.plan[${i}].input`) })) : null,
     runState: row.run?.state ?? null,
     runResult: row.run ? parse(row.run.result, `${path}.run.result`) : null,

@@ -46,21 +46,23 @@ export const DEFAULT_DATA_DIR = '.ratchet';
 /** An in-memory embedded database (tests, one-shot runs): no lock file, nothing kept. */
 export const MEMORY_DATA_DIR = ':memory:';
 
-const storeOptions = z.object({
-  /** postgres://... selects the PostgreSQL back end; unset selects embedded PGlite. */
-  databaseUrl: z.string().min(1).optional(),
-  /** Embedded data directory (default .ratchet/), or ':memory:'. */
-  dataDir: z.string().min(1).optional(),
-  /** PostgreSQL pool size (default 10). */
-  poolSize: z.number().int().min(1).max(1000).optional(),
-  /** Apply migrations at open (default true). */
-  migrate: z.boolean().optional(),
-  applicationName: z.string().optional(),
-  connectionTimeoutMs: z.number().int().positive().optional(),
-  /** Client-side limit on one statement's answer (default 10 s); see db-postgres.ts. */
-  queryTimeoutMs: z.number().int().positive().optional(),
-  logger: z.custom<Logger>().optional(),
-}).strict();
+const storeOptions = z
+  .object({
+    /** postgres://... selects the PostgreSQL back end; unset selects embedded PGlite. */
+    databaseUrl: z.string().min(1).optional(),
+    /** Embedded data directory (default .ratchet/), or ':memory:'. */
+    dataDir: z.string().min(1).optional(),
+    /** PostgreSQL pool size (default 10). */
+    poolSize: z.number().int().min(1).max(1000).optional(),
+    /** Apply migrations at open (default true). */
+    migrate: z.boolean().optional(),
+    applicationName: z.string().optional(),
+    connectionTimeoutMs: z.number().int().positive().optional(),
+    /** Client-side limit on one statement's answer (default 10 s); see db-postgres.ts. */
+    queryTimeoutMs: z.number().int().positive().optional(),
+    logger: z.custom<Logger>().optional(),
+  })
+  .strict();
 export type StoreOptions = z.input<typeof storeOptions>;
 
 export interface Store {
@@ -140,7 +142,8 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     if (opts.migrate !== false) await db.migrate();
     if (db.kind === 'pglite') {
       const [r] = await db.query(EXPIRE_ALL_LEASES_SQL);
-      if (r && (r.expired as number) > 0) opts.logger?.info({ event: 'lease_expired_at_startup', count: r.expired }, 'expired leases left by a previous process');
+      if (r && (r.expired as number) > 0)
+        opts.logger?.info({ event: 'lease_expired_at_startup', count: r.expired }, 'expired leases left by a previous process');
     }
   } catch (err) {
     await db.close().catch(() => {});
@@ -149,7 +152,15 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
   }
 
   const setOffset = async (ms: number) => {
-    parseInput(z.number().int().min(-(2 ** 40)).max(2 ** 40), ms, 'clock.setOffset');
+    parseInput(
+      z
+        .number()
+        .int()
+        .min(-(2 ** 40))
+        .max(2 ** 40),
+      ms,
+      'clock.setOffset',
+    );
     await db.query(SET_CLOCK_OFFSET_SQL, [ms]);
   };
   const offsetMs = async () => Number((await db.query(GET_CLOCK_SQL))[0]?.offset_ms ?? 0);

@@ -9,11 +9,27 @@ import { assertTransition, sourcesOf, sqlStates } from '../planner/states.js';
  */
 // Every transition written below must be in the state table; checked when this module loads.
 for (const [from, to] of [
-  ['queued', 'running'], ['running', 'running'], ['queued', 'failed'], ['running', 'failed'],
-  ['running', 'queued'], ['running', 'succeeded'], ['pending', 'queued'], ['pending', 'running'], ['pending', 'failed'],
-  ['pending', 'cancelled'], ['queued', 'cancelled'],
-] as const) assertTransition('stage', from, to);
-for (const [from, to] of [['queued', 'running'], ['queued', 'failed'], ['running', 'failed'], ['running', 'succeeded'], ['running', 'expired'], ['running', 'cancelled']] as const) {
+  ['queued', 'running'],
+  ['running', 'running'],
+  ['queued', 'failed'],
+  ['running', 'failed'],
+  ['running', 'queued'],
+  ['running', 'succeeded'],
+  ['pending', 'queued'],
+  ['pending', 'running'],
+  ['pending', 'failed'],
+  ['pending', 'cancelled'],
+  ['queued', 'cancelled'],
+] as const)
+  assertTransition('stage', from, to);
+for (const [from, to] of [
+  ['queued', 'running'],
+  ['queued', 'failed'],
+  ['running', 'failed'],
+  ['running', 'succeeded'],
+  ['running', 'expired'],
+  ['running', 'cancelled'],
+] as const) {
   assertTransition('run', from, to);
 }
 
@@ -49,4 +65,3 @@ export const CLAIMED_COLUMNS = `c.id::text AS id, c.run_id, c.seq, c.name, c.too
   c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
   c.timeout_ms, c.max_duration_ms, c.claimed_at, c.first_claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
   r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline`;
-

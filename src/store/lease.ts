@@ -14,7 +14,10 @@ export const monotonicNow = (): number => performance.now();
 export const confirmedUntil = (sentAt: number, leaseUntil: Date, dbNow: Date): number =>
   sentAt + (leaseUntil.getTime() - dbNow.getTime()) - LEASE_CONFIRMATION_MARGIN_MS;
 
-export interface Lease { stageId: string; fence: string }
+export interface Lease {
+  stageId: string;
+  fence: string;
+}
 
 export interface ClaimedStage {
   id: string;
@@ -88,7 +91,9 @@ export function toClaimed(r: Row, sentAt: number): ClaimedStage {
   };
 }
 
-export const leasesArgs = z.object({
-  owner: z.string().min(1).max(200),
-  leases: z.array(z.object({ stageId: z.string().regex(/^\d{1,19}$/), fence: z.string().regex(/^\d{1,19}$/) }).strict()).max(10_000),
-}).strict();
+export const leasesArgs = z
+  .object({
+    owner: z.string().min(1).max(200),
+    leases: z.array(z.object({ stageId: z.string().regex(/^\d{1,19}$/), fence: z.string().regex(/^\d{1,19}$/) }).strict()).max(10_000),
+  })
+  .strict();

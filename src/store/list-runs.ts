@@ -11,22 +11,37 @@ export const MAX_LIST_LIMIT = 500;
 
 const noNul = /^[^\u0000]*$/;
 
-export const listRunsFilterSchema = z.object({
-  states: z.array(z.enum(RUN_STATES as [RunState, ...RunState[]])).min(1).max(RUN_STATES.length).optional(),
-  workflow: z.string().min(1).max(200).regex(noNul, 'must not contain \\u0000').optional(),
-  createdAfter: z.date().refine(isStorableTime, `a date-time ${STORABLE_TIME_RANGE}`).optional(),
-  createdBefore: z.date().refine(isStorableTime, `a date-time ${STORABLE_TIME_RANGE}`).optional(),
-  /** The `nextCursor` of the previous page. */
-  cursor: z.string().min(1).max(200).optional(),
-  limit: z.number().int().min(1).max(MAX_LIST_LIMIT).optional(),
-}).strict();
+export const listRunsFilterSchema = z
+  .object({
+    states: z
+      .array(z.enum(RUN_STATES as [RunState, ...RunState[]]))
+      .min(1)
+      .max(RUN_STATES.length)
+      .optional(),
+    workflow: z.string().min(1).max(200).regex(noNul, 'must not contain \\u0000').optional(),
+    createdAfter: z.date().refine(isStorableTime, `a date-time ${STORABLE_TIME_RANGE}`).optional(),
+    createdBefore: z.date().refine(isStorableTime, `a date-time ${STORABLE_TIME_RANGE}`).optional(),
+    /** The `nextCursor` of the previous page. */
+    cursor: z.string().min(1).max(200).optional(),
+    limit: z.number().int().min(1).max(MAX_LIST_LIMIT).optional(),
+  })
+  .strict();
 export type ListRunsFilter = z.input<typeof listRunsFilterSchema>;
 
 export interface RunSummaryRow {
-  id: string; workflow: string; state: RunState; deadline: Date | null; error: unknown;
-  createdAt: Date; updatedAt: Date; finishedAt: Date | null;
+  id: string;
+  workflow: string;
+  state: RunState;
+  deadline: Date | null;
+  error: unknown;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
 }
-export interface RunPage { runs: RunSummaryRow[]; nextCursor: string | null }
+export interface RunPage {
+  runs: RunSummaryRow[];
+  nextCursor: string | null;
+}
 
 /** The cursor is opaque to callers: base64url of "<created_at to the microsecond>|<id>". */
 export function encodeCursor(createdAt: string, id: string): string {
@@ -55,14 +70,26 @@ export async function listRuns(q: Queryable, filter: ListRunsFilter = {}): Promi
   const limit = f.limit ?? 50;
   const cursor = f.cursor ? decodeCursor(f.cursor, 'listRuns.cursor') : null;
   const rows = await q.query(LIST_RUNS_SQL, [
-    f.states ?? null, f.workflow ?? null, f.createdAfter ?? null, f.createdBefore ?? null, cursor?.createdAt ?? null, cursor?.id ?? null, limit + 1,
+    f.states ?? null,
+    f.workflow ?? null,
+    f.createdAfter ?? null,
+    f.createdBefore ?? null,
+    cursor?.createdAt ?? null,
+    cursor?.id ?? null,
+    limit + 1,
   ]);
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   return {
     runs: page.map((r) => ({
-      id: r.id as string, workflow: r.workflow as string, state: r.state as RunState, deadline: (r.deadline as Date | null) ?? null,
-      error: r.error ?? null, createdAt: r.created_at as Date, updatedAt: r.updated_at as Date, finishedAt: (r.finished_at as Date | null) ?? null,
+      id: r.id as string,
+      workflow: r.workflow as string,
+      state: r.state as RunState,
+      deadline: (r.deadline as Date | null) ?? null,
+      error: r.error ?? null,
+      createdAt: r.created_at as Date,
+      updatedAt: r.updated_at as Date,
+      finishedAt: (r.finished_at as Date | null) ?? null,
     })),
     nextCursor: rows.length > limit && last ? encodeCursor(last.cursor_ts as string, last.id as string) : null,
   };

@@ -55,8 +55,12 @@ export function createPgListener(config: pg.ClientConfig, channel: string, on: L
       schedule(err);
     };
     c.on('error', fail);
-    c.on('end', () => { if (client === c && !closed) fail(new Error('the LISTEN connection ended')); });
-    c.on('notification', (n) => { if (n.channel === channel) on.notify(n.payload ?? ''); });
+    c.on('end', () => {
+      if (client === c && !closed) fail(new Error('the LISTEN connection ended'));
+    });
+    c.on('notification', (n) => {
+      if (n.channel === channel) on.notify(n.payload ?? '');
+    });
     try {
       await c.connect();
       await c.query(`LISTEN ${pg.escapeIdentifier(channel)}`);

@@ -3,7 +3,11 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { DataDirLockedError } from '../errors.js';
 
-interface Holder { pid: number; host: string; startedAt: string }
+interface Holder {
+  pid: number;
+  host: string;
+  startedAt: string;
+}
 
 function alive(pid: number): boolean {
   try {

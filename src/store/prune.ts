@@ -22,10 +22,14 @@ export const ageSchema = z.union([z.string(), z.number()]).transform((value, ctx
   } catch {
     n = undefined;
   }
-  const problem = typeof n !== 'number' || !Number.isFinite(n)
-    ? `cannot read ${JSON.stringify(value)} as an age: expected an ms string like "30d" or milliseconds`
-    : !Number.isInteger(n) || n <= 0 ? `the age ${JSON.stringify(value)} must be a whole number of milliseconds greater than 0`
-    : n > MAX_AGE_MS ? `the age ${JSON.stringify(value)} is more than 100 years` : null;
+  const problem =
+    typeof n !== 'number' || !Number.isFinite(n)
+      ? `cannot read ${JSON.stringify(value)} as an age: expected an ms string like "30d" or milliseconds`
+      : !Number.isInteger(n) || n <= 0
+        ? `the age ${JSON.stringify(value)} must be a whole number of milliseconds greater than 0`
+        : n > MAX_AGE_MS
+          ? `the age ${JSON.stringify(value)} is more than 100 years`
+          : null;
   if (problem) {
     ctx.issues.push({ code: 'custom', message: problem, input: value });
     return z.NEVER;
@@ -37,17 +41,23 @@ export const ageSchema = z.union([z.string(), z.number()]).transform((value, ctx
  * A retention policy: how long runs are kept after they finish, per finished state
  * (`{ succeeded: '7d', failed: '30d' }`); a state not named is kept for ever.
  */
-export const retentionPolicySchema = z.object({
-  succeeded: ageSchema.optional(),
-  failed: ageSchema.optional(),
-  cancelled: ageSchema.optional(),
-  expired: ageSchema.optional(),
-}).strict();
+export const retentionPolicySchema = z
+  .object({
+    succeeded: ageSchema.optional(),
+    failed: ageSchema.optional(),
+    cancelled: ageSchema.optional(),
+    expired: ageSchema.optional(),
+  })
+  .strict();
 export type RetentionPolicy = z.input<typeof retentionPolicySchema>;
 /** A policy read: milliseconds per finished state. */
 export type RetentionAges = z.output<typeof retentionPolicySchema>;
 
-export interface PruneCounts { runs: number; stages: number; events: number }
+export interface PruneCounts {
+  runs: number;
+  stages: number;
+  events: number;
+}
 
 export interface PruneBatch extends PruneCounts {
   state: FinishedRunState;
@@ -55,18 +65,20 @@ export interface PruneBatch extends PruneCounts {
   batch: number;
 }
 
-const pruneOptionsSchema = z.object({
-  /** How long after finishing, per finished state (a retention policy: `{ succeeded: '7d' }`); states not named are not touched. */
-  olderThan: retentionPolicySchema,
-  /** Runs per batch (default 500). */
-  batchSize: z.number().int().min(1).max(MAX_PRUNE_BATCH).default(DEFAULT_PRUNE_BATCH),
-  /** At most this many batches per state (the sweeper's bound per tick); default: until none is left. */
-  maxBatchesPerState: z.number().int().positive().optional(),
-  /** Count what would go; delete nothing. */
-  dryRun: z.boolean().default(false),
-  /** Called after each committed batch (progress, tests); the next batch waits for it. */
-  onBatch: z.custom<(batch: PruneBatch) => void | Promise<void>>((v) => typeof v === 'function').optional(),
-}).strict();
+const pruneOptionsSchema = z
+  .object({
+    /** How long after finishing, per finished state (a retention policy: `{ succeeded: '7d' }`); states not named are not touched. */
+    olderThan: retentionPolicySchema,
+    /** Runs per batch (default 500). */
+    batchSize: z.number().int().min(1).max(MAX_PRUNE_BATCH).default(DEFAULT_PRUNE_BATCH),
+    /** At most this many batches per state (the sweeper's bound per tick); default: until none is left. */
+    maxBatchesPerState: z.number().int().positive().optional(),
+    /** Count what would go; delete nothing. */
+    dryRun: z.boolean().default(false),
+    /** Called after each committed batch (progress, tests); the next batch waits for it. */
+    onBatch: z.custom<(batch: PruneBatch) => void | Promise<void>>((v) => typeof v === 'function').optional(),
+  })
+  .strict();
 export type PruneOptions = z.input<typeof pruneOptionsSchema>;
 
 export interface PruneResult extends PruneCounts {
@@ -78,8 +90,11 @@ export interface PruneResult extends PruneCounts {
   byState: Partial<Record<FinishedRunState, PruneCounts>>;
 }
 
-const counts = (r: Record<string, unknown> | undefined): PruneCounts =>
-  ({ runs: Number(r?.runs ?? 0), stages: Number(r?.stages ?? 0), events: Number(r?.events ?? 0) });
+const counts = (r: Record<string, unknown> | undefined): PruneCounts => ({
+  runs: Number(r?.runs ?? 0),
+  stages: Number(r?.stages ?? 0),
+  events: Number(r?.events ?? 0),
+});
 
 /**
  * Deletes finished runs older than their state's age (by the database clock), with their stages
@@ -91,7 +106,7 @@ export async function prune(q: Queryable, options: PruneOptions): Promise<PruneR
   const o = parseInput(pruneOptionsSchema, options, 'prune');
   const result: PruneResult = { dryRun: o.dryRun, runs: 0, stages: 0, events: 0, batches: 0, complete: true, byState: {} };
   const add = (state: FinishedRunState, c: PruneCounts) => {
-    const s = result.byState[state] ??= { runs: 0, stages: 0, events: 0 };
+    const s = (result.byState[state] ??= { runs: 0, stages: 0, events: 0 });
     for (const k of ['runs', 'stages', 'events'] as const) {
       s[k] += c[k];
       result[k] += c[k];

@@ -28,11 +28,26 @@ export async function retryRun(q: Queryable, runId: string): Promise<RetryResult
   const [r] = await q.query(RETRY_RUN_SQL, [runId]);
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
   const previousState = r.previous_state as RunState;
-  const stage = r.stage_id ? {
-    id: r.stage_id as string, seq: r.seq as number, name: r.name as string, tool: r.tool as string, toolClass: r.tool_class as string,
-    attemptsUsed: r.attempts_used as number, error: r.stage_error ?? null,
-  } : null;
+  const stage = r.stage_id
+    ? {
+        id: r.stage_id as string,
+        seq: r.seq as number,
+        name: r.name as string,
+        tool: r.tool as string,
+        toolClass: r.tool_class as string,
+        attemptsUsed: r.attempts_used as number,
+        error: r.stage_error ?? null,
+      }
+    : null;
   const retried = r.retried === 1;
-  const reason = retried ? null : previousState !== 'failed' ? 'not_failed' : !stage ? 'no_failed_stage' : r.deadline_passed === true ? 'deadline_passed' : 'not_failed';
+  const reason = retried
+    ? null
+    : previousState !== 'failed'
+      ? 'not_failed'
+      : !stage
+        ? 'no_failed_stage'
+        : r.deadline_passed === true
+          ? 'deadline_passed'
+          : 'not_failed';
   return { retried, previousState, reason, stage };
 }

@@ -8,56 +8,109 @@ import { prioritySchema } from '../definitions/priority.js';
 import { toJsonText } from './json.js';
 import { parseInput } from './validate.js';
 import {
-  CANCEL_RUN_SQL, GET_RUN_BY_KEY_SQL, GET_RUN_SQL, GET_STAGES_SQL, INSERT_RUN_SQL, INSERT_STAGES_SQL, LIST_EVENTS_SQL, TRANSITION_STAGE_SQL,
+  CANCEL_RUN_SQL,
+  GET_RUN_BY_KEY_SQL,
+  GET_RUN_SQL,
+  GET_STAGES_SQL,
+  INSERT_RUN_SQL,
+  INSERT_STAGES_SQL,
+  LIST_EVENTS_SQL,
+  TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
 import { cancelLeftovers } from './deadline.js';
 
-const positiveMs = z.number().int().positive().max(2 ** 31 - 1);
-const name = z.string().min(1).max(200).regex(/^[^\u0000]*$/, 'must not contain \\u0000');
+const positiveMs = z
+  .number()
+  .int()
+  .positive()
+  .max(2 ** 31 - 1);
+const name = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(/^[^\u0000]*$/, 'must not contain \\u0000');
 
-export const stageSpecSchema = z.object({
-  name,
-  tool: name,
-  toolClass: name,
-  leaseMs: positiveMs,
-  timeoutMs: positiveMs,
-  maxDurationMs: positiveMs,
-  maxAttempts: z.number().int().min(1).max(1000),
-  idempotencyKey: z.string().min(1).max(500).optional(),
-  /** No more than concurrencyLimit stages with this key hold a live lease at once. */
-  concurrencyKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
-  concurrencyLimit: z.number().int().min(1).max(100_000).optional(),
-  input: z.unknown().optional(),
-}).strict().refine((s) => (s.concurrencyKey === undefined) === (s.concurrencyLimit === undefined), { message: 'concurrencyKey and concurrencyLimit go together', path: ['concurrencyKey'] });
+export const stageSpecSchema = z
+  .object({
+    name,
+    tool: name,
+    toolClass: name,
+    leaseMs: positiveMs,
+    timeoutMs: positiveMs,
+    maxDurationMs: positiveMs,
+    maxAttempts: z.number().int().min(1).max(1000),
+    idempotencyKey: z.string().min(1).max(500).optional(),
+    /** No more than concurrencyLimit stages with this key hold a live lease at once. */
+    concurrencyKey: z
+      .string()
+      .min(1)
+      .max(500)
+      .regex(/^[^\u0000]*$/, 'must not contain \\u0000')
+      .optional(),
+    concurrencyLimit: z.number().int().min(1).max(100_000).optional(),
+    input: z.unknown().optional(),
+  })
+  .strict()
+  .refine((s) => (s.concurrencyKey === undefined) === (s.concurrencyLimit === undefined), {
+    message: 'concurrencyKey and concurrencyLimit go together',
+    path: ['concurrencyKey'],
+  });
 export type StageSpec = z.input<typeof stageSpecSchema>;
 
-const createRunSchema = z.object({
-  id: z.uuid().optional(),
-  workflow: name,
-  definitionHash: z.string().min(1).max(200),
-  input: z.unknown(),
-  idempotencyKey: z.string().min(1).max(500).regex(/^[^\u0000]*$/, 'must not contain \\u0000').optional(),
-  /** An absolute deadline; or `deadlineInMs`, a duration from the database's now. */
-  deadline: z.date().optional(),
-  /** The deadline as the submitter gave it (an ISO date-time, a duration, ms): part of the idempotency hash. */
-  requestedDeadline: z.union([z.string().max(100), z.number()]).optional(),
-  /** The workflow version the submitter asked for, if any: part of the idempotency hash. */
-  requestedVersion: z.number().int().min(1).optional(),
-  deadlineInMs: z.number().int().min(0).max(2 ** 31 - 1).optional(),
-  /** Higher is claimed first within a tool class (PRIORITY_RANGE); default 0. */
-  priority: prioritySchema.optional(),
-  stages: z.array(stageSpecSchema).min(1).max(10_000),
-}).strict().refine((r) => r.deadline === undefined || r.deadlineInMs === undefined,
-  { message: 'give deadline or deadlineInMs, not both', path: ['deadlineInMs'] });
+const createRunSchema = z
+  .object({
+    id: z.uuid().optional(),
+    workflow: name,
+    definitionHash: z.string().min(1).max(200),
+    input: z.unknown(),
+    idempotencyKey: z
+      .string()
+      .min(1)
+      .max(500)
+      .regex(/^[^\u0000]*$/, 'must not contain \\u0000')
+      .optional(),
+    /** An absolute deadline; or `deadlineInMs`, a duration from the database's now. */
+    deadline: z.date().optional(),
+    /** The deadline as the submitter gave it (an ISO date-time, a duration, ms): part of the idempotency hash. */
+    requestedDeadline: z.union([z.string().max(100), z.number()]).optional(),
+    /** The workflow version the submitter asked for, if any: part of the idempotency hash. */
+    requestedVersion: z.number().int().min(1).optional(),
+    deadlineInMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(2 ** 31 - 1)
+      .optional(),
+    /** Higher is claimed first within a tool class (PRIORITY_RANGE); default 0. */
+    priority: prioritySchema.optional(),
+    stages: z.array(stageSpecSchema).min(1).max(10_000),
+  })
+  .strict()
+  .refine((r) => r.deadline === undefined || r.deadlineInMs === undefined, {
+    message: 'give deadline or deadlineInMs, not both',
+    path: ['deadlineInMs'],
+  });
 export type CreateRunInput = z.input<typeof createRunSchema>;
 
 export class IdempotencyConflictError extends RatchetError {
-  constructor(readonly idempotencyKey: string, readonly runId: string) {
-    super('invalid_input', `idempotency key ${idempotencyKey} was used for run ${runId} with another request`, { idempotencyKey, runId, reason: 'idempotency_conflict' });
+  constructor(
+    readonly idempotencyKey: string,
+    readonly runId: string,
+  ) {
+    super('invalid_input', `idempotency key ${idempotencyKey} was used for run ${runId} with another request`, {
+      idempotencyKey,
+      runId,
+      reason: 'idempotency_conflict',
+    });
   }
 }
 
-export interface CreatedRun { id: string; state: RunState; created: boolean; stageIds: string[] }
+export interface CreatedRun {
+  id: string;
+  state: RunState;
+  created: boolean;
+  stageIds: string[];
+}
 
 /**
  * Hash of what was submitted under an idempotency key, so another request under it is told
@@ -66,7 +119,13 @@ export interface CreatedRun { id: string; state: RunState; created: boolean; sta
  * was asked for. Without a deadline or version the hash is what it was before they counted, so
  * runs made then still match.
  */
-export function requestHash(workflow: string, input: unknown, requestedDeadline?: string | number, requestedVersion?: number, priority?: number): string {
+export function requestHash(
+  workflow: string,
+  input: unknown,
+  requestedDeadline?: string | number,
+  requestedVersion?: number,
+  priority?: number,
+): string {
   const h = createHash('sha256').update(workflow).update('\u0000').update(toJsonText(input));
   if (requestedDeadline !== undefined) h.update('\u0000deadline\u0000').update(JSON.stringify(requestedDeadline));
   if (requestedVersion !== undefined) h.update('\u0000version\u0000').update(String(requestedVersion));
@@ -104,8 +163,17 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
   for (const s of stages) s.idempotencyKey ??= `${id}:${s.seq}:${s.tool}`;
 
   return db.transaction(async (tx) => {
-    const inserted = await tx.query(INSERT_RUN_SQL,
-      [id, run.workflow, run.definitionHash, inputText, run.deadline ?? null, run.idempotencyKey ?? null, hash, run.deadlineInMs ?? null, run.priority ?? 0]);
+    const inserted = await tx.query(INSERT_RUN_SQL, [
+      id,
+      run.workflow,
+      run.definitionHash,
+      inputText,
+      run.deadline ?? null,
+      run.idempotencyKey ?? null,
+      hash,
+      run.deadlineInMs ?? null,
+      run.priority ?? 0,
+    ]);
     if (inserted.length === 0) {
       const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
       if (!existing) throw new InvalidInputError('run id already exists', 'createRun.id');
@@ -118,17 +186,45 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
 }
 
 export interface StageRow {
-  id: string; seq: number; name: string; tool: string; toolClass: string; state: StageState; ownerId: string | null;
-  fence: string | null; attempt: number; maxAttempts: number; leaseUntil: Date | null; heartbeatAt: Date | null;
-  claimedAt: Date | null; availableAt: Date; idempotencyKey: string;
+  id: string;
+  seq: number;
+  name: string;
+  tool: string;
+  toolClass: string;
+  state: StageState;
+  ownerId: string | null;
+  fence: string | null;
+  attempt: number;
+  maxAttempts: number;
+  leaseUntil: Date | null;
+  heartbeatAt: Date | null;
+  claimedAt: Date | null;
+  availableAt: Date;
+  idempotencyKey: string;
   /** The key the tool derived for its effect (what a receiver saw), or null when it sent the stage's own. */
-  effectKey: string | null; input: unknown;
-  result: unknown; error: unknown; createdAt: Date; updatedAt: Date; finishedAt: Date | null;
+  effectKey: string | null;
+  input: unknown;
+  result: unknown;
+  error: unknown;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
 }
 export interface RunRow {
-  id: string; workflow: string; definitionHash: string; input: unknown; state: RunState; deadline: Date | null;
-  idempotencyKey: string | null; result: unknown; error: unknown; createdAt: Date; updatedAt: Date;
-  finishedAt: Date | null; dbNow: Date; stages: StageRow[];
+  id: string;
+  workflow: string;
+  definitionHash: string;
+  input: unknown;
+  state: RunState;
+  deadline: Date | null;
+  idempotencyKey: string | null;
+  result: unknown;
+  error: unknown;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
+  dbNow: Date;
+  stages: StageRow[];
   /** Higher is claimed first within a tool class (README "Priorities"). */
   priority: number;
 }
@@ -142,32 +238,70 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
   if (!r) return null;
   const stages = await q.query(GET_STAGES_SQL, [id], 'ratchet_get_stages');
   return {
-    id: r.id as string, workflow: r.workflow as string, definitionHash: r.definition_hash as string, input: r.input,
-    state: r.state as RunState, deadline: (r.deadline as Date | null) ?? null, priority: (r.priority as number | undefined) ?? 0, idempotencyKey: (r.idempotency_key as string | null) ?? null,
-    result: r.result ?? null, error: r.error ?? null, createdAt: r.created_at as Date, updatedAt: r.updated_at as Date,
-    finishedAt: (r.finished_at as Date | null) ?? null, dbNow: r.db_now as Date,
+    id: r.id as string,
+    workflow: r.workflow as string,
+    definitionHash: r.definition_hash as string,
+    input: r.input,
+    state: r.state as RunState,
+    deadline: (r.deadline as Date | null) ?? null,
+    priority: (r.priority as number | undefined) ?? 0,
+    idempotencyKey: (r.idempotency_key as string | null) ?? null,
+    result: r.result ?? null,
+    error: r.error ?? null,
+    createdAt: r.created_at as Date,
+    updatedAt: r.updated_at as Date,
+    finishedAt: (r.finished_at as Date | null) ?? null,
+    dbNow: r.db_now as Date,
     stages: stages.map((s) => ({
-      id: s.id as string, seq: s.seq as number, name: s.name as string, tool: s.tool as string, toolClass: s.tool_class as string,
-      state: s.state as StageState, ownerId: (s.owner_id as string | null) ?? null, fence: (s.fence as string | null) ?? null,
-      attempt: s.attempt as number, maxAttempts: s.max_attempts as number, leaseUntil: (s.lease_until as Date | null) ?? null,
-      heartbeatAt: (s.heartbeat_at as Date | null) ?? null, claimedAt: (s.claimed_at as Date | null) ?? null,
-      availableAt: s.available_at as Date, idempotencyKey: s.idempotency_key as string, effectKey: (s.effect_key as string | null) ?? null,
-      input: s.input ?? null, result: s.result ?? null, error: s.error ?? null, createdAt: s.created_at as Date,
-      updatedAt: s.updated_at as Date, finishedAt: (s.finished_at as Date | null) ?? null,
+      id: s.id as string,
+      seq: s.seq as number,
+      name: s.name as string,
+      tool: s.tool as string,
+      toolClass: s.tool_class as string,
+      state: s.state as StageState,
+      ownerId: (s.owner_id as string | null) ?? null,
+      fence: (s.fence as string | null) ?? null,
+      attempt: s.attempt as number,
+      maxAttempts: s.max_attempts as number,
+      leaseUntil: (s.lease_until as Date | null) ?? null,
+      heartbeatAt: (s.heartbeat_at as Date | null) ?? null,
+      claimedAt: (s.claimed_at as Date | null) ?? null,
+      availableAt: s.available_at as Date,
+      idempotencyKey: s.idempotency_key as string,
+      effectKey: (s.effect_key as string | null) ?? null,
+      input: s.input ?? null,
+      result: s.result ?? null,
+      error: s.error ?? null,
+      createdAt: s.created_at as Date,
+      updatedAt: s.updated_at as Date,
+      finishedAt: (s.finished_at as Date | null) ?? null,
     })),
   };
 }
 
 export interface EventRow {
-  id: string; runId: string; stageId: string | null; type: string; fence: string | null; attempt: number | null; at: Date; data: unknown;
+  id: string;
+  runId: string;
+  stageId: string | null;
+  type: string;
+  fence: string | null;
+  attempt: number | null;
+  at: Date;
+  data: unknown;
 }
 
 export async function listEvents(q: Queryable, runId: string, opts: { after?: string; limit?: number } = {}): Promise<EventRow[]> {
   if (!isUuid(runId)) return [];
   const rows = await q.query(LIST_EVENTS_SQL, [runId, opts.after ?? '0', Math.min(opts.limit ?? 1000, 10_000)], 'ratchet_list_events');
   return rows.map((e) => ({
-    id: e.id as string, runId: e.run_id as string, stageId: (e.stage_id as string | null) ?? null, type: e.type as string,
-    fence: (e.fence as string | null) ?? null, attempt: (e.attempt as number | null) ?? null, at: e.at as Date, data: e.data ?? null,
+    id: e.id as string,
+    runId: e.run_id as string,
+    stageId: (e.stage_id as string | null) ?? null,
+    type: e.type as string,
+    fence: (e.fence as string | null) ?? null,
+    attempt: (e.attempt as number | null) ?? null,
+    at: e.at as Date,
+    data: e.data ?? null,
   }));
 }
 
@@ -197,5 +331,9 @@ export async function cancelRun(q: Queryable, runId: string): Promise<CancelResu
   const [r] = await q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
   if (r.cancelled === 1) await cancelLeftovers(q, [runId], 'cancelled'); // a plan a finish inserted meanwhile (deadline.sql.ts)
-  return { cancelled: r.cancelled === 1, previousState: r.previous_state as RunState, runningStageIds: (r.running_stage_ids as string[]) ?? [] };
+  return {
+    cancelled: r.cancelled === 1,
+    previousState: r.previous_state as RunState,
+    runningStageIds: (r.running_stage_ids as string[]) ?? [],
+  };
 }

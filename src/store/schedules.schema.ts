@@ -8,46 +8,51 @@ import { ratchet } from './schema.js';
  */
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
 
-export const schedules = ratchet.table('schedules', {
-  name: text('name').primaryKey(),
-  cron: text('cron').notNull(),
-  /** An IANA time zone the cron expression is read in. */
-  timezone: text('timezone').notNull(),
-  workflow: text('workflow').notNull(),
-  input: jsonb('input').notNull(),
-  /** 'skip': a tick starts nothing while the schedule's previous run is queued or running; 'allow': it starts anyway. */
-  overlap: text('overlap').notNull(),
-  /** How many missed ticks (before the latest due one) fire after an outage: 0 = none. */
-  catchUp: integer('catch_up').notNull(),
-  /** 'code' (defineSchedule in a workflow file, written at start-up) or 'api' (POST /v1/schedules). */
-  source: text('source').notNull(),
-  /** Every tick up to here is decided (fired, skipped or missed); ticks after it are due when their time passes. */
-  lastTickAt: ts('last_tick_at').notNull(),
-  /** The first tick after last_tick_at (computed by the application from cron and time zone); null: it never fires again. */
-  nextTickAt: ts('next_tick_at'),
-  lastRunId: uuid('last_run_id'),
-  /** A short lease on deciding this schedule's ticks: one worker at a time, taken over when it lapses. */
-  firingOwner: text('firing_owner'),
-  firingUntil: ts('firing_until'),
-  createdAt: ts('created_at').notNull().default(sql`now()`),
-  updatedAt: ts('updated_at').notNull().default(sql`now()`),
-}, (t) => [
-  // The sweeper's question, "which schedules have a tick due?", read in index order.
-  index('schedules_next_tick_idx').on(t.nextTickAt),
-  check('schedules_overlap_ck', sql`${t.overlap} in ('skip','allow')`),
-  check('schedules_catch_up_ck', sql`${t.catchUp} >= 0`),
-  check('schedules_source_ck', sql`${t.source} in ('code','api')`),
-]);
+export const schedules = ratchet.table(
+  'schedules',
+  {
+    name: text('name').primaryKey(),
+    cron: text('cron').notNull(),
+    /** An IANA time zone the cron expression is read in. */
+    timezone: text('timezone').notNull(),
+    workflow: text('workflow').notNull(),
+    input: jsonb('input').notNull(),
+    /** 'skip': a tick starts nothing while the schedule's previous run is queued or running; 'allow': it starts anyway. */
+    overlap: text('overlap').notNull(),
+    /** How many missed ticks (before the latest due one) fire after an outage: 0 = none. */
+    catchUp: integer('catch_up').notNull(),
+    /** 'code' (defineSchedule in a workflow file, written at start-up) or 'api' (POST /v1/schedules). */
+    source: text('source').notNull(),
+    /** Every tick up to here is decided (fired, skipped or missed); ticks after it are due when their time passes. */
+    lastTickAt: ts('last_tick_at').notNull(),
+    /** The first tick after last_tick_at (computed by the application from cron and time zone); null: it never fires again. */
+    nextTickAt: ts('next_tick_at'),
+    lastRunId: uuid('last_run_id'),
+    /** A short lease on deciding this schedule's ticks: one worker at a time, taken over when it lapses. */
+    firingOwner: text('firing_owner'),
+    firingUntil: ts('firing_until'),
+    createdAt: ts('created_at').notNull().default(sql`now()`),
+    updatedAt: ts('updated_at').notNull().default(sql`now()`),
+  },
+  (t) => [
+    // The sweeper's question, "which schedules have a tick due?", read in index order.
+    index('schedules_next_tick_idx').on(t.nextTickAt),
+    check('schedules_overlap_ck', sql`${t.overlap} in ('skip','allow')`),
+    check('schedules_catch_up_ck', sql`${t.catchUp} >= 0`),
+    check('schedules_source_ck', sql`${t.source} in ('code','api')`),
+  ],
+);
 
 /** One row per decided tick that started a run or was skipped: the unique key (schedule, tick) says each tick is decided once. */
-export const scheduleTicks = ratchet.table('schedule_ticks', {
-  schedule: text('schedule').notNull(),
-  tickAt: ts('tick_at').notNull(),
-  /** 'started' (run_id set) or 'skipped' (overlap: the previous run was still going). */
-  outcome: text('outcome').notNull(),
-  runId: uuid('run_id'),
-  createdAt: ts('created_at').notNull().default(sql`now()`),
-}, (t) => [
-  primaryKey({ columns: [t.schedule, t.tickAt] }),
-  check('schedule_ticks_outcome_ck', sql`${t.outcome} in ('started','skipped')`),
-]);
+export const scheduleTicks = ratchet.table(
+  'schedule_ticks',
+  {
+    schedule: text('schedule').notNull(),
+    tickAt: ts('tick_at').notNull(),
+    /** 'started' (run_id set) or 'skipped' (overlap: the previous run was still going). */
+    outcome: text('outcome').notNull(),
+    runId: uuid('run_id'),
+    createdAt: ts('created_at').notNull().default(sql`now()`),
+  },
+  (t) => [primaryKey({ columns: [t.schedule, t.tickAt] }), check('schedule_ticks_outcome_ck', sql`${t.outcome} in ('started','skipped')`)],
+);

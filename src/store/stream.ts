@@ -3,7 +3,10 @@ import type { EventRow } from './runs.js';
 import { EVENT_POSITION_SQL, EVENTS_SINCE_SQL, LAST_EVENT_ID_SQL, END_CHECK_SQL, STREAM_EVENTS_SQL } from './stream.sql.js';
 
 /** Where a live stream stands: after event `id`, whose transaction was `tx` (see stream.sql.ts). */
-export interface StreamPosition { tx: string; id: string }
+export interface StreamPosition {
+  tx: string;
+  id: string;
+}
 export const STREAM_START: StreamPosition = { tx: '0', id: '0' };
 
 export interface StreamBatch {
@@ -23,8 +26,14 @@ export async function readStreamBatch(q: Queryable, runId: string, after: Stream
   for (const e of rows) {
     if (e.final !== true) break; // rows after the first held-back one are not final either (ordered by tx)
     events.push({
-      id: e.id as string, runId: e.run_id as string, stageId: (e.stage_id as string | null) ?? null, type: e.type as string,
-      fence: (e.fence as string | null) ?? null, attempt: (e.attempt as number | null) ?? null, at: e.at as Date, data: e.data ?? null,
+      id: e.id as string,
+      runId: e.run_id as string,
+      stageId: (e.stage_id as string | null) ?? null,
+      type: e.type as string,
+      fence: (e.fence as string | null) ?? null,
+      attempt: (e.attempt as number | null) ?? null,
+      at: e.at as Date,
+      data: e.data ?? null,
       position: { tx: e.tx as string, id: e.id as string },
     });
   }

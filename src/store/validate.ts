@@ -6,6 +6,10 @@ export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where
   const res = schema.safeParse(value);
   if (res.success) return res.data;
   const issue = res.error.issues[0];
-  const path = [where, ...(issue?.path ?? []).map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`))].join('').replace(/\.\[/g, '[');
-  throw new InvalidInputError(issue?.message ?? 'invalid input', path, { issues: res.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
+  const path = [where, ...(issue?.path ?? []).map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`))]
+    .join('')
+    .replace(/\.\[/g, '[');
+  throw new InvalidInputError(issue?.message ?? 'invalid input', path, {
+    issues: res.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })),
+  });
 }

@@ -1,8 +1,16 @@
 import type { Queryable } from './db.js';
 import { DELETE_WORKER_SQL, DUE_IN_SQL, FAIL_UNSERVED_SQL, SWEEP_SQL, UNSERVED_CLASSES_SQL, UPSERT_WORKER_SQL } from './workers.sql.js';
 
-export interface SweptStage { stageId: string; toolClass: string; definitionHash: string; attempt: number }
-export interface Lane { toolClass: string; definitionHash: string }
+export interface SweptStage {
+  stageId: string;
+  toolClass: string;
+  definitionHash: string;
+  attempt: number;
+}
+export interface Lane {
+  toolClass: string;
+  definitionHash: string;
+}
 
 /** A worker's presence: the classes it serves and the definitions (hashes) it has loaded. */
 export async function upsertWorker(q: Queryable, owner: string, classes: string[], definitions: string[]): Promise<void> {
@@ -19,7 +27,10 @@ export async function sweep(q: Queryable, lanes: Lane[], limit: number): Promise
   const perLane = Math.max(10, Math.ceil(limit / lanes.length));
   const rows = await q.query(SWEEP_SQL, [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash), perLane], 'ratchet_sweep');
   return rows.map((r) => ({
-    stageId: r.id as string, toolClass: r.tool_class as string, definitionHash: r.definition_hash as string, attempt: r.next_attempt as number,
+    stageId: r.id as string,
+    toolClass: r.tool_class as string,
+    definitionHash: r.definition_hash as string,
+    attempt: r.next_attempt as number,
   }));
 }
 

@@ -45,7 +45,8 @@ export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
   const log = opts.logger.child({ transport: 'bullmq' });
 
   const markError = (err: Error) => {
-    if (Date.now() - lastError > 5000) log.warn({ event: 'transport_unhealthy', err: err.message }, 'Redis error: polling PostgreSQL until it is back');
+    if (Date.now() - lastError > 5000)
+      log.warn({ event: 'transport_unhealthy', err: err.message }, 'Redis error: polling PostgreSQL until it is back');
     lastError = Date.now();
   };
 
@@ -69,36 +70,46 @@ export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
     notify(toolClass, ready, delayMs = 0) {
       const jobId = `${ready.stageId}-${ready.attempt}`;
       queue(toolClass)
-        .add('wake', { stageId: ready.stageId, attempt: ready.attempt }, {
-          jobId,
-          delay: Math.max(0, Math.min(delayMs, 2 ** 31 - 1)),
-          removeOnComplete: true,
-          removeOnFail: true,
-        })
+        .add(
+          'wake',
+          { stageId: ready.stageId, attempt: ready.attempt },
+          {
+            jobId,
+            delay: Math.max(0, Math.min(delayMs, 2 ** 31 - 1)),
+            removeOnComplete: true,
+            removeOnFail: true,
+          },
+        )
         .catch((err: Error) => markError(err));
     },
     subscribe(toolClass, onWake) {
-      const worker = new BullWorker(`class-${toolClass}`, async (job: Job<StageReady>, token?: string) => {
-        lastReady = Date.now();
-        // Only a delayed job can fire early; an immediate one costs no extra query.
-        const wait = job.opts.delay ? await opts.dueIn(job.data.stageId).catch(() => 0) : 0;
-        if (wait > 0 && token) {
-          // Fired before available_at by the database clock: delay it again.
-          await job.moveToDelayed(Date.now() + wait, token);
-          throw new DelayedError();
-        }
-        await onWake(job.data);
-      }, {
-        prefix,
-        connection: connectionFrom(opts.redisUrl, { maxRetriesPerRequest: null, connectTimeout: 2000 }),
-        concurrency: 1,
-        // The processor is short (a claim): a long BullMQ lock would only delay redelivery.
-        lockDuration: 30_000,
-        removeOnComplete: { count: 0 },
-        removeOnFail: { count: 0 },
-      });
+      const worker = new BullWorker(
+        `class-${toolClass}`,
+        async (job: Job<StageReady>, token?: string) => {
+          lastReady = Date.now();
+          // Only a delayed job can fire early; an immediate one costs no extra query.
+          const wait = job.opts.delay ? await opts.dueIn(job.data.stageId).catch(() => 0) : 0;
+          if (wait > 0 && token) {
+            // Fired before available_at by the database clock: delay it again.
+            await job.moveToDelayed(Date.now() + wait, token);
+            throw new DelayedError();
+          }
+          await onWake(job.data);
+        },
+        {
+          prefix,
+          connection: connectionFrom(opts.redisUrl, { maxRetriesPerRequest: null, connectTimeout: 2000 }),
+          concurrency: 1,
+          // The processor is short (a claim): a long BullMQ lock would only delay redelivery.
+          lockDuration: 30_000,
+          removeOnComplete: { count: 0 },
+          removeOnFail: { count: 0 },
+        },
+      );
       worker.on('error', markError);
-      worker.on('ready', () => { lastReady = Date.now(); });
+      worker.on('ready', () => {
+        lastReady = Date.now();
+      });
       workers.add(worker);
       return async () => {
         workers.delete(worker);

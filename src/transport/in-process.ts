@@ -14,10 +14,13 @@ export function createInProcessTransport(): Transport {
         queueMicrotask(() => fire(toolClass, ready));
         return;
       }
-      const t = setTimeout(() => {
-        timers.delete(t);
-        fire(toolClass, ready);
-      }, Math.min(delayMs, 2 ** 31 - 1));
+      const t = setTimeout(
+        () => {
+          timers.delete(t);
+          fire(toolClass, ready);
+        },
+        Math.min(delayMs, 2 ** 31 - 1),
+      );
       t.unref();
       timers.add(t);
     },

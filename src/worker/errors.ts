@@ -31,7 +31,14 @@ export function classify(err: unknown): RetryErrorKind {
 export function describeError(err: unknown, attempt: number, fence: string): StageError {
   const kind = classify(err);
   if (err instanceof ZodError) {
-    return { code: 'invalid_output', message: err.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; '), kind, name: 'ZodError', attempt, fence };
+    return {
+      code: 'invalid_output',
+      message: err.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; '),
+      kind,
+      name: 'ZodError',
+      attempt,
+      fence,
+    };
   }
   if (err instanceof Error) {
     const code = (err as { code?: unknown }).code;
@@ -51,5 +58,8 @@ export function describeError(err: unknown, attempt: number, fence: string): Sta
 
 /** A payload's hash for events and logs (never the payload itself). */
 export function payloadHash(value: unknown): string {
-  return createHash('sha256').update(JSON.stringify(value) ?? 'undefined').digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(JSON.stringify(value) ?? 'undefined')
+    .digest('hex')
+    .slice(0, 16);
 }

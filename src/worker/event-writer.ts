@@ -15,7 +15,10 @@ export class EventWriter {
   private flushing: Promise<void> | null = null;
   private retryMs = 100;
 
-  constructor(private readonly store: Store, private readonly logger: Logger) {}
+  constructor(
+    private readonly store: Store,
+    private readonly logger: Logger,
+  ) {}
 
   push(event: NewEvent): void {
     if (this.pending.length >= MAX_PENDING) {
@@ -44,19 +47,25 @@ export class EventWriter {
     if (this.flushing) return this.flushing;
     if (this.pending.length === 0) return Promise.resolve();
     const batch = this.pending.splice(0, 500);
-    this.flushing = this.store.appendEvents(batch).then(
-      () => {
-        this.retryMs = 100;
-      },
-      (err: unknown) => {
-        this.pending.unshift(...batch);
-        this.retryMs = Math.min(this.retryMs * 2, 5000);
-        this.logger.warn({ event: 'event_write_failed', err: (err as Error).message, pending: this.pending.length }, 'events kept for retry');
-      },
-    ).finally(() => {
-      this.flushing = null;
-      if (this.pending.length > 0) this.schedule(this.retryMs);
-    });
+    this.flushing = this.store
+      .appendEvents(batch)
+      .then(
+        () => {
+          this.retryMs = 100;
+        },
+        (err: unknown) => {
+          this.pending.unshift(...batch);
+          this.retryMs = Math.min(this.retryMs * 2, 5000);
+          this.logger.warn(
+            { event: 'event_write_failed', err: (err as Error).message, pending: this.pending.length },
+            'events kept for retry',
+          );
+        },
+      )
+      .finally(() => {
+        this.flushing = null;
+        if (this.pending.length > 0) this.schedule(this.retryMs);
+      });
     return this.flushing;
   }
 
@@ -68,7 +77,10 @@ export class EventWriter {
   async settle(): Promise<void> {
     if (this.flushing) await this.flushing;
     if (this.pending.length === 0) return;
-    if (this.timer) { clearTimeout(this.timer); this.timer = null; }
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
     await this.flush();
   }
 
@@ -76,10 +88,14 @@ export class EventWriter {
   async drain(ms = 2000): Promise<void> {
     const until = Date.now() + ms;
     while (this.pending.length > 0 && Date.now() < until) {
-      if (this.timer) { clearTimeout(this.timer); this.timer = null; }
+      if (this.timer) {
+        clearTimeout(this.timer);
+        this.timer = null;
+      }
       await this.flush();
       if (this.pending.length > 0) await new Promise((r) => setTimeout(r, 100));
     }
-    if (this.pending.length > 0) this.logger.error({ event: 'events_unwritten', count: this.pending.length }, 'events not written at shutdown');
+    if (this.pending.length > 0)
+      this.logger.error({ event: 'events_unwritten', count: this.pending.length }, 'events not written at shutdown');
   }
 }

@@ -73,7 +73,14 @@ const NO_SLOT: Slot = { release: () => {} };
  * output, and finishes — fenced, with the dispatcher's decision in the same statement.
  */
 export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot: Slot = NO_SLOT): Promise<AttemptEnd> {
-  const log = deps.logger.child({ runId: stage.runId, stageId: stage.id, fence: stage.fence, tool: stage.tool, toolClass: stage.toolClass, attempt: stage.attempt });
+  const log = deps.logger.child({
+    runId: stage.runId,
+    stageId: stage.id,
+    fence: stage.fence,
+    tool: stage.tool,
+    toolClass: stage.toolClass,
+    attempt: stage.attempt,
+  });
   if (stage.state === 'failed') {
     log.warn({ event: 'attempts_exhausted' }, 'attempt budget spent: stage and run failed');
     return 'failed';
@@ -89,22 +96,33 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
   if (!workflow) return handBack(deps, log, stage);
   const step = resolveStep(workflow, stage);
   if (!step) {
-    const message = `run ${stage.runId} has stage ${stage.seq} (${stage.tool}), which definition ${stage.definitionHash} ` +
+    const message =
+      `run ${stage.runId} has stage ${stage.seq} (${stage.tool}), which definition ${stage.definitionHash} ` +
       `of workflow "${stage.workflow}" does not have`;
     return settle(deps, log, stage, terminal(stage, 'failed', 'failed', { code: 'definition_changed', message }));
   }
   if (stage.runDeadline && stage.runDeadline.getTime() <= stage.dbNow.getTime()) {
-    return settle(deps, log, stage, terminal(stage, 'cancelled', 'expired', { code: 'run_deadline_exceeded', message: `the run's deadline ${stage.runDeadline.toISOString()} passed` }));
+    return settle(
+      deps,
+      log,
+      stage,
+      terminal(stage, 'cancelled', 'expired', {
+        code: 'run_deadline_exceeded',
+        message: `the run's deadline ${stage.runDeadline.toISOString()} passed`,
+      }),
+    );
   }
 
-  const attempt = new Attempt(stage, step.cls.heartbeatMs, deps.events, log,
-    { metrics: deps.metrics, labels: { ...labels, ...(step.kind === 'model' ? { model: step.agent.model.name } : {}) } });
+  const attempt = new Attempt(stage, step.cls.heartbeatMs, deps.events, log, {
+    metrics: deps.metrics,
+    labels: { ...labels, ...(step.kind === 'model' ? { model: step.agent.model.name } : {}) },
+  });
   deps.keeper.add(attempt);
   const started = monotonicNow();
   const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
   const reads = storeReads(deps, attempt, log);
-  const withKey = (row: FinishRow): FinishRow => (attempt.effectKey === null ? row
-    : { ...row, effectKey: attempt.effectKey, data: { ...row.data, effectKey: attempt.effectKey } });
+  const withKey = (row: FinishRow): FinishRow =>
+    attempt.effectKey === null ? row : { ...row, effectKey: attempt.effectKey, data: { ...row.data, effectKey: attempt.effectKey } };
   try {
     let row: FinishRow;
     if (step.kind === 'model') {
@@ -113,8 +131,10 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
       const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
       const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      row = onModelAnswer(step.agent, stage, answer, history,
-        { ...data(), ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer) });
+      row = onModelAnswer(step.agent, stage, answer, history, {
+        ...data(),
+        ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer),
+      });
     } else {
       const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
       const output = await produce(deps, log, workflow, step.tool, ready, attempt);
@@ -177,10 +197,20 @@ function isFinal(attempt: Attempt): boolean {
 }
 
 /** reconcile (when an earlier attempt's outcome is unknown), then run; validated output. */
-async function produce(deps: ExecutorDeps, log: Logger, workflow: Workflow, tool: Tool, stage: ClaimedStage, attempt: Attempt): Promise<unknown> {
+async function produce(
+  deps: ExecutorDeps,
+  log: Logger,
+  workflow: Workflow,
+  tool: Tool,
+  stage: ClaimedStage,
+  attempt: Attempt,
+): Promise<unknown> {
   const parsed = tool.input.safeParse(stage.input);
   if (!parsed.success) {
-    throw new PermanentError(`input of ${tool.name} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ')}`, { code: 'invalid_input' });
+    throw new PermanentError(
+      `input of ${tool.name} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ')}`,
+      { code: 'invalid_input' },
+    );
   }
   const input = parsed.data;
   let idempotencyKey = stage.idempotencyKey;
@@ -207,12 +237,28 @@ async function produce(deps: ExecutorDeps, log: Logger, workflow: Workflow, tool
   const inv: ToolInvocation = { tool, workflow, input, ctx, attempt };
 
   if (tool.reconcile && stage.attempt > 1) {
-    const unknown = stage.previousState === 'running' || (await askStore(attempt, log, 'the effect record', () => deps.store.effectStarted(stage.runId, stage.id, stage.fence)));
+    const unknown =
+      stage.previousState === 'running' ||
+      (await askStore(attempt, log, 'the effect record', () => deps.store.effectStarted(stage.runId, stage.id, stage.fence)));
     if (unknown) {
-      deps.events.push({ runId: stage.runId, stageId: stage.id, type: 'outcome_unknown', fence: stage.fence, attempt: stage.attempt, data: { previousFence: stage.previousFence } });
+      deps.events.push({
+        runId: stage.runId,
+        stageId: stage.id,
+        type: 'outcome_unknown',
+        fence: stage.fence,
+        attempt: stage.attempt,
+        data: { previousFence: stage.previousFence },
+      });
       // reconcile has its own time limit (the class's timeout): it never eats into the run's.
       const found = await runGuarded(attempt, () => runner.reconcile(inv), `reconcile of ${tool.name}`, stage.timeoutMs);
-      deps.events.push({ runId: stage.runId, stageId: stage.id, type: 'reconciled', fence: stage.fence, attempt: stage.attempt, data: { done: found.done } });
+      deps.events.push({
+        runId: stage.runId,
+        stageId: stage.id,
+        type: 'reconciled',
+        fence: stage.fence,
+        attempt: stage.attempt,
+        data: { done: found.done },
+      });
       log.info({ event: 'reconciled', done: found.done }, 'reconciled an unknown outcome');
       if (found.done) return validOutput(tool, found.output);
     }
@@ -223,7 +269,10 @@ async function produce(deps: ExecutorDeps, log: Logger, workflow: Workflow, tool
 function validOutput(tool: Tool, output: unknown): unknown {
   const parsed = tool.output.safeParse(output);
   if (!parsed.success) {
-    throw new PermanentError(`output of ${tool.name} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ')}`, { code: 'invalid_output' });
+    throw new PermanentError(
+      `output of ${tool.name} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ')}`,
+      { code: 'invalid_output' },
+    );
   }
   try {
     toJsonText(parsed.data, 'output');
@@ -266,7 +315,8 @@ async function askStore<T>(attempt: Attempt, log: Logger, what: string, read: ()
       return await read();
     } catch (err) {
       const kind = classifyDbError(err);
-      if (kind !== 'unavailable' && kind !== 'conflict') throw new StoreUnanswered(`reading ${what}: ${(err as Error).message}`, { cause: err });
+      if (kind !== 'unavailable' && kind !== 'conflict')
+        throw new StoreUnanswered(`reading ${what}: ${(err as Error).message}`, { cause: err });
       if (isFinal(attempt) || monotonicNow() + wait > until) throw new StoreUnanswered(`reading ${what}: ${(err as Error).message}`);
       log.warn({ event: 'store_retry', what, err: (err as Error).message }, 'the store did not answer: asking again');
       await pause(wait);
@@ -301,7 +351,13 @@ async function inputNow(reads: DispatchDeps, workflow: Workflow, stage: ClaimedS
  *   alone (in a batch it may have been another row's), then the stage fails for good with
  *   `result_not_storable` instead of being asked again until its budget is spent.
  */
-async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row: FinishRow, confirmedUntil = stage.confirmedUntil): Promise<AttemptEnd> {
+async function settle(
+  deps: ExecutorDeps,
+  log: Logger,
+  stage: ClaimedStage,
+  row: FinishRow,
+  confirmedUntil = stage.confirmedUntil,
+): Promise<AttemptEnd> {
   let verdict: FinishVerdict | undefined;
   const until = monotonicNow() + FINISH_RETRY_WINDOW_MS;
   let alone = false;
@@ -351,7 +407,10 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
     return 'rejected';
   }
   if (verdict.replayed) {
-    log.info({ event: 'finish_replayed', nextStageId: verdict.nextClaimed?.id }, 'an earlier try of this finish had committed; its answer was lost');
+    log.info(
+      { event: 'finish_replayed', nextStageId: verdict.nextClaimed?.id },
+      'an earlier try of this finish had committed; its answer was lost',
+    );
   }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
   else if (verdict.nextStageId && verdict.nextToolClass) {
@@ -360,15 +419,24 @@ async function settle(deps: ExecutorDeps, log: Logger, stage: ClaimedStage, row:
   if (row.outcome === 'queued') {
     deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   }
-  log.info({ event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`, retryDelayMs: row.retryDelayMs, run: row.run?.state,
-    ...logPayload('result', row.result) }, 'stage finished');
+  log.info(
+    {
+      event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`,
+      retryDelayMs: row.retryDelayMs,
+      run: row.run?.state,
+      ...logPayload('result', row.result),
+    },
+    'stage finished',
+  );
   return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
 }
 
 /** A stage of a definition this worker has not loaded: its lease goes back at once, the attempt unspent. */
 async function handBack(deps: ExecutorDeps, log: Logger, stage: ClaimedStage): Promise<AttemptEnd> {
-  log.warn({ event: 'definition_not_loaded', definitionHash: stage.definitionHash, workflow: stage.workflow },
-    'stage of a definition this worker lacks: handed back');
+  log.warn(
+    { event: 'definition_not_loaded', definitionHash: stage.definitionHash, workflow: stage.workflow },
+    'stage of a definition this worker lacks: handed back',
+  );
   const released = await deps.store.release({ owner: deps.owner, leases: [{ stageId: stage.id, fence: stage.fence }] }).catch(() => []);
   if (released.length > 0) deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt });
   return 'abandoned';

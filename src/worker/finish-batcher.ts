@@ -6,7 +6,11 @@ export const FINISH_BATCH_WINDOW_MS = 2;
 export const FINISH_BATCH_MIN_ROOM_MS = 250;
 const MAX_BATCH = 200;
 
-interface Pending { row: Record<string, unknown>; resolve(v: FinishVerdict): void; reject(e: unknown): void }
+interface Pending {
+  row: Record<string, unknown>;
+  resolve(v: FinishVerdict): void;
+  reject(e: unknown): void;
+}
 
 /**
  * Finishes that complete within a few milliseconds of each other commit together: one
@@ -19,7 +23,11 @@ export class FinishBatcher {
   private pending: Pending[] = [];
   private timer: NodeJS.Timeout | null = null;
 
-  constructor(private readonly db: Queryable, private readonly owner: string, private readonly windowMs = FINISH_BATCH_WINDOW_MS) {}
+  constructor(
+    private readonly db: Queryable,
+    private readonly owner: string,
+    private readonly windowMs = FINISH_BATCH_WINDOW_MS,
+  ) {}
 
   finish(row: FinishRow, confirmedUntil: number): Promise<FinishVerdict> {
     const encoded = encodeFinishRow(row); // throws for this row alone
@@ -44,7 +52,11 @@ export class FinishBatcher {
 
   private async send(batch: Pending[]): Promise<void> {
     try {
-      const verdicts = await finishEncoded(this.db, this.owner, batch.map((p) => p.row));
+      const verdicts = await finishEncoded(
+        this.db,
+        this.owner,
+        batch.map((p) => p.row),
+      );
       const byId = new Map(verdicts.map((v) => [v.stageId, v]));
       for (const p of batch) {
         const v = byId.get(String(p.row.id));

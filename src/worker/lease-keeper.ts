@@ -1,6 +1,11 @@
 import type { Logger } from 'pino';
 import {
-  DatabaseUnavailableError, monotonicNow, StatementTimeLimitError, type ExtendResult, type Lease, type QueryOptions,
+  DatabaseUnavailableError,
+  monotonicNow,
+  StatementTimeLimitError,
+  type ExtendResult,
+  type Lease,
+  type QueryOptions,
 } from '../store/index.js';
 import type { Attempt } from './attempt.js';
 import { processMetrics, type ExtensionFailureReason, type Metrics } from '../observability/metrics.js';
@@ -136,7 +141,11 @@ export class LeaseKeeper {
   }
 
   private tickLimit(live: Attempt[], now: number): number {
-    return tickLimitOf(live.map((a) => a.confirmedUntil), now, this.interval());
+    return tickLimitOf(
+      live.map((a) => a.confirmedUntil),
+      now,
+      this.interval(),
+    );
   }
 
   /** One extend statement, within its time limit, for every lease still worth keeping. */
@@ -152,8 +161,10 @@ export class LeaseKeeper {
     } catch (err) {
       const reason = extensionFailureReason(err);
       this.metrics.extensionFailures.inc({ reason });
-      this.logger.warn({ event: 'heartbeat_failed', reason, timeoutMs, err: (err as Error).message, leases: live.length },
-        'extend statement failed: ownership unknown until confirmed; asking again soon');
+      this.logger.warn(
+        { event: 'heartbeat_failed', reason, timeoutMs, err: (err as Error).message, leases: live.length },
+        'extend statement failed: ownership unknown until confirmed; asking again soon',
+      );
       this.soon = true;
       return;
     }
@@ -180,8 +191,10 @@ export class LeaseKeeper {
     if (a.ended || a.finishing || a.finalReason !== null) {
       // Its own finish (or its end) raced this extend: the row moved on for that reason, and
       // the fenced finish tells what happened. Never a lost lease.
-      this.logger.debug({ event: 'extend_after_finish', ...log, verdict: r.verdict, state: r.state },
-        'extend answered after the attempt began its finish');
+      this.logger.debug(
+        { event: 'extend_after_finish', ...log, verdict: r.verdict, state: r.state },
+        'extend answered after the attempt began its finish',
+      );
       return;
     }
     switch (r.verdict) {

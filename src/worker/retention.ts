@@ -14,8 +14,10 @@ export async function applyRetention(store: Store, ages: RetentionAges, logger: 
   try {
     const r = await store.prune({ olderThan: ages, maxBatchesPerState: RETENTION_BATCHES_PER_TICK });
     if (r.runs > 0) {
-      logger.info({ event: 'runs_pruned', runs: r.runs, stages: r.stages, events: r.events, batches: r.batches, complete: r.complete },
-        'finished runs pruned (retention policy)');
+      logger.info(
+        { event: 'runs_pruned', runs: r.runs, stages: r.stages, events: r.events, batches: r.batches, complete: r.complete },
+        'finished runs pruned (retention policy)',
+      );
     }
   } catch (err) {
     logger.warn({ event: 'retention_failed', err: (err as Error).message }, 'retention pass failed; the next sweep tries again');

@@ -33,8 +33,10 @@ export function runGuarded<T>(attempt: Attempt, work: () => Promise<T>, what: st
     };
     if (attempt.finalError) return ended(attempt.finalError);
     const deadline = attempt.beginCall(limitMs);
-    timer = setTimeout(() => attempt.abort('timeout', `${what} passed its time limit of ${limitMs} ms`),
-      Math.min(Math.max(0, deadline - monotonicNow()), MAX_TIMER_MS));
+    timer = setTimeout(
+      () => attempt.abort('timeout', `${what} passed its time limit of ${limitMs} ms`),
+      Math.min(Math.max(0, deadline - monotonicNow()), MAX_TIMER_MS),
+    );
     offFinal = attempt.onFinal(ended);
     let p: Promise<T>;
     try {

@@ -67,7 +67,9 @@ export class Sweeper {
   private tick(): Promise<void> {
     this.running = (async () => {
       await this.expireRuns();
-      await this.fireSchedules?.().catch((err: Error) => this.logger.warn({ event: 'schedules_failed', err: err.message }, 'firing schedules failed'));
+      await this.fireSchedules?.().catch((err: Error) =>
+        this.logger.warn({ event: 'schedules_failed', err: err.message }, 'firing schedules failed'),
+      );
       try {
         const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
         await this.store.upsertWorker(this.owner, [...this.definitions.keys()], [...new Set(lanes.map((l) => l.definitionHash))]);
@@ -77,7 +79,8 @@ export class Sweeper {
           this.logger.warn({ event: 'class_unserved', classes: [...unserved] }, 'no worker has served these classes recently');
           if (this.failUnservedAfterMs !== null) {
             const failed = await this.store.failUnserved([...unserved], this.failUnservedAfterMs);
-            if (failed > 0) this.logger.warn({ event: 'no_worker', count: failed }, 'stages of unserved classes failed (failUnservedAfterMs)');
+            if (failed > 0)
+              this.logger.warn({ event: 'no_worker', count: failed }, 'stages of unserved classes failed (failUnservedAfterMs)');
           }
         }
         if (this.transport.kind !== 'in-process' && this.transport.healthy()) {

@@ -32,7 +32,13 @@ export const THREAD_MARK = 'ratchet.tool-thread.v1';
  * thread writes the reason that ends the attempt over an earlier ownership_unknown.
  */
 export const ABORT_REASONS: readonly AbortReason[] = [
-  'lease_lost', 'ownership_unknown', 'cancelled', 'timeout', 'stage_duration_exceeded', 'shutdown', 'run_deadline',
+  'lease_lost',
+  'ownership_unknown',
+  'cancelled',
+  'timeout',
+  'stage_duration_exceeded',
+  'shutdown',
+  'run_deadline',
 ];
 export const abortCodeOf = (reason: AbortReason): number => ABORT_REASONS.indexOf(reason) + 1;
 export const abortReasonOf = (code: number): AbortReason | null => ABORT_REASONS[code - 1] ?? null;
@@ -77,19 +83,19 @@ export type ToThread = RunRequest | AbortRequest;
 /** An error as plain data: what crosses back by structured clone. */
 export type WireError =
   | {
-    thrown: 'error';
-    name: string;
-    message: string;
-    code?: string;
-    /** PermanentError / TransientError (by class or by their `kind` field). */
-    kind?: 'permanent' | 'transient';
-    abortReason?: AbortReason;
-    /** A RatchetError's details (JSON-safe copy). */
-    details?: Record<string, unknown>;
-    /** A ZodError's issues. */
-    issues?: unknown[];
-    stack?: string;
-  }
+      thrown: 'error';
+      name: string;
+      message: string;
+      code?: string;
+      /** PermanentError / TransientError (by class or by their `kind` field). */
+      kind?: 'permanent' | 'transient';
+      abortReason?: AbortReason;
+      /** A RatchetError's details (JSON-safe copy). */
+      details?: Record<string, unknown>;
+      /** A ZodError's issues. */
+      issues?: unknown[];
+      stack?: string;
+    }
   | { thrown: 'value'; value: unknown };
 
 export type ToMain =
@@ -109,7 +115,10 @@ function jsonSafe(value: unknown): Record<string, unknown> | undefined {
 }
 
 export function toWireError(err: unknown): WireError {
-  if (err instanceof Error || (typeof err === 'object' && err !== null && typeof (err as Error).message === 'string' && typeof (err as Error).name === 'string')) {
+  if (
+    err instanceof Error ||
+    (typeof err === 'object' && err !== null && typeof (err as Error).message === 'string' && typeof (err as Error).name === 'string')
+  ) {
     const e = err as Error & { code?: unknown; kind?: unknown; issues?: unknown };
     const out: WireError = { thrown: 'error', name: e.name, message: e.message };
     if (typeof e.code === 'string') out.code = e.code;
@@ -178,11 +187,17 @@ function startThread(port: MessagePort): void {
       beginEffect(requestId: string) {
         const reason = abortReasonOf(Atomics.load(views.abort, 0));
         if (reason) {
-          const own = state.controller.signal.aborted ? state.controller.signal.reason as unknown : null;
-          throw own instanceof AttemptAbortedError && own.reason === reason ? own : new AttemptAbortedError(reason, `attempt aborted: ${reason}`, details);
+          const own = state.controller.signal.aborted ? (state.controller.signal.reason as unknown) : null;
+          throw own instanceof AttemptAbortedError && own.reason === reason
+            ? own
+            : new AttemptAbortedError(reason, `attempt aborted: ${reason}`, details);
         }
         if (state.finished) {
-          throw new AttemptAbortedError('ownership_unknown', 'beginEffect after the attempt ended: its ownership cannot be vouched for', details);
+          throw new AttemptAbortedError(
+            'ownership_unknown',
+            'beginEffect after the attempt ended: its ownership cannot be vouched for',
+            details,
+          );
         }
         const nowUs = (performance.timeOrigin + performance.now()) * 1000;
         if (nowUs >= Number(Atomics.load(views.deadlineUs, 0))) {
@@ -211,8 +226,17 @@ function startThread(port: MessagePort): void {
       post(result);
     } catch (err) {
       // Not structured-cloneable (a function, a class with private state, ...).
-      post({ type: 'done', id, ok: false, error: toWireError(new PermanentError(
-        `${req.op === 'run' ? 'output' : 'reconcile result'} of ${req.tool} cannot cross from its thread: ${(err as Error).message}`, { code: 'invalid_output' })) });
+      post({
+        type: 'done',
+        id,
+        ok: false,
+        error: toWireError(
+          new PermanentError(
+            `${req.op === 'run' ? 'output' : 'reconcile result'} of ${req.tool} cannot cross from its thread: ${(err as Error).message}`,
+            { code: 'invalid_output' },
+          ),
+        ),
+      });
     }
   }
 }
@@ -235,21 +259,31 @@ async function findTool(req: RunRequest): Promise<Tool> {
   try {
     exports = await module;
   } catch (err) {
-    throw new PermanentError(`the tool thread cannot load ${req.sourceFile}: ${(err as Error).message}`, { code: 'thread_load_failed', cause: err });
+    throw new PermanentError(`the tool thread cannot load ${req.sourceFile}: ${(err as Error).message}`, {
+      code: 'thread_load_failed',
+      cause: err,
+    });
   }
   // One file may export several versions of a workflow: the one with the worker's hash, else the name alone (then refused below).
   const named = Object.values(exports).filter((v): v is Workflow => isWorkflowLike(v) && v.name === req.workflow);
   const workflow = named.find((w) => w.hash === req.workflowHash) ?? named[0];
   if (!workflow) {
-    throw new PermanentError(`${req.sourceFile} does not export workflow "${req.workflow}" in the tool thread`, { code: 'thread_tool_not_found' });
+    throw new PermanentError(`${req.sourceFile} does not export workflow "${req.workflow}" in the tool thread`, {
+      code: 'thread_tool_not_found',
+    });
   }
   if (workflow.hash !== req.workflowHash) {
-    throw new PermanentError(`workflow "${req.workflow}" in ${req.sourceFile} changed since this worker loaded it ` +
-      `(${req.workflowHash} in the worker, ${workflow.hash} in the tool thread): restart the worker`, { code: 'definition_changed' });
+    throw new PermanentError(
+      `workflow "${req.workflow}" in ${req.sourceFile} changed since this worker loaded it ` +
+        `(${req.workflowHash} in the worker, ${workflow.hash} in the tool thread): restart the worker`,
+      { code: 'definition_changed' },
+    );
   }
   const step = workflow.steps.find((s) => s.tool.name === req.tool);
   if (!step) {
-    throw new PermanentError(`workflow "${req.workflow}" in ${req.sourceFile} has no step with tool "${req.tool}" in the tool thread`, { code: 'thread_tool_not_found' });
+    throw new PermanentError(`workflow "${req.workflow}" in ${req.sourceFile} has no step with tool "${req.tool}" in the tool thread`, {
+      code: 'thread_tool_not_found',
+    });
   }
   return step.tool;
 }

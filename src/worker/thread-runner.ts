@@ -11,7 +11,15 @@ import { silentLogger } from '../logger.js';
 import type { Attempt } from './attempt.js';
 import type { ToolInvocation, ToolRunner } from './executor.js';
 import {
-  abortCodeOf, absoluteMicros, SHARED_BYTES, sharedViews, THREAD_MARK, type RunRequest, type ToMain, type ToThread, type WireError,
+  abortCodeOf,
+  absoluteMicros,
+  SHARED_BYTES,
+  sharedViews,
+  THREAD_MARK,
+  type RunRequest,
+  type ToMain,
+  type ToThread,
+  type WireError,
 } from './thread-entry.js';
 
 export interface ThreadRunnerOptions {
@@ -47,9 +55,11 @@ export const DEFAULT_ABANDON_GRACE_MS = 10_000;
 
 /** Why a thread-isolated tool cannot run: its workflow was defined in code, not loaded from a file. */
 function noSourceMessage(workflow: Workflow, tool: Tool): string {
-  return `workflow "${workflow.name}" runs tool "${tool.name}" of class "${tool.class.name}" with isolation 'thread', but the workflow has no ` +
+  return (
+    `workflow "${workflow.name}" runs tool "${tool.name}" of class "${tool.class.name}" with isolation 'thread', but the workflow has no ` +
     'sourceFile: a tool thread loads the tool from the file its workflow came from. Load the workflow from a folder ' +
-    "(createRatchet({ workflowsDir }) / loadWorkflows(dir)), or use isolation 'none' for a workflow defined in code";
+    "(createRatchet({ workflowsDir }) / loadWorkflows(dir)), or use isolation 'none' for a workflow defined in code"
+  );
 }
 
 /**
@@ -61,8 +71,12 @@ export function assertThreadSources(workflows: readonly Workflow[], classes: rea
     if (w.sourceFile) continue;
     for (const step of w.steps) {
       if (step.tool.class.isolation === 'thread' && classes.includes(step.tool.class.name)) {
-        throw new InvalidDefinitionError(noSourceMessage(w, step.tool), `workflows.${w.name}.steps.${step.name}`,
-          { workflow: w.name, tool: step.tool.name, toolClass: step.tool.class.name, reason: 'thread_source_unknown' });
+        throw new InvalidDefinitionError(noSourceMessage(w, step.tool), `workflows.${w.name}.steps.${step.name}`, {
+          workflow: w.name,
+          tool: step.tool.name,
+          toolClass: step.tool.class.name,
+          reason: 'thread_source_unknown',
+        });
       }
     }
   }
@@ -145,7 +159,8 @@ function forwardLog(log: Logger, line: string): void {
   const { level, msg, time: _time, pid: _pid, hostname: _hostname, ...fields } = rec;
   const label = typeof level === 'number' ? log.levels.labels[level] : undefined;
   const fn = label ? (log as unknown as Record<string, unknown>)[label] : undefined;
-  if (typeof fn === 'function') (fn as (obj: object, msg?: string) => void).call(log, { thread: true, ...fields }, typeof msg === 'string' ? msg : undefined);
+  if (typeof fn === 'function')
+    (fn as (obj: object, msg?: string) => void).call(log, { thread: true, ...fields }, typeof msg === 'string' ? msg : undefined);
 }
 
 /**
@@ -180,9 +195,12 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
       fail(t, codedError('thread_crashed', `the tool thread crashed: ${err.message}`));
     });
     worker.on('exit', (code) => {
-      fail(t, t.terminatedFor
-        ? codedError('thread_terminated', `the tool thread was terminated: ${t.terminatedFor}`)
-        : codedError('thread_exited', `the tool thread exited with code ${code}`));
+      fail(
+        t,
+        t.terminatedFor
+          ? codedError('thread_terminated', `the tool thread was terminated: ${t.terminatedFor}`)
+          : codedError('thread_exited', `the tool thread exited with code ${code}`),
+      );
     });
     return t;
   }
@@ -201,7 +219,10 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
 
   function terminate(t: ToolThread, why: string): Promise<void> {
     if (!t.terminatedFor) t.terminatedFor = why;
-    return t.worker.terminate().then(() => undefined, () => undefined);
+    return t.worker.terminate().then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   function acquire(): ToolThread {
@@ -303,8 +324,16 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
       };
       t.job = job;
       const req: RunRequest = {
-        type: 'run', id, op, sourceFile: workflow.sourceFile!, workflow: workflow.name, workflowHash: workflow.hash, tool: tool.name,
-        input, logLevel: ctx.log.level, shared,
+        type: 'run',
+        id,
+        op,
+        sourceFile: workflow.sourceFile!,
+        workflow: workflow.name,
+        workflowHash: workflow.hash,
+        tool: tool.name,
+        input,
+        logLevel: ctx.log.level,
+        shared,
         ctx: { fence: ctx.fence, idempotencyKey: ctx.idempotencyKey, attempt: ctx.attempt, runId: ctx.runId, stageId: ctx.stageId },
       };
       try {
@@ -312,7 +341,10 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
       } catch (err) {
         // The input did not survive structured clone (it passed zod, so it is not JSON data).
         t.job = null;
-        job.settle(false, new PermanentError(`input of ${tool.name} cannot cross to its thread: ${(err as Error).message}`, { code: 'invalid_input' }));
+        job.settle(
+          false,
+          new PermanentError(`input of ${tool.name} cannot cross to its thread: ${(err as Error).message}`, { code: 'invalid_input' }),
+        );
         release(t);
         return;
       }
@@ -347,8 +379,17 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
   function terminateAfterGrace(t: ToolThread, id: number, attempt: Attempt, reason: string): NodeJS.Timeout {
     const timer = setTimeout(() => {
       if (t.job?.id !== id || t.dead) return;
-      logger.warn({ event: 'tool_thread_terminated', threadId: t.worker.threadId, runId: attempt.stage.runId, stageId: attempt.stage.id, fence: attempt.stage.fence, reason },
-        'the tool did not stop within the grace after its attempt was aborted: terminating its thread');
+      logger.warn(
+        {
+          event: 'tool_thread_terminated',
+          threadId: t.worker.threadId,
+          runId: attempt.stage.runId,
+          stageId: attempt.stage.id,
+          fence: attempt.stage.fence,
+          reason,
+        },
+        'the tool did not stop within the grace after its attempt was aborted: terminating its thread',
+      );
       void terminate(t, `the attempt was aborted (${reason}) and the tool did not stop within ${graceMs} ms`);
     }, graceMs);
     timer.unref();

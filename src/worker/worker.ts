@@ -15,26 +15,33 @@ import { Sweeper } from './sweeper.js';
 import type { RetentionAges } from '../store/index.js';
 import { processMetrics, type Metrics, type WorkerSample } from '../observability/metrics.js';
 
-export const workerOptionsSchema = z.object({
-  /** Tool classes this worker serves (default: every class in the registry). */
-  classes: z.array(z.string().min(1)).min(1).optional(),
-  /** Stages of each class run at once in this worker (default 10). */
-  concurrency: z.number().int().min(1).max(1000).optional(),
-  /** How often to look for work in PostgreSQL when wake-ups cannot be trusted (default 1000 ms); 5x that while they can. */
-  pollIntervalMs: z.number().int().min(10).max(60_000).optional(),
-  /** On stop: how long in-flight stages may take before their leases are released (default 10 s). */
-  graceMs: z.number().int().min(0).max(3_600_000).optional(),
-  /** A readable prefix for the owner id (host by default). */
-  name: z.string().min(1).max(100).optional(),
-  /** Claim the next stage of a run in the finish of the one before it, when this worker serves it (default true). */
-  fastPath: z.boolean().optional(),
-  /** Finishes within this many ms commit together (default 2; 0 = never batch). */
-  finishBatchMs: z.number().int().min(0).max(100).optional(),
-  /** How often the sweeper re-sends due stages and expired leases to the transport (default 5000 ms). */
-  sweepIntervalMs: z.number().int().min(50).max(600_000).optional(),
-  /** Opt-in: fail stages of classes that no worker has served for this long (default: never). */
-  failUnservedAfterMs: z.number().int().min(1000).max(2 ** 31 - 1).optional(),
-}).strict();
+export const workerOptionsSchema = z
+  .object({
+    /** Tool classes this worker serves (default: every class in the registry). */
+    classes: z.array(z.string().min(1)).min(1).optional(),
+    /** Stages of each class run at once in this worker (default 10). */
+    concurrency: z.number().int().min(1).max(1000).optional(),
+    /** How often to look for work in PostgreSQL when wake-ups cannot be trusted (default 1000 ms); 5x that while they can. */
+    pollIntervalMs: z.number().int().min(10).max(60_000).optional(),
+    /** On stop: how long in-flight stages may take before their leases are released (default 10 s). */
+    graceMs: z.number().int().min(0).max(3_600_000).optional(),
+    /** A readable prefix for the owner id (host by default). */
+    name: z.string().min(1).max(100).optional(),
+    /** Claim the next stage of a run in the finish of the one before it, when this worker serves it (default true). */
+    fastPath: z.boolean().optional(),
+    /** Finishes within this many ms commit together (default 2; 0 = never batch). */
+    finishBatchMs: z.number().int().min(0).max(100).optional(),
+    /** How often the sweeper re-sends due stages and expired leases to the transport (default 5000 ms). */
+    sweepIntervalMs: z.number().int().min(50).max(600_000).optional(),
+    /** Opt-in: fail stages of classes that no worker has served for this long (default: never). */
+    failUnservedAfterMs: z
+      .number()
+      .int()
+      .min(1000)
+      .max(2 ** 31 - 1)
+      .optional(),
+  })
+  .strict();
 export type WorkerOptions = z.input<typeof workerOptionsSchema>;
 
 export interface WorkerDeps {
@@ -84,19 +91,25 @@ export class Worker {
   /** How attempts ended (for tests and metrics). */
   readonly ended: Record<AttemptEnd, number> = { succeeded: 0, failed: 0, retry: 0, rejected: 0, abandoned: 0, unknown: 0 };
 
-  constructor(private readonly deps: WorkerDeps, options: WorkerOptions = {}) {
+  constructor(
+    private readonly deps: WorkerDeps,
+    options: WorkerOptions = {},
+  ) {
     const o = parseInput(workerOptionsSchema, options, 'worker');
     const classes = deps.registry.toolClasses();
     const known = classes.map((c) => c.name);
     this.classes = o.classes ?? known;
     for (const [i, c] of this.classes.entries()) {
-      if (!known.includes(c)) throw new InvalidInputError(`no workflow uses tool class "${c}" (known: ${known.join(', ') || 'none'})`, `worker.classes[${i}]`);
+      if (!known.includes(c))
+        throw new InvalidInputError(`no workflow uses tool class "${c}" (known: ${known.join(', ') || 'none'})`, `worker.classes[${i}]`);
     }
     this.definitions = new Map(this.classes.map((c) => [c, deps.registry.hashesOf(c)]));
     for (const [c, hashes] of this.definitions) {
       if (hashes.length > MAX_CLAIM_DEFINITIONS) {
-        throw new InvalidInputError(`${hashes.length} loaded definitions use tool class "${c}"; a worker serves at most ${MAX_CLAIM_DEFINITIONS} ` +
-          'per class', 'worker.classes');
+        throw new InvalidInputError(
+          `${hashes.length} loaded definitions use tool class "${c}"; a worker serves at most ${MAX_CLAIM_DEFINITIONS} ` + 'per class',
+          'worker.classes',
+        );
       }
     }
     this.opts = {
@@ -108,7 +121,12 @@ export class Worker {
       sweepIntervalMs: o.sweepIntervalMs ?? 5000,
     };
     // Limits travel with the claim, so they hold on every path that claims.
-    const keyed = new Set(deps.registry.list().filter((w) => w.concurrencyKey).flatMap((w) => w.steps.map((s) => s.tool.class.name)));
+    const keyed = new Set(
+      deps.registry
+        .list()
+        .filter((w) => w.concurrencyKey)
+        .flatMap((w) => w.steps.map((s) => s.tool.class.name)),
+    );
     for (const c of classes) {
       const limits: ClaimLimits = {
         ...(c.concurrency !== null ? { classConcurrency: c.concurrency } : {}),
@@ -125,8 +143,19 @@ export class Worker {
     this.extender = deps.store.openExtender();
     this.keeper = new LeaseKeeper(this.extender, this.owner, logger, () => void this.events.flush(), metrics);
     this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
-    this.sweeper = new Sweeper(deps.store, deps.transport, this.owner, this.definitions, known, this.opts.sweepIntervalMs, logger, metrics,
-      o.failUnservedAfterMs ?? null, deps.retention ?? null, deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null);
+    this.sweeper = new Sweeper(
+      deps.store,
+      deps.transport,
+      this.owner,
+      this.definitions,
+      known,
+      this.opts.sweepIntervalMs,
+      logger,
+      metrics,
+      o.failUnservedAfterMs ?? null,
+      deps.retention ?? null,
+      deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null,
+    );
     this.executorDeps = {
       store: deps.store,
       keeper: this.keeper,
@@ -139,8 +168,12 @@ export class Worker {
       metrics,
       finish: (row, confirmedUntil) => this.batcher.finish(row, confirmedUntil),
       onQueued: (toolClass, definitionHash, ready, delayMs) => deps.transport.notify(laneOf(toolClass, definitionHash), ready, delayMs),
-      canClaimNext: (nextClass, currentClass) => this.running && this.opts.fastPath && this.classes.includes(nextClass)
-        && this.limits.get(nextClass) === undefined && this.free(nextClass) + (nextClass === currentClass ? 1 : 0) > 0,
+      canClaimNext: (nextClass, currentClass) =>
+        this.running &&
+        this.opts.fastPath &&
+        this.classes.includes(nextClass) &&
+        this.limits.get(nextClass) === undefined &&
+        this.free(nextClass) + (nextClass === currentClass ? 1 : 0) > 0,
       onClaimed: (stage) => this.launch(stage),
     };
   }
@@ -162,7 +195,16 @@ export class Worker {
       }
       this.loops.push(this.claimLoop(cls));
     }
-    this.logger.info({ event: 'worker_started', owner: this.owner, classes: this.classes, concurrency: this.opts.concurrency, transport: this.deps.transport.kind }, 'worker started');
+    this.logger.info(
+      {
+        event: 'worker_started',
+        owner: this.owner,
+        classes: this.classes,
+        concurrency: this.opts.concurrency,
+        transport: this.deps.transport.kind,
+      },
+      'worker started',
+    );
   }
 
   /**
@@ -178,7 +220,12 @@ export class Worker {
     await this.sweeper.stop();
     const grace = opts.graceMs ?? this.opts.graceMs;
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([this.allSettled(), new Promise<void>((r) => { timer = setTimeout(r, grace); })]);
+    await Promise.race([
+      this.allSettled(),
+      new Promise<void>((r) => {
+        timer = setTimeout(r, grace);
+      }),
+    ]);
     clearTimeout(timer);
     // Attempts that began an irreversible request are not handed back: their lease expires and
     // the next claim sees a reclaim, so it reconciles before acting again.
@@ -221,7 +268,9 @@ export class Worker {
     const runner = this.deps.threadRunner as (ToolRunner & { stats?: () => { threads: number; busy: number } }) | undefined;
     return {
       attempts: this.keeper.held().map((a) => ({
-        labels: a.labels, heartbeatAgeSeconds: a.heartbeatAgeSeconds(now), leaseRemainingSeconds: a.leaseRemainingSeconds(now),
+        labels: a.labels,
+        heartbeatAgeSeconds: a.heartbeatAgeSeconds(now),
+        leaseRemainingSeconds: a.leaseRemainingSeconds(now),
       })),
       slots: this.classes.map((c) => ({ toolClass: c, inUse: this.slotsInUse(c), capacity: this.opts.concurrency })),
       ...(typeof runner?.stats === 'function' ? { threads: runner.stats() } : {}),
@@ -267,7 +316,11 @@ export class Worker {
       let claimed: ClaimedStage[];
       try {
         claimed = await this.deps.store.claim({
-          owner: this.owner, toolClass: cls, limit: free, definitions: [...this.definitions.get(cls)!], limits: this.limits.get(cls),
+          owner: this.owner,
+          toolClass: cls,
+          limit: free,
+          definitions: [...this.definitions.get(cls)!],
+          limits: this.limits.get(cls),
         });
         backoff = 100;
       } catch (err) {
@@ -316,19 +369,20 @@ export class Worker {
 
   private launch(stage: ClaimedStage): void {
     const slot = this.takeSlot(stage.toolClass);
-    const done = executeStage(this.executorDeps, stage, slot).then(
-      (end) => end,
-      (err: unknown) => {
-        this.logger.error({ event: 'executor_crashed', stageId: stage.id, err: (err as Error).stack }, 'executor crashed');
-        return 'unknown' as const;
-      },
-    ).then((end) => {
-      this.ended[end]++;
-      if (this.inFlight.get(stage.id)?.stage === stage) this.inFlight.delete(stage.id);
-      slot.release();
-      return end;
-    });
+    const done = executeStage(this.executorDeps, stage, slot)
+      .then(
+        (end) => end,
+        (err: unknown) => {
+          this.logger.error({ event: 'executor_crashed', stageId: stage.id, err: (err as Error).stack }, 'executor crashed');
+          return 'unknown' as const;
+        },
+      )
+      .then((end) => {
+        this.ended[end]++;
+        if (this.inFlight.get(stage.id)?.stage === stage) this.inFlight.delete(stage.id);
+        slot.release();
+        return end;
+      });
     this.inFlight.set(stage.id, { stage, done });
   }
-
 }

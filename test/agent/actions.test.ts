@@ -4,18 +4,39 @@ import { defineTool, defineToolClass } from '../../src/definitions/index.js';
 import { validateActions } from '../../src/planner/actions.js';
 
 const io = defineToolClass({ name: 'io', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '2s', maxDuration: '10s' });
-const search = defineTool({ name: 'search', description: 's', class: io, input: z.object({ q: z.string().min(1) }), output: z.object({}), run: async () => ({}) });
-const createCase = defineTool({ name: 'create_case', description: 'c', class: io, input: z.object({ invoiceId: z.string() }), output: z.object({}), run: async () => ({}) });
+const search = defineTool({
+  name: 'search',
+  description: 's',
+  class: io,
+  input: z.object({ q: z.string().min(1) }),
+  output: z.object({}),
+  run: async () => ({}),
+});
+const createCase = defineTool({
+  name: 'create_case',
+  description: 'c',
+  class: io,
+  input: z.object({ invoiceId: z.string() }),
+  output: z.object({}),
+  run: async () => ({}),
+});
 const call = (name: string, args: string, id = 'c1') => ({ id, type: 'function' as const, function: { name, arguments: args } });
 
 /** The planner's check of a proposed action list: all of it, before anything is persisted. */
 describe('validateActions', () => {
   it('accepts a valid list and keeps only what the schema knows (a lease or retry field is dropped)', () => {
-    const v = validateActions([search, createCase], [call('search', '{"q":"inv 42","lease":"999s","retry":{"maxAttempts":99},"ttl":5}'), call('create_case', '{"invoiceId":"42"}', 'c2')], 10);
-    expect(v).toEqual({ ok: true, actions: [
-      { callId: 'c1', tool: search, input: { q: 'inv 42' } },
-      { callId: 'c2', tool: createCase, input: { invoiceId: '42' } },
-    ] });
+    const v = validateActions(
+      [search, createCase],
+      [call('search', '{"q":"inv 42","lease":"999s","retry":{"maxAttempts":99},"ttl":5}'), call('create_case', '{"invoiceId":"42"}', 'c2')],
+      10,
+    );
+    expect(v).toEqual({
+      ok: true,
+      actions: [
+        { callId: 'c1', tool: search, input: { q: 'inv 42' } },
+        { callId: 'c2', tool: createCase, input: { invoiceId: '42' } },
+      ],
+    });
   });
   it.each([
     ['an unknown tool', [call('delete_everything', '{}')], 'unknown_tool'],

@@ -21,11 +21,25 @@ describe('agents', () => {
   let script: ScriptedAnswer[] = [];
   let served = 0;
 
-  const llm = defineToolClass({ name: 'llm', lease: '5s', heartbeat: '1s', jitter: '200ms', timeout: '4s', maxDuration: '30s', retry: { maxAttempts: 2, backoff: { initial: '50ms' } } });
-  const agent = (name: string, extra: { maxReplans?: number; maxSteps?: number } = {}) => defineAgent({
-    name, input: z.object({ ref: z.string() }), model: { name: 'scripted', class: llm, baseURL: 'http://placeholder' },
-    instructions: 'File a case, then answer.', tools: [effectTool], maxActions: 3, ...extra,
+  const llm = defineToolClass({
+    name: 'llm',
+    lease: '5s',
+    heartbeat: '1s',
+    jitter: '200ms',
+    timeout: '4s',
+    maxDuration: '30s',
+    retry: { maxAttempts: 2, backoff: { initial: '50ms' } },
   });
+  const agent = (name: string, extra: { maxReplans?: number; maxSteps?: number } = {}) =>
+    defineAgent({
+      name,
+      input: z.object({ ref: z.string() }),
+      model: { name: 'scripted', class: llm, baseURL: 'http://placeholder' },
+      instructions: 'File a case, then answer.',
+      tools: [effectTool],
+      maxActions: 3,
+      ...extra,
+    });
 
   beforeAll(async () => {
     db = await createTestDatabase('agents', { empty: true });
@@ -33,9 +47,13 @@ describe('agents', () => {
     process.env.WITNESS_URL = witness.url;
     process.env.STAGE_MS = '10';
     model = await startScriptedModel({ script: () => script[served++] ?? { content: 'done' } });
-    const withUrl = (a: ReturnType<typeof agent>) => ({ ...a, agent: { ...a.agent!, model: { ...a.agent!.model, baseURL: model.baseURL } } });
+    const withUrl = (a: ReturnType<typeof agent>) => ({
+      ...a,
+      agent: { ...a.agent!, model: { ...a.agent!.model, baseURL: model.baseURL } },
+    });
     r = await createRatchet({
-      dataDir: ':memory:', logger: silentLogger(),
+      dataDir: ':memory:',
+      logger: silentLogger(),
       workflows: [withUrl(agent('main')), withUrl(agent('strict', { maxReplans: 1 })), withUrl(agent('short', { maxSteps: 2 }))],
     });
     await r.worker({ pollIntervalMs: 50 }).start();
@@ -47,7 +65,11 @@ describe('agents', () => {
     await db.drop();
   });
 
-  const run = async (workflow: string, answers: ScriptedAnswer[], ref: string): Promise<{ run: RunView; requests: number; first: number }> => {
+  const run = async (
+    workflow: string,
+    answers: ScriptedAnswer[],
+    ref: string,
+  ): Promise<{ run: RunView; requests: number; first: number }> => {
     script = answers;
     served = 0;
     const first = model.requests.length;
@@ -62,12 +84,23 @@ describe('agents', () => {
   const tools = (v: RunView) => v.stages.filter((s) => s.tool !== '$model');
 
   it('runs the loop: a proposed action becomes a stage with its own key and class lease; the result goes back to the model', async () => {
-    const { run: v, requests, first } = await run('main', [{ toolCalls: [{ name: 'effect_tool', arguments: { ref: 'loop', lease: '999s', retry: 9 } }] }, { content: 'filed' }], 'loop');
+    const {
+      run: v,
+      requests,
+      first,
+    } = await run(
+      'main',
+      [{ toolCalls: [{ name: 'effect_tool', arguments: { ref: 'loop', lease: '999s', retry: 9 } }] }, { content: 'filed' }],
+      'loop',
+    );
     expect(v.state).toBe('succeeded');
     expect(v.result).toEqual({ answer: 'filed' });
     expect(v.stages.map((s) => s.tool)).toEqual(['$model', 'effect_tool', '$model']);
     expect(requests).toBe(2); // each answer asked for once
-    const [row] = await r.store.db.query(`SELECT input, lease_ms, max_attempts FROM ratchet.stages WHERE run_id = $1 AND tool = 'effect_tool'`, [v.id]);
+    const [row] = await r.store.db.query(
+      `SELECT input, lease_ms, max_attempts FROM ratchet.stages WHERE run_id = $1 AND tool = 'effect_tool'`,
+      [v.id],
+    );
     expect(row).toEqual({ input: { ref: 'loop' }, lease_ms: 3000, max_attempts: 5 }); // from the class, not the model
     const second = model.requests[first + 1]!;
     expect(second.messages.at(-1)).toMatchObject({ role: 'tool', content: expect.stringContaining('"ref":"loop"') });
@@ -84,11 +117,15 @@ describe('agents', () => {
   });
 
   it('the same create action proposed again in a later turn is one effect (the key derives from the invoice)', async () => {
-    const { run: v } = await run('main', [
-      { toolCalls: [{ name: 'effect_tool', arguments: { ref: 'inv-7' } }] },
-      { toolCalls: [{ name: 'effect_tool', arguments: { ref: 'inv-7' } }] },
-      { content: 'done twice' },
-    ], 'inv-7');
+    const { run: v } = await run(
+      'main',
+      [
+        { toolCalls: [{ name: 'effect_tool', arguments: { ref: 'inv-7' } }] },
+        { toolCalls: [{ name: 'effect_tool', arguments: { ref: 'inv-7' } }] },
+        { content: 'done twice' },
+      ],
+      'inv-7',
+    );
     expect(v.state).toBe('succeeded');
     expect(tools(v)).toHaveLength(2);
     expect((await witness.appliedPerKey()).get('case:inv-7')).toBe(1);
@@ -102,7 +139,15 @@ describe('agents', () => {
     ['arguments that are not JSON', { toolCalls: [{ name: 'effect_tool', arguments: "{ref: 'x'}" }] }],
     ['arguments in markdown fences', { toolCalls: [{ name: 'effect_tool', arguments: '```json\n{"ref":"x"}\n```' }] }],
     ['too many actions', { toolCalls: [1, 2, 3, 4].map((n) => ({ name: 'effect_tool', arguments: { ref: `many-${n}` } })) }],
-    ['one bad action among good ones', { toolCalls: [{ name: 'effect_tool', arguments: { ref: 'good' } }, { name: 'effect_tool', arguments: 'nope' }] }],
+    [
+      'one bad action among good ones',
+      {
+        toolCalls: [
+          { name: 'effect_tool', arguments: { ref: 'good' } },
+          { name: 'effect_tool', arguments: 'nope' },
+        ],
+      },
+    ],
   ];
   for (const [what, answer] of bad) {
     it(`refuses ${what}: no stage from the list, the error goes back to the model, which re-plans`, async () => {
@@ -112,8 +157,14 @@ describe('agents', () => {
       expect(requests).toBe(2);
       const feedback = model.requests[first + 1]!.messages.slice(3);
       expect(JSON.stringify(feedback)).toContain('invalid_action');
-      const planned = (await r.events(v.id)).find((e) => e.type === 'stage_succeeded' && (e.data as { decision?: string }).decision === 'replan');
-      expect(planned?.data).toMatchObject({ resultHash: expect.any(String), resultBytes: expect.any(Number), invalidActions: expect.any(Array) });
+      const planned = (await r.events(v.id)).find(
+        (e) => e.type === 'stage_succeeded' && (e.data as { decision?: string }).decision === 'replan',
+      );
+      expect(planned?.data).toMatchObject({
+        resultHash: expect.any(String),
+        resultBytes: expect.any(Number),
+        invalidActions: expect.any(Array),
+      });
       expect(planned?.data).not.toHaveProperty('modelOutput');
     });
   }

@@ -18,28 +18,62 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const tmp = mkdtempSync(join(tmpdir(), 'ratchet-agent-demo-test-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-interface Result { code: number | null; stdout: string; stderr: string }
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 function npmStart(args: string[], env: NodeJS.ProcessEnv): Promise<Result> {
   return new Promise((resolve, reject) => {
     const base = { ...process.env };
-    for (const name of ['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'RATCHET_MODEL', 'DATABASE_URL', 'REDIS_URL', 'RATCHET_DATA_DIR',
-      'RATCHET_DEMO_DATA_DIR', 'RATCHET_EXAMPLE_SERVICES_URL', 'SERVICES_DATABASE_URL', 'RATCHET_LOG_LEVEL']) delete base[name];
-    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/agent-demo.ts', ...args],
-      { cwd: ROOT, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    for (const name of [
+      'OPENAI_BASE_URL',
+      'OPENAI_API_KEY',
+      'RATCHET_MODEL',
+      'DATABASE_URL',
+      'REDIS_URL',
+      'RATCHET_DATA_DIR',
+      'RATCHET_DEMO_DATA_DIR',
+      'RATCHET_EXAMPLE_SERVICES_URL',
+      'SERVICES_DATABASE_URL',
+      'RATCHET_LOG_LEVEL',
+    ])
+      delete base[name];
+    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/agent-demo.ts', ...args], {
+      cwd: ROOT,
+      env: { ...base, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`the demo did not exit; stdout: ${stdout}\nstderr: ${stderr}`)); }, 110_000);
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`the demo did not exit; stdout: ${stdout}\nstderr: ${stderr}`));
+    }, 110_000);
     child.on('error', reject);
-    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
   });
 }
 
 /** The stage lines, as "seq tool state attempt fence". */
-const stageLines = (stdout: string) => [...stdout.matchAll(/^ {2}stage (\d+) (\S+)\s+(\S+)\s+attempt (\d+)\s+fence (\S+)/gm)]
-  .map((m) => ({ seq: Number(m[1]), tool: m[2]!, state: m[3]!, attempt: Number(m[4]), fence: m[5]! }));
+const stageLines = (stdout: string) =>
+  [...stdout.matchAll(/^ {2}stage (\d+) (\S+)\s+(\S+)\s+attempt (\d+)\s+fence (\S+)/gm)].map((m) => ({
+    seq: Number(m[1]),
+    tool: m[2]!,
+    state: m[3]!,
+    attempt: Number(m[4]),
+    fence: m[5]!,
+  }));
 
 describe('npm start (examples/agent-demo.ts)', () => {
   it('runs the invoice agent against the scripted model on the embedded store: live stages, the answer, one case', async () => {
@@ -54,7 +88,13 @@ describe('npm start (examples/agent-demo.ts)', () => {
     const stages = stageLines(r.stdout);
     const finalLines = stages.filter((s) => s.state === 'succeeded');
     expect(finalLines.map((s) => [s.seq, s.tool])).toEqual([
-      [1, 'model'], [2, 'search'], [3, 'model'], [4, 'extract_fields'], [5, 'model'], [6, 'create_case'], [7, 'model'],
+      [1, 'model'],
+      [2, 'search'],
+      [3, 'model'],
+      [4, 'extract_fields'],
+      [5, 'model'],
+      [6, 'create_case'],
+      [7, 'model'],
     ]);
     for (const s of finalLines) expect(s).toMatchObject({ attempt: 1, fence: expect.stringMatching(/^\d+$/) });
     expect(new Set(finalLines.map((s) => s.fence)).size).toBe(7); // a fencing token per attempt
@@ -73,7 +113,9 @@ describe('npm start (examples/agent-demo.ts)', () => {
     expect(cases[0]!.slice(1, 5)).toEqual([caseId, 'inv-42', 'discrepancy', 'invoice:inv-42:create-case']);
     expect(cases[0]![5]).toBe(finalLines.find((s) => s.tool === 'create_case')!.fence);
 
-    expect(r.stdout).toMatch(/^ok: run succeeded in [\d.]+s — 4 model calls \(4 requests to the scripted model\), 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m);
+    expect(r.stdout).toMatch(
+      /^ok: run succeeded in [\d.]+s — 4 model calls \(4 requests to the scripted model\), 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m,
+    );
   }, 120_000);
 
   it('an invoice that does not exist: the model says so, no case is filed, and the temp data directory is removed', async () => {
@@ -81,7 +123,11 @@ describe('npm start (examples/agent-demo.ts)', () => {
     expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
     expect(r.stdout).toMatch(/^answer: There is no statement for invoice missing-7; I filed no case\.$/m);
     expect(r.stdout).toMatch(/^cases at the case service: 0$/m);
-    expect(stageLines(r.stdout).filter((s) => s.state === 'succeeded').map((s) => s.tool)).toEqual(['model', 'search', 'model']);
+    expect(
+      stageLines(r.stdout)
+        .filter((s) => s.state === 'succeeded')
+        .map((s) => s.tool),
+    ).toEqual(['model', 'search', 'model']);
     const dir = /embedded PGlite at (\S+)/.exec(r.stdout)?.[1];
     expect(dir).toContain('ratchet-agent-demo-');
     expect(existsSync(dir!)).toBe(false);
@@ -98,7 +144,9 @@ describe('npm start (examples/agent-demo.ts)', () => {
       expect(endpoint.requests.map((q) => q.model)).toEqual(Array(4).fill('test-model'));
       expect(endpoint.requests[0]!.tools?.map((t) => t.function.name)).toEqual(['search', 'extract_fields', 'create_case']);
       expect(r.stdout).toMatch(/^answer: Invoice inv-7 from /m);
-      expect(r.stdout).toMatch(/^ok: run succeeded in [\d.]+s — 4 model calls, 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m);
+      expect(r.stdout).toMatch(
+        /^ok: run succeeded in [\d.]+s — 4 model calls, 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m,
+      );
     } finally {
       await endpoint.close();
     }

@@ -22,11 +22,25 @@ describe('model output', () => {
   let script: ScriptedAnswer[] = [];
   let served = 0;
 
-  const llm = defineToolClass({ name: 'llm_out', lease: '5s', heartbeat: '1s', jitter: '200ms', timeout: '4s', maxDuration: '30s', retry: { maxAttempts: 3, backoff: { initial: '50ms' } } });
-  const agent = (name: string, extra: { maxReplans?: number } = {}) => defineAgent({
-    name, input: z.object({ ref: z.string() }), model: { name: 'scripted', class: llm, baseURL: 'http://placeholder' },
-    instructions: 'File a case, then answer.', tools: [effectTool], maxActions: 3, ...extra,
+  const llm = defineToolClass({
+    name: 'llm_out',
+    lease: '5s',
+    heartbeat: '1s',
+    jitter: '200ms',
+    timeout: '4s',
+    maxDuration: '30s',
+    retry: { maxAttempts: 3, backoff: { initial: '50ms' } },
   });
+  const agent = (name: string, extra: { maxReplans?: number } = {}) =>
+    defineAgent({
+      name,
+      input: z.object({ ref: z.string() }),
+      model: { name: 'scripted', class: llm, baseURL: 'http://placeholder' },
+      instructions: 'File a case, then answer.',
+      tools: [effectTool],
+      maxActions: 3,
+      ...extra,
+    });
 
   beforeAll(async () => {
     db = await createTestDatabase('model_output');
@@ -34,8 +48,15 @@ describe('model output', () => {
     process.env.WITNESS_URL = witness.url;
     process.env.STAGE_MS = '10';
     model = await startScriptedModel({ script: () => script[served++] ?? { content: 'done' } });
-    const withUrl = (a: ReturnType<typeof agent>) => ({ ...a, agent: { ...a.agent!, model: { ...a.agent!.model, baseURL: model.baseURL } } });
-    r = await createRatchet({ databaseUrl: db.url, logger: silentLogger(), workflows: [withUrl(agent('out_main')), withUrl(agent('out_strict', { maxReplans: 0 }))] });
+    const withUrl = (a: ReturnType<typeof agent>) => ({
+      ...a,
+      agent: { ...a.agent!, model: { ...a.agent!.model, baseURL: model.baseURL } },
+    });
+    r = await createRatchet({
+      databaseUrl: db.url,
+      logger: silentLogger(),
+      workflows: [withUrl(agent('out_main')), withUrl(agent('out_strict', { maxReplans: 0 }))],
+    });
     await r.worker({ pollIntervalMs: 50 }).start();
   });
   afterAll(async () => {
@@ -90,7 +111,8 @@ describe('model output', () => {
     for (const payload of [secret, prose, 'drop_tables_now']) expect(text).not.toContain(payload);
     const refused = events.find((e) => (e.data as { decision?: string } | null)?.decision === 'replan')!;
     expect(refused.data).toMatchObject({
-      resultHash: expect.stringMatching(/^[0-9a-f]{16}$/), resultBytes: expect.any(Number),
+      resultHash: expect.stringMatching(/^[0-9a-f]{16}$/),
+      resultBytes: expect.any(Number),
       invalidActions: [{ callId: expect.any(String), index: 0, reason: 'unknown_tool' }],
     });
     expect(refused.data).not.toHaveProperty('modelOutput');

@@ -19,19 +19,31 @@ let server: ApiServer;
 
 const llm = defineToolClass({ name: 'usage-llm', lease: '5s', heartbeat: '1s', jitter: '200ms', timeout: '4s', maxDuration: '30s' });
 const io = defineToolClass({ name: 'usage-io', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
-const lookup = defineTool({ name: 'lookup', description: 'looks up', class: io, input: z.object({ q: z.string() }), output: z.object({ a: z.string() }), run: async (i) => ({ a: i.q }) });
+const lookup = defineTool({
+  name: 'lookup',
+  description: 'looks up',
+  class: io,
+  input: z.object({ q: z.string() }),
+  output: z.object({ a: z.string() }),
+  run: async (i) => ({ a: i.q }),
+});
 
 beforeAll(async () => {
   db = await createTestDatabase('usage');
   model = await startScriptedModel({
     // By the request, not by count: two runs ask at once. No tool answer yet: call the tool; else answer.
-    script: (req) => (!req.messages.some((m) => m.role === 'tool')
-      ? { toolCalls: [{ name: 'lookup', arguments: { q: 'x' } }], usage: { prompt_tokens: 100, completion_tokens: 20 } }
-      : { content: 'done', usage: { prompt_tokens: 150, completion_tokens: 5 } }),
+    script: (req) =>
+      !req.messages.some((m) => m.role === 'tool')
+        ? { toolCalls: [{ name: 'lookup', arguments: { q: 'x' } }], usage: { prompt_tokens: 100, completion_tokens: 20 } }
+        : { content: 'done', usage: { prompt_tokens: 150, completion_tokens: 5 } },
   });
   const agent = defineAgent({
-    name: 'usage_agent', input: z.object({ ask: z.string() }), model: { name: 'scripted-usage', class: llm, baseURL: model.baseURL },
-    instructions: 'look it up', tools: [lookup], maxActions: 1,
+    name: 'usage_agent',
+    input: z.object({ ask: z.string() }),
+    model: { name: 'scripted-usage', class: llm, baseURL: model.baseURL },
+    instructions: 'look it up',
+    tools: [lookup],
+    maxActions: 1,
   });
   ratchet = await createRatchet({ databaseUrl: db.url, workflows: [agent], logger: silentLogger() });
   await ratchet.worker({ pollIntervalMs: 50 }).start();
@@ -46,7 +58,9 @@ afterAll(async () => {
 
 const counter = async (direction: string) => {
   const m = await processMetrics().registry.getSingleMetric('ratchet_model_tokens_total')?.get();
-  return m?.values.filter((v) => v.labels.model === 'scripted-usage' && v.labels.direction === direction).reduce((s, v) => s + v.value, 0) ?? 0;
+  return (
+    m?.values.filter((v) => v.labels.model === 'scripted-usage' && v.labels.direction === direction).reduce((s, v) => s + v.value, 0) ?? 0
+  );
 };
 
 describe('model usage', () => {
@@ -55,7 +69,9 @@ describe('model usage', () => {
     const runs = [];
     for (const ask of ['a', 'b']) runs.push((await client.submit('usage_agent', { ask })).id);
     for (const id of runs) {
-      for await (const _e of client.watch(id)) { /* to the end */ }
+      for await (const _e of client.watch(id)) {
+        /* to the end */
+      }
       const run = await client.get(id);
       expect(run.state).toBe('succeeded');
       expect(run.usage).toEqual({ inputTokens: 250, outputTokens: 25, modelCalls: 2 });
@@ -64,7 +80,10 @@ describe('model usage', () => {
     expect(await counter('output')).toBe(50);
     const text = await (await fetch(`${server.url}/v1/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
     expect(text).toMatch(/ratchet_model_tokens_total\{model="scripted-usage",workflow="usage_agent",direction="input"\} 500/);
-    const [ev] = await db.query(`SELECT data FROM ratchet.events WHERE run_id = $1 AND type = 'stage_succeeded' AND data ? 'usage' ORDER BY id LIMIT 1`, [runs[0]]);
+    const [ev] = await db.query(
+      `SELECT data FROM ratchet.events WHERE run_id = $1 AND type = 'stage_succeeded' AND data ? 'usage' ORDER BY id LIMIT 1`,
+      [runs[0]],
+    );
     expect(ev!.data.usage).toEqual({ inputTokens: 100, outputTokens: 20 });
   });
 });

@@ -11,7 +11,9 @@ beforeAll(async () => {
   api = await startApi({ tokens: [TOKEN, 'second-token-for-rotation'] });
   runId = (await api.client.submit('orphan', { key: 'auth' })).id;
 });
-afterAll(async () => { await api?.close(); });
+afterAll(async () => {
+  await api?.close();
+});
 
 const protectedRoutes = (): [string, string, string?][] => [
   ['POST', '/v1/runs', JSON.stringify({ workflow: 'echo', input: { key: 'sneaky' } })],
@@ -27,7 +29,12 @@ const protectedRoutes = (): [string, string, string?][] => [
 ];
 
 describe('auth', () => {
-  for (const [label, token] of [['missing', null], ['wrong', 'wrong-token-0123456789'], ['a prefix of the right one', TOKEN.slice(0, -1)], ['the right one plus more', `${TOKEN}x`]] as const) {
+  for (const [label, token] of [
+    ['missing', null],
+    ['wrong', 'wrong-token-0123456789'],
+    ['a prefix of the right one', TOKEN.slice(0, -1)],
+    ['the right one plus more', `${TOKEN}x`],
+  ] as const) {
     it(`a ${label} token is 401 on every protected route, and nothing changes`, async () => {
       const before = await counts(api.ratchet);
       for (const [method, path, body] of protectedRoutes()) {
@@ -42,7 +49,10 @@ describe('auth', () => {
   }
 
   it('a scheme other than Bearer is refused', async () => {
-    const res = await api.http('/v1/runs', { token: null, headers: { authorization: `Basic ${Buffer.from(`u:${TOKEN}`).toString('base64')}` } });
+    const res = await api.http('/v1/runs', {
+      token: null,
+      headers: { authorization: `Basic ${Buffer.from(`u:${TOKEN}`).toString('base64')}` },
+    });
     expect(res.status).toBe(401);
   });
 
@@ -62,7 +72,10 @@ describe('auth', () => {
   it('the server refuses a non-loopback address without a token, and listens on one with a token', async () => {
     for (const host of ['0.0.0.0', '::', '192.168.1.10', 'example.org']) {
       await expect(createServer({ ratchet: api.ratchet, host, port: 0 })).rejects.toBeInstanceOf(InvalidInputError);
-      await expect(createServer({ ratchet: api.ratchet, host, port: 0, tokens: [] })).rejects.toMatchObject({ code: 'invalid_input', details: { reason: 'token_required' } });
+      await expect(createServer({ ratchet: api.ratchet, host, port: 0, tokens: [] })).rejects.toMatchObject({
+        code: 'invalid_input',
+        details: { reason: 'token_required' },
+      });
     }
     const open = await createServer({ ratchet: api.ratchet, host: '0.0.0.0', port: 0, tokens: [TOKEN] });
     try {

@@ -46,7 +46,13 @@ describe('explain', () => {
     const { id } = await api.client.submit('orphan', { key: 'x-orphan' });
     const x = expectVerdict(await explain(id), 'queued_no_worker');
     expect(x).toMatchObject({ runState: 'queued', stage: { seq: 1, toolClass: 'orphan', state: 'queued', attempt: 0 } });
-    expect(x.evidence).toMatchObject({ toolClass: 'orphan', workersServingClass: 0, lastWorkerSeenAt: null, lastClassHeartbeatAt: null, seenWithinMs: 30_000 });
+    expect(x.evidence).toMatchObject({
+      toolClass: 'orphan',
+      workersServingClass: 0,
+      lastWorkerSeenAt: null,
+      lastClassHeartbeatAt: null,
+      seenWithinMs: 30_000,
+    });
     expect(x.summary).toMatch(/no worker has served class orphan/);
   });
 
@@ -109,7 +115,10 @@ describe('explain', () => {
 
   it('queued with its retry delayed until T, with the last error', async () => {
     const { id } = await api.client.submit('delayed', { key: 'x-delay' });
-    await until('the first attempt failed', async () => (await api.client.get(id)).stages[0]!.attempt === 1 && (await api.client.get(id)).stages[0]!.state === 'queued');
+    await until(
+      'the first attempt failed',
+      async () => (await api.client.get(id)).stages[0]!.attempt === 1 && (await api.client.get(id)).stages[0]!.state === 'queued',
+    );
     const x = expectVerdict(await explain(id), 'queued_retry_delayed');
     expect(x.runState).toBe('running');
     expect(x.evidence).toMatchObject({ attemptsUsed: 1, lastError: { code: 'upstream_429' } });
@@ -144,7 +153,11 @@ describe('explain', () => {
     const bad = await api.client.submit('flaky', { key: 'x-fail' });
     await until('failed', async () => (await state(bad.id)) === 'failed');
     const xf = expectVerdict(await explain(bad.id), 'terminal');
-    expect(xf.evidence).toMatchObject({ state: 'failed', result: false, error: { code: 'attempts_exhausted', lastError: { code: 'upstream_503' } } });
+    expect(xf.evidence).toMatchObject({
+      state: 'failed',
+      result: false,
+      error: { code: 'attempts_exhausted', lastError: { code: 'upstream_503' } },
+    });
     expect(xf.stage).toMatchObject({ seq: 1, name: 'flaky', state: 'failed', attempt: 2 });
     expect(xf.summary).toMatch(/failed .* in stage 1 \(flaky\): attempts_exhausted.*can be retried/);
     const c = await api.client.submit('orphan', { key: 'x-cancel' });

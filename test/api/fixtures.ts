@@ -24,34 +24,70 @@ async function gated(tool: string, i: In, ctx: ToolContext): Promise<{ key: stri
   calls.push({ tool, key: i.key, attempt: ctx.attempt, at: Date.now() });
   await new Promise<void>((resolve, reject) => {
     gates.set(i.key, resolve);
-    ctx.signal.addEventListener('abort', () => {
-      calls.push({ tool, key: i.key, attempt: ctx.attempt, reason: (ctx.signal.reason as { code?: string }).code, at: Date.now() });
-      reject(ctx.signal.reason);
-    }, { once: true });
+    ctx.signal.addEventListener(
+      'abort',
+      () => {
+        calls.push({ tool, key: i.key, attempt: ctx.attempt, reason: (ctx.signal.reason as { code?: string }).code, at: Date.now() });
+        reject(ctx.signal.reason);
+      },
+      { once: true },
+    );
   });
   return { key: i.key };
 }
 
 const quick = defineToolClass({
-  name: 'quick', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s',
+  name: 'quick',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '5s',
+  maxDuration: '30s',
   retry: { maxAttempts: 2, backoff: { initial: '20ms', factor: 2, max: '100ms', jitter: 0 } },
 });
 const long = defineToolClass({ name: 'long', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '60s', maxDuration: '120s' });
 const orphanClass = defineToolClass({ name: 'orphan', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
-const limited = defineToolClass({ name: 'limited', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '60s', maxDuration: '120s', concurrency: 1 });
-const rated = defineToolClass({ name: 'rated', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s', rateLimit: { max: 1, per: '1h' } });
+const limited = defineToolClass({
+  name: 'limited',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '60s',
+  maxDuration: '120s',
+  concurrency: 1,
+});
+const rated = defineToolClass({
+  name: 'rated',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '5s',
+  maxDuration: '30s',
+  rateLimit: { max: 1, per: '1h' },
+});
 const keyedClass = defineToolClass({ name: 'keyed', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '60s', maxDuration: '120s' });
 const slowRetry = defineToolClass({
-  name: 'slow-retry', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s',
+  name: 'slow-retry',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '5s',
+  maxDuration: '30s',
   retry: { maxAttempts: 3, backoff: { initial: '1h', factor: 1, max: '1h', jitter: 0 } },
 });
 const narrow = defineToolClass({ name: 'narrow', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '60s', maxDuration: '120s' });
 const ghostClass = defineToolClass({ name: 'ghost', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
 
-const tool = (name: string, cls: ReturnType<typeof defineToolClass>, run: (i: In, ctx: ToolContext) => Promise<unknown>): Tool<In, unknown> =>
-  defineTool({ name, description: name, class: cls, input, output: z.unknown(), run });
+const tool = (
+  name: string,
+  cls: ReturnType<typeof defineToolClass>,
+  run: (i: In, ctx: ToolContext) => Promise<unknown>,
+): Tool<In, unknown> => defineTool({ name, description: name, class: cls, input, output: z.unknown(), run });
 
-const echo = tool('echo', quick, async (i, ctx) => { calls.push({ tool: 'echo', key: i.key, attempt: ctx.attempt, at: Date.now() }); return { key: i.key }; });
+const echo = tool('echo', quick, async (i, ctx) => {
+  calls.push({ tool: 'echo', key: i.key, attempt: ctx.attempt, at: Date.now() });
+  return { key: i.key };
+});
 const flaky = tool('flaky', quick, async (i, ctx) => {
   calls.push({ tool: 'flaky', key: i.key, attempt: ctx.attempt, at: Date.now() });
   const owed = owedFailures.get(i.key) ?? 0;
@@ -61,11 +97,17 @@ const flaky = tool('flaky', quick, async (i, ctx) => {
   }
   return { key: i.key };
 });
-const after = tool('after', quick, async (i, ctx) => { calls.push({ tool: 'after', key: i.key, attempt: ctx.attempt, at: Date.now() }); return { key: i.key, after: true }; });
+const after = tool('after', quick, async (i, ctx) => {
+  calls.push({ tool: 'after', key: i.key, attempt: ctx.attempt, at: Date.now() });
+  return { key: i.key, after: true };
+});
 const gate = tool('gate', long, (i, ctx) => gated('gate', i, ctx));
 const orphan = tool('orphan_tool', orphanClass, async () => ({}));
 const limitedGate = tool('limited_gate', limited, (i, ctx) => gated('limited_gate', i, ctx));
-const ratedTool = tool('rated_tool', rated, async (i, ctx) => { calls.push({ tool: 'rated_tool', key: i.key, attempt: ctx.attempt, at: Date.now() }); return {}; });
+const ratedTool = tool('rated_tool', rated, async (i, ctx) => {
+  calls.push({ tool: 'rated_tool', key: i.key, attempt: ctx.attempt, at: Date.now() });
+  return {};
+});
 const keyedGate = tool('keyed_gate', keyedClass, (i, ctx) => gated('keyed_gate', i, ctx));
 const failsOnce = tool('fails_once', slowRetry, async (i, ctx) => {
   calls.push({ tool: 'fails_once', key: i.key, attempt: ctx.attempt, at: Date.now() });

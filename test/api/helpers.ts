@@ -17,13 +17,30 @@ export interface Api {
 }
 
 /** A Ratchet on the given database (embedded in memory by default), the task API on a free loopback port, and a client. */
-export async function startApi(opts: Partial<RatchetOptions> & { bodyLimit?: number; tokens?: string[]; clock?: Clock; fetch?: typeof fetch; streamHeartbeatMs?: number } = {}): Promise<Api> {
+export async function startApi(
+  opts: Partial<RatchetOptions> & {
+    bodyLimit?: number;
+    tokens?: string[];
+    clock?: Clock;
+    fetch?: typeof fetch;
+    streamHeartbeatMs?: number;
+  } = {},
+): Promise<Api> {
   const { bodyLimit, tokens, clock, fetch: f, streamHeartbeatMs, ...ratchetOpts } = opts;
   const ratchet = await createRatchet({ dataDir: ':memory:', workflows: apiWorkflows, logger: silentLogger(), ...ratchetOpts });
-  const server = await createServer({ ratchet, tokens: tokens ?? [TOKEN], port: 0, ...(bodyLimit ? { bodyLimit } : {}), retryAfterSeconds: 2, ...(streamHeartbeatMs ? { streamHeartbeatMs } : {}) });
+  const server = await createServer({
+    ratchet,
+    tokens: tokens ?? [TOKEN],
+    port: 0,
+    ...(bodyLimit ? { bodyLimit } : {}),
+    retryAfterSeconds: 2,
+    ...(streamHeartbeatMs ? { streamHeartbeatMs } : {}),
+  });
   const client = createClient({ baseUrl: server.url, token: TOKEN, ...(clock ? { clock } : {}), ...(f ? { fetch: f } : {}) });
   return {
-    ratchet, server, client,
+    ratchet,
+    server,
+    client,
     async http(path, init = {}) {
       const { token = TOKEN, headers, ...rest } = init;
       const h = new Headers(headers);
@@ -31,7 +48,11 @@ export async function startApi(opts: Partial<RatchetOptions> & { bodyLimit?: num
       const res = await fetch(`${server.url}${path}`, { ...rest, headers: h });
       const text = await res.text();
       let body: unknown = text;
-      try { body = JSON.parse(text); } catch { /* not JSON */ }
+      try {
+        body = JSON.parse(text);
+      } catch {
+        /* not JSON */
+      }
       return { status: res.status, headers: res.headers, body };
     },
     async close() {
@@ -43,7 +64,8 @@ export async function startApi(opts: Partial<RatchetOptions> & { bodyLimit?: num
 
 /** Row counts that bad requests must leave unchanged. */
 export async function counts(r: Ratchet): Promise<{ runs: number; stages: number; events: number }> {
-  const [c] = await r.store.db.query(`SELECT (SELECT count(*) FROM ratchet.runs)::int AS runs, (SELECT count(*) FROM ratchet.stages)::int AS stages,
+  const [c] =
+    await r.store.db.query(`SELECT (SELECT count(*) FROM ratchet.runs)::int AS runs, (SELECT count(*) FROM ratchet.stages)::int AS stages,
     (SELECT count(*) FROM ratchet.events)::int AS events`);
   return c as { runs: number; stages: number; events: number };
 }

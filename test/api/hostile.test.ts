@@ -19,7 +19,14 @@ let runId: string;
 
 /** A workflow whose input schema walks any JSON (z.json() recurses): the engine must refuse absurd depth before it does. */
 const anyClass = defineToolClass({ name: 'any_class', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
-const anyTool = defineTool({ name: 'any_tool', description: 'takes any JSON', class: anyClass, input: z.json(), output: z.unknown(), run: async () => ({}) });
+const anyTool = defineTool({
+  name: 'any_tool',
+  description: 'takes any JSON',
+  class: anyClass,
+  input: z.json(),
+  output: z.unknown(),
+  run: async () => ({}),
+});
 const anything = defineWorkflow({ name: 'anything', input: z.json(), steps: [{ tool: anyTool }] });
 
 beforeAll(async () => {
@@ -39,15 +46,26 @@ const cursorOf = (text: string) => Buffer.from(text, 'utf8').toString('base64url
 const UUID = '01890f4e-0000-7000-8000-00000000cafe';
 
 /** A request through node:http, so a header given as an array goes out as several header lines (fetch would join them). */
-function rawRequest(method: string, path: string, headers: Record<string, string | string[]>, body?: string): Promise<{ status: number; body: any }> {
+function rawRequest(
+  method: string,
+  path: string,
+  headers: Record<string, string | string[]>,
+  body?: string,
+): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
     const req = httpRequest(`${api.server.url}${path}`, { method, headers: { authorization: `Bearer ${TOKEN}`, ...headers } }, (res) => {
       let text = '';
       res.setEncoding('utf8');
-      res.on('data', (d: string) => { text += d; });
+      res.on('data', (d: string) => {
+        text += d;
+      });
       res.on('end', () => {
         let parsed: unknown = text;
-        try { parsed = JSON.parse(text); } catch { /* not JSON */ }
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          /* not JSON */
+        }
         resolve({ status: res.statusCode ?? 0, body: parsed });
       });
     });
@@ -57,12 +75,18 @@ function rawRequest(method: string, path: string, headers: Record<string, string
 }
 
 /** Sends, then asserts the status, the error code and path, and that no row was written. */
-async function refused(send: () => Promise<{ status: number; body: any }>, status: number, code: string, path?: string | RegExp): Promise<void> {
+async function refused(
+  send: () => Promise<{ status: number; body: any }>,
+  status: number,
+  code: string,
+  path?: string | RegExp,
+): Promise<void> {
   const before = await counts(api.ratchet);
   const res = await send();
   expect(res.status, JSON.stringify(res.body).slice(0, 500)).toBe(status);
   expect(res.body).toMatchObject({ error: { code, message: expect.any(String) } });
-  if (path !== undefined) expect(res.body.error.path).toMatch(typeof path === 'string' ? new RegExp(`^${path.replace(/[.[\]$]/g, '\\$&')}$`) : path);
+  if (path !== undefined)
+    expect(res.body.error.path).toMatch(typeof path === 'string' ? new RegExp(`^${path.replace(/[.[\]$]/g, '\\$&')}$`) : path);
   expect(await counts(api.ratchet)).toEqual(before);
 }
 
@@ -70,7 +94,12 @@ describe('issue 9 item 14: each case a typed 4xx with nothing written', () => {
   it('an input nested 100,000 deep is 422 invalid_input (not a stack overflow)', async () => {
     await refused(() => post(`{"workflow":"echo","input":${deep(100_000)}}`), 422, 'invalid_input', /^input(\[0\])*$/);
     await refused(() => post(`{"workflow":"anything","input":${deep(100_000)}}`), 422, 'invalid_input', /^input(\[0\])*$/);
-    await refused(() => post(`{"workflow":"echo","input":{"key":"a","more":${deep(100_000, '{}')}}}`), 422, 'invalid_input', /^input\.more/);
+    await refused(
+      () => post(`{"workflow":"echo","input":{"key":"a","more":${deep(100_000, '{}')}}}`),
+      422,
+      'invalid_input',
+      /^input\.more/,
+    );
   });
 
   it('a lone surrogate in an input string (or key) is 422 invalid_input with its path', async () => {
@@ -81,7 +110,13 @@ describe('issue 9 item 14: each case a typed 4xx with nothing written', () => {
   });
 
   it('a deadline of 0000-01-01T00:00:00Z (or another impossible date) is 422 invalid_input at deadline', async () => {
-    for (const deadline of ['0000-01-01T00:00:00Z', '2030-02-30T00:00:00Z', '2030-01-01T25:00:00Z', '+012030-01-01T00:00:00Z', '-000001-01-01T00:00:00Z']) {
+    for (const deadline of [
+      '0000-01-01T00:00:00Z',
+      '2030-02-30T00:00:00Z',
+      '2030-01-01T25:00:00Z',
+      '+012030-01-01T00:00:00Z',
+      '-000001-01-01T00:00:00Z',
+    ]) {
       await refused(() => post(JSON.stringify({ workflow: 'echo', input: { key: 'a' }, deadline })), 422, 'invalid_input', 'deadline');
     }
   });
@@ -89,11 +124,21 @@ describe('issue 9 item 14: each case a typed 4xx with nothing written', () => {
   it('createdAfter or createdBefore of 0000-01-01T00:00:00Z is 400 invalid_request', async () => {
     await refused(() => api.http('/v1/runs?createdAfter=0000-01-01T00:00:00Z'), 400, 'invalid_request', 'createdAfter');
     await refused(() => api.http('/v1/runs?createdBefore=0000-01-01T00:00:00Z'), 400, 'invalid_request', 'createdBefore');
-    await refused(() => api.http(`/v1/runs?createdAfter=${encodeURIComponent('0001-01-01T00:00:00+01:00')}`), 400, 'invalid_request', 'createdAfter');
+    await refused(
+      () => api.http(`/v1/runs?createdAfter=${encodeURIComponent('0001-01-01T00:00:00+01:00')}`),
+      400,
+      'invalid_request',
+      'createdAfter',
+    );
   });
 
   it('a cursor that decodes to an impossible date is 422 invalid_input at the cursor', async () => {
-    for (const at of ['2024-02-30T00:00:00.000000Z', '2024-13-45T99:99:99.000000Z', '0000-01-01T00:00:00.000000Z', '2023-02-29T12:00:00.000000Z']) {
+    for (const at of [
+      '2024-02-30T00:00:00.000000Z',
+      '2024-13-45T99:99:99.000000Z',
+      '0000-01-01T00:00:00.000000Z',
+      '2023-02-29T12:00:00.000000Z',
+    ]) {
       await refused(() => api.http(`/v1/runs?cursor=${cursorOf(`${at}|${UUID}`)}`), 422, 'invalid_input', 'listRuns.cursor');
     }
     // A cursor that decodes to a real date still works.
@@ -103,32 +148,42 @@ describe('issue 9 item 14: each case a typed 4xx with nothing written', () => {
   it('events?after=9223372036854775808 (past bigint) is 400 invalid_request at after', async () => {
     await refused(() => api.http(`/v1/runs/${runId}/events?after=9223372036854775808`), 400, 'invalid_request', 'after');
     await refused(() => api.http(`/v1/runs/${runId}/events?after=9999999999999999999`), 400, 'invalid_request', 'after');
-    expect((await api.http(`/v1/runs/${runId}/events?after=9223372036854775807`))).toMatchObject({ status: 200, body: { events: [] } });
+    expect(await api.http(`/v1/runs/${runId}/events?after=9223372036854775807`)).toMatchObject({ status: 200, body: { events: [] } });
   });
 
   it('two Idempotency-Key headers are 400 invalid_request, never joined into a new key "a, b"', async () => {
     const body = JSON.stringify({ workflow: 'echo', input: { key: 'dup' } });
-    await refused(() => rawRequest('POST', '/v1/runs', { ...json, 'idempotency-key': ['dup-a', 'dup-b'] }, body), 400, 'invalid_request', 'Idempotency-Key');
+    await refused(
+      () => rawRequest('POST', '/v1/runs', { ...json, 'idempotency-key': ['dup-a', 'dup-b'] }, body),
+      400,
+      'invalid_request',
+      'Idempotency-Key',
+    );
     expect(await db.query("SELECT id FROM ratchet.runs WHERE idempotency_key LIKE 'dup-%'")).toEqual([]);
     // One header whose value holds a comma is one key, as before.
     expect((await rawRequest('POST', '/v1/runs', { ...json, 'idempotency-key': 'dup-a, dup-b' }, body)).status).toBe(202);
   });
 
   it('the same key and input with another deadline is 409 idempotency_conflict; the same deadline replays', async () => {
-    const submit = (deadline?: unknown) => api.http('/v1/runs', {
-      method: 'POST', headers: { ...json, 'idempotency-key': 'deadline-key' },
-      body: JSON.stringify({ workflow: 'echo', input: { key: 'dl' }, ...(deadline !== undefined ? { deadline } : {}) }),
-    });
+    const submit = (deadline?: unknown) =>
+      api.http('/v1/runs', {
+        method: 'POST',
+        headers: { ...json, 'idempotency-key': 'deadline-key' },
+        body: JSON.stringify({ workflow: 'echo', input: { key: 'dl' }, ...(deadline !== undefined ? { deadline } : {}) }),
+      });
     const first = await submit('10m');
     expect(first.status).toBe(202);
-    expect((await submit('10m'))).toMatchObject({ status: 200, body: { id: first.body.id, created: false } });
+    expect(await submit('10m')).toMatchObject({ status: 200, body: { id: first.body.id, created: false } });
     await refused(() => submit('20m'), 409, 'idempotency_conflict', 'Idempotency-Key');
     await refused(() => submit(), 409, 'idempotency_conflict', 'Idempotency-Key');
     await refused(() => submit('2999-01-01T00:00:00Z'), 409, 'idempotency_conflict', 'Idempotency-Key');
     // Without a deadline, the hash is what it always was: a key used with no deadline still replays.
-    const noDeadline = () => api.http('/v1/runs', {
-      method: 'POST', headers: { ...json, 'idempotency-key': 'no-deadline-key' }, body: JSON.stringify({ workflow: 'echo', input: { key: 'nd' } }),
-    });
+    const noDeadline = () =>
+      api.http('/v1/runs', {
+        method: 'POST',
+        headers: { ...json, 'idempotency-key': 'no-deadline-key' },
+        body: JSON.stringify({ workflow: 'echo', input: { key: 'nd' } }),
+      });
     const plain = await noDeadline();
     const again = await noDeadline();
     expect([plain.status, again.status, again.body.id]).toEqual([202, 200, plain.body.id]);
@@ -144,13 +199,23 @@ describe('the engine refuses the same inputs (submit without HTTP)', () => {
       ['absurd depth (strict schema)', () => api.ratchet.submit('echo', nested), /^input(\[0\])*$/],
       ['absurd depth (z.json())', () => api.ratchet.submit('anything', nested as z.core.util.JSONType), /^input(\[0\])*$/],
       ['one level past the limit', () => api.ratchet.submit('anything', JSON.parse(deep(MAX_JSON_DEPTH + 1))), /^input(\[0\])*$/],
-      ['a lone surrogate in the idempotency key (a text column would store U+FFFD)',
-        () => api.ratchet.submit('echo', { key: 'a' }, { idempotencyKey: 'k\udfff' }), /^submit\.options\.idempotencyKey$/],
-      ['deadline in year 0', () => api.ratchet.submit('echo', { key: 'a' }, { deadline: new Date('0000-01-01T00:00:00Z') }), /^submit\.options\.deadline/],
+      [
+        'a lone surrogate in the idempotency key (a text column would store U+FFFD)',
+        () => api.ratchet.submit('echo', { key: 'a' }, { idempotencyKey: 'k\udfff' }),
+        /^submit\.options\.idempotencyKey$/,
+      ],
+      [
+        'deadline in year 0',
+        () => api.ratchet.submit('echo', { key: 'a' }, { deadline: new Date('0000-01-01T00:00:00Z') }),
+        /^submit\.options\.deadline/,
+      ],
     ];
     for (const [name, submit, path] of cases) {
       const before = await counts(api.ratchet);
-      const err = await submit().then(() => null, (e: unknown) => e);
+      const err = await submit().then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(err, name).toBeInstanceOf(InvalidInputError);
       expect((err as InvalidInputError).path, name).toMatch(path);
       expect(await counts(api.ratchet), name).toEqual(before);
@@ -160,22 +225,50 @@ describe('the engine refuses the same inputs (submit without HTTP)', () => {
   });
 
   it('listRuns refuses a year-0 date and an impossible cursor with InvalidInputError', async () => {
-    await expect(api.ratchet.listRuns({ createdAfter: new Date('0000-01-01T00:00:00Z') }))
-      .rejects.toMatchObject({ code: 'invalid_input', path: 'listRuns.createdAfter' });
-    await expect(api.ratchet.listRuns({ cursor: cursorOf(`2024-02-30T00:00:00.000000Z|${UUID}`) }))
-      .rejects.toMatchObject({ code: 'invalid_input', path: 'listRuns.cursor' });
+    await expect(api.ratchet.listRuns({ createdAfter: new Date('0000-01-01T00:00:00Z') })).rejects.toMatchObject({
+      code: 'invalid_input',
+      path: 'listRuns.createdAfter',
+    });
+    await expect(api.ratchet.listRuns({ cursor: cursorOf(`2024-02-30T00:00:00.000000Z|${UUID}`) })).rejects.toMatchObject({
+      code: 'invalid_input',
+      path: 'listRuns.cursor',
+    });
   });
 });
 
 describe('beyond the list: every parameter tried the wrong way', () => {
   type Send = () => Promise<{ status: number; body: any }>;
-  const get = (path: string): Send => () => api.http(path);
-  const submitWith = (extra: Record<string, unknown>): Send => () => post(JSON.stringify({ workflow: 'echo', input: { key: 'x' }, ...extra }));
+  const get =
+    (path: string): Send =>
+    () =>
+      api.http(path);
+  const submitWith =
+    (extra: Record<string, unknown>): Send =>
+    () =>
+      post(JSON.stringify({ workflow: 'echo', input: { key: 'x' }, ...extra }));
   const cases: [string, Send, number, string, string | RegExp | undefined][] = [
     // content types and bodies
-    ['no content type', () => api.http('/v1/runs', { method: 'POST', body: '{"workflow":"echo","input":{"key":"a"}}' }), 415, 'unsupported_media_type', '$'],
-    ['text/plain', () => post('{"workflow":"echo","input":{"key":"a"}}', { 'content-type': 'text/plain' }), 415, 'unsupported_media_type', '$'],
-    ['multipart', () => post('--x\r\n\r\n--x--', { 'content-type': 'multipart/form-data; boundary=x' }), 415, 'unsupported_media_type', '$'],
+    [
+      'no content type',
+      () => api.http('/v1/runs', { method: 'POST', body: '{"workflow":"echo","input":{"key":"a"}}' }),
+      415,
+      'unsupported_media_type',
+      '$',
+    ],
+    [
+      'text/plain',
+      () => post('{"workflow":"echo","input":{"key":"a"}}', { 'content-type': 'text/plain' }),
+      415,
+      'unsupported_media_type',
+      '$',
+    ],
+    [
+      'multipart',
+      () => post('--x\r\n\r\n--x--', { 'content-type': 'multipart/form-data; boundary=x' }),
+      415,
+      'unsupported_media_type',
+      '$',
+    ],
     ['an empty body', () => post(''), 400, 'invalid_json', '$'],
     ['a body of null', () => post('null'), 400, 'invalid_request', '$'],
     ['a body that is a string', () => post('"echo"'), 400, 'invalid_request', '$'],
@@ -197,13 +290,24 @@ describe('beyond the list: every parameter tried the wrong way', () => {
     ['an empty workflow', () => post('{"workflow":"","input":{}}'), 400, 'invalid_request', 'workflow'],
     ['a 201-character workflow', () => post(JSON.stringify({ workflow: 'w'.repeat(201), input: {} })), 400, 'invalid_request', 'workflow'],
     ['a workflow with a lone surrogate', () => post('{"workflow":"ec\\ud800ho","input":{}}'), 404, 'unknown_workflow', 'workflow'],
-    ['__proto__ in a strict input', () => post('{"workflow":"echo","input":{"key":"a","__proto__":{"admin":true}}}'), 422, 'invalid_input', 'input'],
+    [
+      '__proto__ in a strict input',
+      () => post('{"workflow":"echo","input":{"key":"a","__proto__":{"admin":true}}}'),
+      422,
+      'invalid_input',
+      'input',
+    ],
     ['a priority above 100', submitWith({ priority: 101 }), 400, 'invalid_request', 'priority'],
     ['a priority that is not an integer', submitWith({ priority: 1.5 }), 400, 'invalid_request', 'priority'],
     ['a priority as a string', submitWith({ priority: 'high' }), 400, 'invalid_request', 'priority'],
     ['an unknown top-level field', submitWith({ urgency: 1 }), 400, 'invalid_request', 'urgency'],
-    ['an Idempotency-Key of spaces only', () => post(JSON.stringify({ workflow: 'echo', input: { key: 'a' } }), { ...json, 'idempotency-key': ' ' }),
-      400, 'invalid_request', 'Idempotency-Key'],
+    [
+      'an Idempotency-Key of spaces only',
+      () => post(JSON.stringify({ workflow: 'echo', input: { key: 'a' } }), { ...json, 'idempotency-key': ' ' }),
+      400,
+      'invalid_request',
+      'Idempotency-Key',
+    ],
     // list filters and pages
     ['limit=-1', get('/v1/runs?limit=-1'), 400, 'invalid_request', 'limit'],
     ['limit=0', get('/v1/runs?limit=0'), 400, 'invalid_request', 'limit'],
@@ -224,8 +328,20 @@ describe('beyond the list: every parameter tried the wrong way', () => {
     ['createdBefore as a number', get('/v1/runs?createdBefore=1700000000000'), 400, 'invalid_request', 'createdBefore'],
     ['a cursor that is not base64', get('/v1/runs?cursor=%21%21%21'), 422, 'invalid_input', 'listRuns.cursor'],
     ['a cursor of 201 characters', get(`/v1/runs?cursor=${'A'.repeat(201)}`), 400, 'invalid_request', 'cursor'],
-    ['a cursor with a bad uuid', get(`/v1/runs?cursor=${cursorOf('2024-01-01T00:00:00.000000Z|not-a-uuid')}`), 422, 'invalid_input', 'listRuns.cursor'],
-    ['a cursor with \\u0000', get(`/v1/runs?cursor=${cursorOf(`2024-01-01T00:00:00.000000Z|${UUID}\u0000`)}`), 422, 'invalid_input', 'listRuns.cursor'],
+    [
+      'a cursor with a bad uuid',
+      get(`/v1/runs?cursor=${cursorOf('2024-01-01T00:00:00.000000Z|not-a-uuid')}`),
+      422,
+      'invalid_input',
+      'listRuns.cursor',
+    ],
+    [
+      'a cursor with \\u0000',
+      get(`/v1/runs?cursor=${cursorOf(`2024-01-01T00:00:00.000000Z|${UUID}\u0000`)}`),
+      422,
+      'invalid_input',
+      'listRuns.cursor',
+    ],
     ['a cursor with a lone surrogate', get(`/v1/runs?cursor=${cursorOf('\ud800')}`), 422, 'invalid_input', 'listRuns.cursor'],
     ['an unknown filter', get('/v1/runs?sort=asc'), 400, 'invalid_request', 'sort'],
     // ids
@@ -244,18 +360,37 @@ describe('beyond the list: every parameter tried the wrong way', () => {
     ['events limit=1001', get(`/v1/runs/${UUID}/events?limit=1001`), 400, 'invalid_request', 'limit'],
     ['events with an unknown parameter', get(`/v1/runs/${UUID}/events?before=1`), 400, 'invalid_request', 'before'],
     // cancel and retry
-    ['cancel with a body', () => api.http(`/v1/runs/${UUID}/cancel`, { method: 'POST', headers: json, body: '{"force":true}' }), 400, 'invalid_request', '$'],
+    [
+      'cancel with a body',
+      () => api.http(`/v1/runs/${UUID}/cancel`, { method: 'POST', headers: json, body: '{"force":true}' }),
+      400,
+      'invalid_request',
+      '$',
+    ],
     ['retry of a bad id', () => api.http('/v1/runs/nope/retry', { method: 'POST' }), 404, 'unknown_run', undefined],
     ['cancel of an unknown run', () => api.http(`/v1/runs/${UUID}/cancel`, { method: 'POST' }), 404, 'unknown_run', undefined],
-    ['two Content-Type lines', () => rawRequest('POST', '/v1/runs', { 'content-type': ['application/json', 'text/plain'] }, '{"workflow":"echo","input":{}}'),
-      415, 'unsupported_media_type', '$'],
-    ['two Authorization lines', () => rawRequest('GET', '/v1/runs', { authorization: [`Bearer ${TOKEN}`, 'Bearer other-token'] }), 401, 'unauthorized', undefined],
+    [
+      'two Content-Type lines',
+      () => rawRequest('POST', '/v1/runs', { 'content-type': ['application/json', 'text/plain'] }, '{"workflow":"echo","input":{}}'),
+      415,
+      'unsupported_media_type',
+      '$',
+    ],
+    [
+      'two Authorization lines',
+      () => rawRequest('GET', '/v1/runs', { authorization: [`Bearer ${TOKEN}`, 'Bearer other-token'] }),
+      401,
+      'unauthorized',
+      undefined,
+    ],
     // routes and methods
     ['an unknown route', get('/v1/nope'), 404, 'not_found', undefined],
     ['DELETE a run', () => api.http(`/v1/runs/${UUID}`, { method: 'DELETE' }), 404, 'not_found', undefined],
   ];
   for (const [name, send, status, code, path] of cases) {
-    it(`${name} → ${status} ${code}`, async () => { await refused(send, status, code, path); });
+    it(`${name} → ${status} ${code}`, async () => {
+      await refused(send, status, code, path);
+    });
   }
 });
 
@@ -277,8 +412,27 @@ describe('fuzz: many malformed submits, never a 5xx, nothing written by the refu
     const r = rng(seed);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
     // Leaves as raw JSON text, including what JSON.stringify would never write.
-    const leaves = ['1', '-0', '1e400', '-1e400', '123456789012345678901234567890', '0.0000001', 'true', 'null', '""', '"a"', '"\\u0000"',
-      '"\\ud800"', '"\\udfff\\ud800"', '"\\ud83d\\ude00"', '"\\uFFFF"', `"${'x'.repeat(2000)}"`, '{}', '[]', '"__proto__"'];
+    const leaves = [
+      '1',
+      '-0',
+      '1e400',
+      '-1e400',
+      '123456789012345678901234567890',
+      '0.0000001',
+      'true',
+      'null',
+      '""',
+      '"a"',
+      '"\\u0000"',
+      '"\\ud800"',
+      '"\\udfff\\ud800"',
+      '"\\ud83d\\ude00"',
+      '"\\uFFFF"',
+      `"${'x'.repeat(2000)}"`,
+      '{}',
+      '[]',
+      '"__proto__"',
+    ];
     const keys = ['key', 'user', '', '__proto__', 'constructor', '\\u0000', '\\ud800', 'k'.repeat(300), 'nested'];
     const value = (depth: number): string => {
       const roll = r();
@@ -288,7 +442,18 @@ describe('fuzz: many malformed submits, never a 5xx, nothing written by the refu
       return `{${Array.from({ length: Math.floor(r() * 4) }, () => `"${pick(keys)}":${value(depth + 1)}`).join(',')}}`;
     };
     const workflows = ['"anything"', '"anything"', '"anything"', '"echo"', '"echo"', '"nope"', '""', '1', 'null', '"\\u0000"', '["echo"]'];
-    const deadlines = ['"10m"', '"0000-01-01T00:00:00Z"', '"2024-02-30T00:00:00Z"', '0', '-1', '1e300', '"soon"', 'null', '{}', '"9999-12-31T23:59:59Z"'];
+    const deadlines = [
+      '"10m"',
+      '"0000-01-01T00:00:00Z"',
+      '"2024-02-30T00:00:00Z"',
+      '0',
+      '-1',
+      '1e300',
+      '"soon"',
+      'null',
+      '{}',
+      '"9999-12-31T23:59:59Z"',
+    ];
     const body = (): string => {
       const fields = [`"workflow":${pick(workflows)}`, `"input":${value(0)}`];
       if (r() < 0.2) fields.push(`"deadline":${pick(deadlines)}`);
@@ -309,9 +474,15 @@ describe('fuzz: many malformed submits, never a 5xx, nothing written by the refu
       const text = body();
       const res = await post(text);
       statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-      expect(res.status < 500, `seed ${seed}, body ${i}: ${text.slice(0, 300)} → ${res.status} ${JSON.stringify(res.body).slice(0, 300)}`).toBe(true);
+      expect(
+        res.status < 500,
+        `seed ${seed}, body ${i}: ${text.slice(0, 300)} → ${res.status} ${JSON.stringify(res.body).slice(0, 300)}`,
+      ).toBe(true);
       if (res.status === 202) created += 1;
-      else expect(res.body, `body ${i}: ${text.slice(0, 300)}`).toMatchObject({ error: { code: expect.any(String), message: expect.any(String) } });
+      else
+        expect(res.body, `body ${i}: ${text.slice(0, 300)}`).toMatchObject({
+          error: { code: expect.any(String), message: expect.any(String) },
+        });
     }
     const after = await counts(api.ratchet);
     // Each created run writes one run, one stage and one event (no worker runs here).
@@ -324,9 +495,32 @@ describe('fuzz: many malformed submits, never a 5xx, nothing written by the refu
     const r = rng(1414);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
     const names = ['state', 'workflow', 'createdAfter', 'createdBefore', 'cursor', 'limit', 'after', 'x', '', '%00', 'state[]'];
-    const values = ['', '0', '-1', '1', '500', '501', '1e3', '9223372036854775807', '9223372036854775808', 'failed', 'failed,queued', 'nope',
-      '0000-01-01T00:00:00Z', '2024-02-30T00:00:00Z', '9999-12-31T23:59:59Z', '%00', '%ED%A0%80', '%FF', 'A'.repeat(300),
-      cursorOf(`0000-01-01T00:00:00.000000Z|${UUID}`), cursorOf(`2024-01-01T00:00:00.000000Z|${UUID}`), cursorOf('garbage'), '%2B', '+'];
+    const values = [
+      '',
+      '0',
+      '-1',
+      '1',
+      '500',
+      '501',
+      '1e3',
+      '9223372036854775807',
+      '9223372036854775808',
+      'failed',
+      'failed,queued',
+      'nope',
+      '0000-01-01T00:00:00Z',
+      '2024-02-30T00:00:00Z',
+      '9999-12-31T23:59:59Z',
+      '%00',
+      '%ED%A0%80',
+      '%FF',
+      'A'.repeat(300),
+      cursorOf(`0000-01-01T00:00:00.000000Z|${UUID}`),
+      cursorOf(`2024-01-01T00:00:00.000000Z|${UUID}`),
+      cursorOf('garbage'),
+      '%2B',
+      '+',
+    ];
     const before = await counts(api.ratchet);
     for (let i = 0; i < 400; i++) {
       const query = Array.from({ length: 1 + Math.floor(r() * 3) }, () => `${pick(names)}=${pick(values)}`).join('&');

@@ -19,7 +19,10 @@ beforeAll(async () => {
   await api.client.cancel(ids[1]!.id);
   await api.client.cancel(ids[4]!.id);
   // Two runs in the same microsecond range as others would still page correctly: force equal created_at on two rows.
-  await db.query('UPDATE ratchet.runs SET created_at = (SELECT created_at FROM ratchet.runs WHERE id = $1) WHERE id = $2', [ids[5]!.id, ids[6]!.id]);
+  await db.query('UPDATE ratchet.runs SET created_at = (SELECT created_at FROM ratchet.runs WHERE id = $1) WHERE id = $2', [
+    ids[5]!.id,
+    ids[6]!.id,
+  ]);
 });
 afterAll(async () => {
   await api?.close();
@@ -55,24 +58,40 @@ describe('GET /v1/runs', () => {
     const both = await api.client.list({ state: ['cancelled', 'queued'] });
     expect(both.runs).toHaveLength(7);
     const ghost = await api.client.list({ workflow: 'ghost' });
-    expect(ghost.runs.map((r) => r.id).sort()).toEqual(ids.filter((i) => i.workflow === 'ghost').map((i) => i.id).sort());
+    expect(ghost.runs.map((r) => r.id).sort()).toEqual(
+      ids
+        .filter((i) => i.workflow === 'ghost')
+        .map((i) => i.id)
+        .sort(),
+    );
     const queuedOrphans = await api.client.list({ workflow: 'orphan', state: 'queued' });
     expect(queuedOrphans.runs.map((r) => r.id).sort()).toEqual([ids[0]!.id, ids[2]!.id, ids[6]!.id].sort());
     const after = await api.client.list({ createdAfter: middle });
     expect(after.runs.map((r) => r.id)).toContain(ids[3]!.id); // inclusive
     expect(after.runs.map((r) => r.id)).not.toContain(ids[2]!.id);
     const before = await api.client.list({ createdBefore: middle });
-    expect(before.runs.map((r) => r.id).sort()).toEqual(ids.slice(0, 3).map((i) => i.id).sort()); // exclusive
+    expect(before.runs.map((r) => r.id).sort()).toEqual(
+      ids
+        .slice(0, 3)
+        .map((i) => i.id)
+        .sort(),
+    ); // exclusive
     expect((await api.client.list({ workflow: 'nope' })).runs).toEqual([]);
   });
 
   it('refuses bad filters and foreign cursors with a path', async () => {
-    expect(await api.http('/v1/runs?state=bogus')).toMatchObject({ status: 400, body: { error: { code: 'invalid_request', path: 'state' } } });
+    expect(await api.http('/v1/runs?state=bogus')).toMatchObject({
+      status: 400,
+      body: { error: { code: 'invalid_request', path: 'state' } },
+    });
     expect(await api.http('/v1/runs?limit=0')).toMatchObject({ status: 400, body: { error: { path: 'limit' } } });
     expect(await api.http('/v1/runs?limit=9999')).toMatchObject({ status: 400, body: { error: { path: 'limit' } } });
     expect(await api.http('/v1/runs?createdAfter=yesterday')).toMatchObject({ status: 400, body: { error: { path: 'createdAfter' } } });
     expect(await api.http('/v1/runs?sort=asc')).toMatchObject({ status: 400, body: { error: { path: 'sort' } } });
-    expect(await api.http('/v1/runs?cursor=AAAA')).toMatchObject({ status: 422, body: { error: { code: 'invalid_input', path: 'listRuns.cursor' } } });
+    expect(await api.http('/v1/runs?cursor=AAAA')).toMatchObject({
+      status: 422,
+      body: { error: { code: 'invalid_input', path: 'listRuns.cursor' } },
+    });
   });
 });
 
@@ -88,8 +107,14 @@ describe('GET /v1/runs/:id/events', () => {
     expect([...first.events, ...rest.events].map((e) => e.id)).toEqual(all.events.map((e) => e.id));
     const empty = await api.client.events(id, { after: all.events.at(-1)!.id });
     expect(empty).toMatchObject({ events: [], nextCursor: null });
-    expect(await api.http('/v1/runs/01890f4e-0000-7000-8000-000000000000/events')).toMatchObject({ status: 404, body: { error: { code: 'unknown_run' } } });
-    expect(await api.http('/v1/runs/01890f4e-0000-7000-8000-000000000000')).toMatchObject({ status: 404, body: { error: { code: 'unknown_run' } } });
+    expect(await api.http('/v1/runs/01890f4e-0000-7000-8000-000000000000/events')).toMatchObject({
+      status: 404,
+      body: { error: { code: 'unknown_run' } },
+    });
+    expect(await api.http('/v1/runs/01890f4e-0000-7000-8000-000000000000')).toMatchObject({
+      status: 404,
+      body: { error: { code: 'unknown_run' } },
+    });
     expect(await api.http('/v1/runs/nonsense/explain')).toMatchObject({ status: 404, body: { error: { code: 'unknown_run' } } });
   });
 });

@@ -4,8 +4,12 @@ import { startApi, TOKEN, type Api } from './helpers.js';
 
 /** /v1/schedules on a real server (embedded store) and the client's methods for it. */
 let api: Api;
-beforeAll(async () => { api = await startApi(); });
-afterAll(async () => { await api?.close(); });
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(async () => {
+  await api?.close();
+});
 
 const rows = async () => {
   const [c] = await api.ratchet.store.db.query(`SELECT (SELECT count(*) FROM ratchet.schedules)::int AS schedules,
@@ -21,8 +25,17 @@ describe('/v1/schedules', () => {
     expect(created.status).toBe(201);
     expect(created.body).toMatchObject({
       created: true,
-      schedule: { name: 'nightly', cron: '30 2 * * *', timezone: 'Europe/Berlin', workflow: 'echo', input: { key: 'n' }, overlap: 'skip',
-        catchUp: 'none', source: 'api', lastRunId: null },
+      schedule: {
+        name: 'nightly',
+        cron: '30 2 * * *',
+        timezone: 'Europe/Berlin',
+        workflow: 'echo',
+        input: { key: 'n' },
+        overlap: 'skip',
+        catchUp: 'none',
+        source: 'api',
+        lastRunId: null,
+      },
     });
     const next = new Date(created.body.schedule.nextTickAt as string);
     const berlinTime = new Intl.DateTimeFormat('en-GB', { timeZone: 'Europe/Berlin', timeStyle: 'short' }).format(next);
@@ -32,7 +45,14 @@ describe('/v1/schedules', () => {
     expect(got).toMatchObject({ name: 'nightly', recentTicks: [] });
     expect((await api.client.listSchedules()).map((s) => s.name)).toEqual(['nightly']);
 
-    const replaced = await api.client.putSchedule({ name: 'nightly', cron: '0 3 * * *', workflow: 'echo', input: { key: 'n' }, catchUp: 2, overlap: 'allow' });
+    const replaced = await api.client.putSchedule({
+      name: 'nightly',
+      cron: '0 3 * * *',
+      workflow: 'echo',
+      input: { key: 'n' },
+      catchUp: 2,
+      overlap: 'allow',
+    });
     expect(replaced).toMatchObject({ created: false, schedule: { cron: '0 3 * * *', timezone: 'UTC', catchUp: 2, overlap: 'allow' } });
     expect(replaced.schedule.createdAt).toBe(created.body.schedule.createdAt);
 

@@ -21,12 +21,22 @@ afterAll(async () => {
   await db?.drop();
 });
 
-interface Raw { status: number; ids: string[]; events: EventJson[]; comments: number; close(): void; ended: Promise<void> }
+interface Raw {
+  status: number;
+  ids: string[];
+  events: EventJson[];
+  comments: number;
+  close(): void;
+  ended: Promise<void>;
+}
 
 /** Opens the stream with raw fetch and collects messages; close() drops the connection mid-way. */
 async function open(id: string, headers: Record<string, string> = {}, token: string | null = TOKEN): Promise<Raw> {
   const ac = new AbortController();
-  const res = await fetch(`${api.server.url}/v1/runs/${id}/stream`, { headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers }, signal: ac.signal });
+  const res = await fetch(`${api.server.url}/v1/runs/${id}/stream`, {
+    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
+    signal: ac.signal,
+  });
   const raw: Raw = { status: res.status, ids: [], events: [], comments: 0, close: () => ac.abort(), ended: Promise.resolve() };
   if (res.status !== 200) {
     (raw as { body?: unknown }).body = await res.text().then((t) => (t ? JSON.parse(t) : null));
@@ -44,7 +54,9 @@ async function open(id: string, headers: Record<string, string> = {}, token: str
           raw.events.push(JSON.parse(m.data) as EventJson);
         }
       }
-    } catch { /* aborted */ }
+    } catch {
+      /* aborted */
+    }
   })();
   return raw;
 }
@@ -102,8 +114,14 @@ describe('GET /v1/runs/:id/stream', () => {
     expect(await open(id, {}, null)).toMatchObject({ status: 401 });
     expect(await open(id, {}, 'wrong-token-123456')).toMatchObject({ status: 401 });
     expect(await open('01890f4e-0000-7000-8000-000000000000')).toMatchObject({ status: 404, body: { error: { code: 'unknown_run' } } });
-    expect(await open(id, { 'last-event-id': foreign })).toMatchObject({ status: 422, body: { error: { code: 'invalid_input', path: 'Last-Event-ID' } } });
-    expect(await open(id, { 'last-event-id': 'abc' })).toMatchObject({ status: 400, body: { error: { code: 'invalid_request', path: 'Last-Event-ID' } } });
+    expect(await open(id, { 'last-event-id': foreign })).toMatchObject({
+      status: 422,
+      body: { error: { code: 'invalid_input', path: 'Last-Event-ID' } },
+    });
+    expect(await open(id, { 'last-event-id': 'abc' })).toMatchObject({
+      status: 400,
+      body: { error: { code: 'invalid_request', path: 'Last-Event-ID' } },
+    });
     release('stream-quiet');
   });
 
@@ -124,8 +142,13 @@ describe('GET /v1/runs/:id/stream', () => {
     const c1 = new pg.default.Client({ connectionString: db.url });
     await c1.connect();
     await c1.query('BEGIN');
-    const [low] = (await c1.query(`INSERT INTO ratchet.events (run_id, type, data) VALUES ($1, 'heartbeat_ok', '{"n":1}') RETURNING id::text`, [id])).rows;
-    const [high] = await db.query(`INSERT INTO ratchet.events (run_id, type, data) VALUES ($1, 'heartbeat_ok', '{"n":2}') RETURNING id::text`, [id]);
+    const [low] = (
+      await c1.query(`INSERT INTO ratchet.events (run_id, type, data) VALUES ($1, 'heartbeat_ok', '{"n":1}') RETURNING id::text`, [id])
+    ).rows;
+    const [high] = await db.query(
+      `INSERT INTO ratchet.events (run_id, type, data) VALUES ($1, 'heartbeat_ok', '{"n":2}') RETURNING id::text`,
+      [id],
+    );
     expect(BigInt(high!.id)).toBeGreaterThan(BigInt(low!.id));
     await new Promise((r) => setTimeout(r, 400));
     expect(seen.slice(before)).toEqual([]); // held back while an older transaction is open
@@ -179,9 +202,13 @@ describe('client.watch', () => {
   });
 
   it('falls back to the bounded poller when the server has no stream', async () => {
-    const noStream: typeof fetch = async (input, init) => String(input).endsWith('/stream')
-      ? new Response(JSON.stringify({ error: { code: 'not_found', message: 'no route', path: null, details: {} } }), { status: 404, headers: { 'content-type': 'application/json' } })
-      : fetch(input, init);
+    const noStream: typeof fetch = async (input, init) =>
+      String(input).endsWith('/stream')
+        ? new Response(JSON.stringify({ error: { code: 'not_found', message: 'no route', path: null, details: {} } }), {
+            status: 404,
+            headers: { 'content-type': 'application/json' },
+          })
+        : fetch(input, init);
     const client = createClient({ baseUrl: api.server.url, token: TOKEN, fetch: noStream });
     const { id } = await client.submit('flaky', { key: 'watch-poll' });
     const why: string[] = [];

@@ -23,28 +23,81 @@ const T0 = 1_000_000;
 
 function stageRow(p: Partial<StageLogRow> & Pick<StageLogRow, 'stageId' | 'newState' | 'at'>): StageLogRow {
   return {
-    id: ++seq, txAt: p.at, txid: String(++tx), op: 'update', runId: 'r1', tool: 'effect', toolClass: 'io', concurrencyKey: null,
-    concurrencyLimit: null, oldState: null, oldFence: null, newFence: null, oldOwner: null, newOwner: null,
-    oldLeaseUntil: null, newLeaseUntil: null, availableAt: null, attempt: 0, ...p,
+    id: ++seq,
+    txAt: p.at,
+    txid: String(++tx),
+    op: 'update',
+    runId: 'r1',
+    tool: 'effect',
+    toolClass: 'io',
+    concurrencyKey: null,
+    concurrencyLimit: null,
+    oldState: null,
+    oldFence: null,
+    newFence: null,
+    oldOwner: null,
+    newOwner: null,
+    oldLeaseUntil: null,
+    newLeaseUntil: null,
+    availableAt: null,
+    attempt: 0,
+    ...p,
   };
 }
 
 /** A stage's life: inserted queued, claimed by w1 (fence 10), extended, succeeded. */
-function stageLife(stageId: string, runId: string, start: number,
-  opts: { fence?: string; toolClass?: string; key?: string; limit?: number } = {}): StageLogRow[] {
+function stageLife(
+  stageId: string,
+  runId: string,
+  start: number,
+  opts: { fence?: string; toolClass?: string; key?: string; limit?: number } = {},
+): StageLogRow[] {
   const fence = opts.fence ?? String(10 + Number(stageId.replace(/\D/g, '') || 0));
-  const common = { stageId, runId, toolClass: opts.toolClass ?? 'io', concurrencyKey: opts.key ?? null,
-    concurrencyLimit: opts.limit ?? null };
+  const common = {
+    stageId,
+    runId,
+    toolClass: opts.toolClass ?? 'io',
+    concurrencyKey: opts.key ?? null,
+    concurrencyLimit: opts.limit ?? null,
+  };
   return [
     stageRow({ ...common, op: 'insert', newState: 'queued', at: start, availableAt: start }),
-    stageRow({ ...common, oldState: 'queued', newState: 'running', at: start + 10, newFence: fence, newOwner: 'w1',
-      newLeaseUntil: start + 3010, attempt: 1 }),
-    stageRow({ ...common, oldState: 'running', newState: 'running', at: start + 1000, oldFence: fence, newFence: fence, oldOwner: 'w1',
+    stageRow({
+      ...common,
+      oldState: 'queued',
+      newState: 'running',
+      at: start + 10,
+      newFence: fence,
       newOwner: 'w1',
-      oldLeaseUntil: start + 3010, newLeaseUntil: start + 4000, attempt: 1 }),
-    stageRow({ ...common, oldState: 'running', newState: 'succeeded', at: start + 1500, oldFence: fence, newFence: fence,
-      oldOwner: 'w1', newOwner: 'w1',
-      oldLeaseUntil: start + 4000, newLeaseUntil: start + 4000, attempt: 1 }),
+      newLeaseUntil: start + 3010,
+      attempt: 1,
+    }),
+    stageRow({
+      ...common,
+      oldState: 'running',
+      newState: 'running',
+      at: start + 1000,
+      oldFence: fence,
+      newFence: fence,
+      oldOwner: 'w1',
+      newOwner: 'w1',
+      oldLeaseUntil: start + 3010,
+      newLeaseUntil: start + 4000,
+      attempt: 1,
+    }),
+    stageRow({
+      ...common,
+      oldState: 'running',
+      newState: 'succeeded',
+      at: start + 1500,
+      oldFence: fence,
+      newFence: fence,
+      oldOwner: 'w1',
+      newOwner: 'w1',
+      oldLeaseUntil: start + 4000,
+      newLeaseUntil: start + 4000,
+      attempt: 1,
+    }),
   ];
 }
 
@@ -52,20 +105,44 @@ function clean(): History {
   seq = 0;
   tx = 0;
   return {
-    seed: 1, startedAt: T0, lastFaultEndAt: T0 + 10_000, endedAt: T0 + 20_000,
+    seed: 1,
+    startedAt: T0,
+    lastFaultEndAt: T0 + 10_000,
+    endedAt: T0 + 20_000,
     stageLog: [...stageLife('s1', 'r1', T0), ...stageLife('s2', 'r2', T0 + 2000)],
     runLog: [
       { id: ++seq, at: T0, txAt: T0, txid: 'a', op: 'insert', runId: 'r1', workflow: 'w', oldState: null, newState: 'queued' },
-      { id: ++seq, at: T0 + 10, txAt: T0 + 10, txid: 'b', op: 'update', runId: 'r1', workflow: 'w', oldState: 'queued',
-        newState: 'running' },
-      { id: ++seq, at: T0 + 1500, txAt: T0 + 1500, txid: 'c', op: 'update', runId: 'r1', workflow: 'w', oldState: 'running',
-        newState: 'succeeded' },
+      {
+        id: ++seq,
+        at: T0 + 10,
+        txAt: T0 + 10,
+        txid: 'b',
+        op: 'update',
+        runId: 'r1',
+        workflow: 'w',
+        oldState: 'queued',
+        newState: 'running',
+      },
+      {
+        id: ++seq,
+        at: T0 + 1500,
+        txAt: T0 + 1500,
+        txid: 'c',
+        op: 'update',
+        runId: 'r1',
+        workflow: 'w',
+        oldState: 'running',
+        newState: 'succeeded',
+      },
     ],
     ledger: [
       { seq: 1, arrivedAt: T0 + 100, answeredAt: T0 + 110, key: 'k1', fence: '11', worker: 'w1', verdict: 'applied', status: 201 },
       { seq: 2, arrivedAt: T0 + 2100, answeredAt: T0 + 2110, key: 'k2', fence: '12', worker: 'w1', verdict: 'applied', status: 201 },
     ],
-    effects: [{ key: 'k1', fence: '11', at: T0 + 105 }, { key: 'k2', fence: '12', at: T0 + 2105 }],
+    effects: [
+      { key: 'k1', fence: '11', at: T0 + 105 },
+      { key: 'k2', fence: '12', at: T0 + 2105 },
+    ],
     submits: [
       { key: 'sub-1', workflow: 'w', at: T0, runId: 'r1', status: 202, duplicate: false },
       { key: 'sub-1', workflow: 'w', at: T0 + 5, runId: 'r1', status: 200, duplicate: true },
@@ -97,8 +174,16 @@ describe('chaos invariant checker', () => {
     const result = check(clean(), cfg);
     expect(result.violations).toEqual([]);
     expect(result.ok).toBe(true);
-    expect(result.stats).toMatchObject({ accepted: 2, completed: 2, duplicateSubmits: 1, leases: 2, effectsApplied: 2, duplicates: 0,
-      staleWrites: 0, lostRuns: 0 });
+    expect(result.stats).toMatchObject({
+      accepted: 2,
+      completed: 2,
+      duplicateSubmits: 1,
+      leases: 2,
+      effectsApplied: 2,
+      duplicates: 0,
+      staleWrites: 0,
+      lostRuns: 0,
+    });
     expect(result.stats.faultsByKind).toEqual({ sigkill: 1 });
   });
 
@@ -127,8 +212,16 @@ describe('chaos invariant checker', () => {
     expect(check(h, cfg).stats.duplicates).toBe(1);
     // Answered applied twice for one key while the table kept one row (an acknowledged commit lost).
     const twice = clean();
-    twice.ledger.push({ seq: 3, arrivedAt: T0 + 300, answeredAt: T0 + 310, key: 'k1', fence: '14', worker: 'w2', verdict: 'applied',
-      status: 201 });
+    twice.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 300,
+      answeredAt: T0 + 310,
+      key: 'k1',
+      fence: '14',
+      worker: 'w2',
+      verdict: 'applied',
+      status: 201,
+    });
     expect(only(twice, 'duplicate_effect')[0]!.message).toBe('key k1 was answered applied 2 times');
     const missing = clean();
     missing.effects = missing.effects.slice(1);
@@ -156,14 +249,34 @@ describe('chaos invariant checker', () => {
   it('fence_order: a stage claimed again with a lower fence, or one fence on two stages', () => {
     const h = clean();
     const c = h.stageLog.find((r) => r.stageId === 's1' && r.newState === 'succeeded')!;
-    Object.assign(c, { newState: 'running', newFence: '5', newOwner: 'w2', oldLeaseUntil: T0 + 1000, txAt: T0 + 1500,
-      newLeaseUntil: T0 + 4500 });
+    Object.assign(c, {
+      newState: 'running',
+      newFence: '5',
+      newOwner: 'w2',
+      oldLeaseUntil: T0 + 1000,
+      txAt: T0 + 1500,
+      newLeaseUntil: T0 + 4500,
+    });
     h.runs[0]!.state = 'succeeded';
-    h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 1600, oldFence: '5',
-      newFence: '5', attempt: 2 }));
+    h.stageLog.push(
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        oldState: 'running',
+        newState: 'succeeded',
+        at: T0 + 1600,
+        oldFence: '5',
+        newFence: '5',
+        attempt: 2,
+      }),
+    );
     expect(only(h, 'fence_order')[0]!.message).toMatch(/fence 5 after 11/);
     const twice = clean();
-    for (const r of twice.stageLog) if (r.stageId === 's2') { if (r.newFence) r.newFence = '11'; if (r.oldFence) r.oldFence = '11'; }
+    for (const r of twice.stageLog)
+      if (r.stageId === 's2') {
+        if (r.newFence) r.newFence = '11';
+        if (r.oldFence) r.oldFence = '11';
+      }
     expect(only(twice, 'fence_order')[0]!.message).toMatch(/fence 11 handed to stages s1 and s2/);
   });
 
@@ -172,18 +285,52 @@ describe('chaos invariant checker', () => {
     h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', oldState: 'succeeded', newState: 'queued', at: T0 + 1700 }));
     expect(only(h, 'illegal_transition')[0]!.message).toBe('stage s1: succeeded -> queued');
     const run = clean();
-    run.runLog.push({ id: ++seq, at: T0 + 1800, txAt: T0 + 1800, txid: 'z', op: 'update', runId: 'r1', workflow: 'w',
-      oldState: 'succeeded', newState: 'running' });
+    run.runLog.push({
+      id: ++seq,
+      at: T0 + 1800,
+      txAt: T0 + 1800,
+      txid: 'z',
+      op: 'update',
+      runId: 'r1',
+      workflow: 'w',
+      oldState: 'succeeded',
+      newState: 'running',
+    });
     expect(only(run, 'illegal_transition')[0]!.message).toBe('run r1: succeeded -> running');
   });
 
   it('claim_before_lease_end: a reclaim while the old lease was live by the database clock', () => {
     const h = clean();
     const fence = '30';
-    h.stageLog.splice(3, 1, stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'running', at: T0 + 2000, txAt: T0 + 2000,
-      oldFence: '11', newFence: fence, oldOwner: 'w1', newOwner: 'w2', oldLeaseUntil: T0 + 4000, newLeaseUntil: T0 + 5000, attempt: 2 }),
-    stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 2500, oldFence: fence, newFence: fence,
-      attempt: 2 }));
+    h.stageLog.splice(
+      3,
+      1,
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        oldState: 'running',
+        newState: 'running',
+        at: T0 + 2000,
+        txAt: T0 + 2000,
+        oldFence: '11',
+        newFence: fence,
+        oldOwner: 'w1',
+        newOwner: 'w2',
+        oldLeaseUntil: T0 + 4000,
+        newLeaseUntil: T0 + 5000,
+        attempt: 2,
+      }),
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        oldState: 'running',
+        newState: 'succeeded',
+        at: T0 + 2500,
+        oldFence: fence,
+        newFence: fence,
+        attempt: 2,
+      }),
+    );
     const v = check(h, cfg).violations;
     expect(v.map((x) => x.invariant)).toContain('claim_before_lease_end');
     expect(v.every((x) => x.invariant === 'claim_before_lease_end')).toBe(true);
@@ -198,13 +345,42 @@ describe('chaos invariant checker', () => {
     const h = clean();
     h.runs.push({ id: 'r3', workflow: 'w', state: 'cancelled', createdAt: T0, finishedAt: T0 + 100 });
     h.submits.push({ key: 'sub-3', workflow: 'w', at: T0, runId: 'r3', status: 202, duplicate: false });
-    h.runLog.push({ id: ++seq, at: T0 + 50, txAt: T0 + 50, txid: 'cancel', op: 'update', runId: 'r3', workflow: 'w', oldState: 'queued',
-      newState: 'cancelled' });
+    h.runLog.push({
+      id: ++seq,
+      at: T0 + 50,
+      txAt: T0 + 50,
+      txid: 'cancel',
+      op: 'update',
+      runId: 'r3',
+      workflow: 'w',
+      oldState: 'queued',
+      newState: 'cancelled',
+    });
     h.stageLog.push(stageRow({ stageId: 's3', runId: 'r3', op: 'insert', newState: 'pending', at: T0 }));
-    h.stageLog.push(stageRow({ stageId: 's3', runId: 'r3', oldState: 'pending', newState: 'running', at: T0 + 60, newFence: '40',
-      newOwner: 'w1', newLeaseUntil: T0 + 3060 }));
-    h.stageLog.push(stageRow({ stageId: 's3', runId: 'r3', oldState: 'running', newState: 'cancelled', at: T0 + 70, oldFence: '40',
-      newFence: '40', oldLeaseUntil: T0 + 3060 }));
+    h.stageLog.push(
+      stageRow({
+        stageId: 's3',
+        runId: 'r3',
+        oldState: 'pending',
+        newState: 'running',
+        at: T0 + 60,
+        newFence: '40',
+        newOwner: 'w1',
+        newLeaseUntil: T0 + 3060,
+      }),
+    );
+    h.stageLog.push(
+      stageRow({
+        stageId: 's3',
+        runId: 'r3',
+        oldState: 'running',
+        newState: 'cancelled',
+        at: T0 + 70,
+        oldFence: '40',
+        newFence: '40',
+        oldLeaseUntil: T0 + 3060,
+      }),
+    );
     expect(only(h, 'claim_after_cancel')[0]!.message).toMatch(/run r3: 1 claim/);
   });
 
@@ -221,12 +397,27 @@ describe('chaos invariant checker', () => {
     const lapsed = clean();
     const dead = stageLife('s1', 'r1', T0, { key: 't1', limit: 1 }).slice(0, 2); // claimed, lease until T0 + 3010, never extended
     lapsed.stageLog = [...dead, ...stageLife('s2', 'r2', T0 + 3100, { key: 't1', limit: 1 })];
-    lapsed.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', concurrencyKey: 't1', concurrencyLimit: 1, oldState: 'running',
-      newState: 'running',
-      at: T0 + 5000, txAt: T0 + 5000, oldFence: '11', newFence: '50', oldOwner: 'w1', newOwner: 'w2', oldLeaseUntil: T0 + 3010,
-        newLeaseUntil: T0 + 8000 }));
-    lapsed.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 5100,
-      oldFence: '50', newFence: '50' }));
+    lapsed.stageLog.push(
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        concurrencyKey: 't1',
+        concurrencyLimit: 1,
+        oldState: 'running',
+        newState: 'running',
+        at: T0 + 5000,
+        txAt: T0 + 5000,
+        oldFence: '11',
+        newFence: '50',
+        oldOwner: 'w1',
+        newOwner: 'w2',
+        oldLeaseUntil: T0 + 3010,
+        newLeaseUntil: T0 + 8000,
+      }),
+    );
+    lapsed.stageLog.push(
+      stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 5100, oldFence: '50', newFence: '50' }),
+    );
     expect(check(lapsed, cfg).violations).toEqual([]);
     expect(leaseIntervals(lapsed.stageLog).find((iv) => iv.fence === '11')!.end).toBe(T0 + 3010);
   });
@@ -241,11 +432,27 @@ describe('chaos invariant checker', () => {
     dead[1]!.txAt = T0;
     dead[1]!.newLeaseUntil = T0 + 3000;
     h.stageLog = [...dead, ...stageLife('s2', 'r2', T0 + 6000, { key: 't1', limit: 1 })];
-    h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', concurrencyKey: 't1', concurrencyLimit: 1, oldState: 'running', newState: 'running',
-      at: T0 + 9000, txAt: T0 + 9000, oldFence: '11', newFence: '80', oldOwner: 'w1', newOwner: 'w2', oldLeaseUntil: T0 + 3000,
-      newLeaseUntil: T0 + 12_000 }));
-    h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 9500, oldFence: '80',
-      newFence: '80' }));
+    h.stageLog.push(
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        concurrencyKey: 't1',
+        concurrencyLimit: 1,
+        oldState: 'running',
+        newState: 'running',
+        at: T0 + 9000,
+        txAt: T0 + 9000,
+        oldFence: '11',
+        newFence: '80',
+        oldOwner: 'w1',
+        newOwner: 'w2',
+        oldLeaseUntil: T0 + 3000,
+        newLeaseUntil: T0 + 12_000,
+      }),
+    );
+    h.stageLog.push(
+      stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 9500, oldFence: '80', newFence: '80' }),
+    );
     expect(check(h, cfg).violations).toEqual([]);
   });
 
@@ -293,10 +500,25 @@ describe('chaos invariant checker', () => {
   it('reclaim latency after a kill: from the kill to the next claim of each stage the dead worker held', () => {
     const h = clean();
     h.stageLog = stageLife('s1', 'r1', T0).slice(0, 2); // w1 claimed at T0 + 10, lease until T0 + 3010
-    h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'running', at: T0 + 3500, txAt: T0 + 3500,
-      oldFence: '11', newFence: '60', oldOwner: 'w1', newOwner: 'w2', oldLeaseUntil: T0 + 3010, newLeaseUntil: T0 + 6500 }));
-    h.stageLog.push(stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 3600, oldFence: '60',
-      newFence: '60' }));
+    h.stageLog.push(
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        oldState: 'running',
+        newState: 'running',
+        at: T0 + 3500,
+        txAt: T0 + 3500,
+        oldFence: '11',
+        newFence: '60',
+        oldOwner: 'w1',
+        newOwner: 'w2',
+        oldLeaseUntil: T0 + 3010,
+        newLeaseUntil: T0 + 6500,
+      }),
+    );
+    h.stageLog.push(
+      stageRow({ stageId: 's1', runId: 'r1', oldState: 'running', newState: 'succeeded', at: T0 + 3600, oldFence: '60', newFence: '60' }),
+    );
     h.stageLog.push(...stageLife('s2', 'r2', T0 + 2000).map((r) => ({ ...r, newFence: r.newFence && '70', oldFence: r.oldFence && '70' })));
     h.faults = [{ kind: 'sigkill', at: T0 + 1000, endAt: T0 + 1000, worker: 'a', owner: 'w1' }];
     const result = check(h, cfg);
@@ -309,6 +531,11 @@ describe('chaos invariant checker', () => {
   it('quantile: nearest rank', () => {
     expect(quantile([], 0.5)).toBeNull();
     expect(quantile([1, 2, 3, 4], 0.5)).toBe(2);
-    expect(quantile(Array.from({ length: 100 }, (_, i) => i + 1), 0.99)).toBe(99);
+    expect(
+      quantile(
+        Array.from({ length: 100 }, (_, i) => i + 1),
+        0.99,
+      ),
+    ).toBe(99);
   });
 });

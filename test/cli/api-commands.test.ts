@@ -19,22 +19,48 @@ const WORKFLOWS = fileURLToPath(new URL('../fixtures/api-workflows', import.meta
 const tmp = mkdtempSync(join(tmpdir(), 'ratchet-cli-api-'));
 const UNKNOWN = '01890f4e-0000-7000-8000-00000000cafe';
 
-interface CliResult { code: number | null; stdout: string; stderr: string; json: any; lines: any[]; error: any }
+interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  json: any;
+  lines: any[];
+  error: any;
+}
 
 function ratchet(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const base = { ...process.env };
-    for (const name of ['DATABASE_URL', 'RATCHET_DATA_DIR', 'RATCHET_URL', 'RATCHET_TOKEN', 'RATCHET_TOKENS', 'REDIS_URL']) delete base[name];
-    const child = spawn(process.execPath, ['bin/ratchet.mjs', ...args], { cwd: ROOT, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    for (const name of ['DATABASE_URL', 'RATCHET_DATA_DIR', 'RATCHET_URL', 'RATCHET_TOKEN', 'RATCHET_TOKENS', 'REDIS_URL'])
+      delete base[name];
+    const child = spawn(process.execPath, ['bin/ratchet.mjs', ...args], {
+      cwd: ROOT,
+      env: { ...base, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`ratchet ${args.join(' ')} did not exit; stderr: ${stderr}`)); }, 90_000);
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`ratchet ${args.join(' ')} did not exit; stderr: ${stderr}`));
+    }, 90_000);
     child.on('exit', (code) => {
       clearTimeout(timer);
-      const lines = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
-      const errLine = stderr.trim().split('\n').filter((l) => l.startsWith('{"error"')).at(-1);
+      const lines = stdout
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l));
+      const errLine = stderr
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{"error"'))
+        .at(-1);
       resolve({ code, stdout, stderr, json: lines.at(-1), lines, error: errLine ? JSON.parse(errLine).error : undefined });
     });
   });
@@ -55,7 +81,10 @@ beforeAll(async () => {
   owe('cli-fail', 2);
   ids.failed = (await api.client.submit('flaky', { key: 'cli-fail' })).id;
   ids.queued = (await api.client.submit('orphan', { key: 'cli-queued' })).id;
-  await until('settled', async () => (await api.client.get(ids.ok!)).state === 'succeeded' && (await api.client.get(ids.failed!)).state === 'failed');
+  await until(
+    'settled',
+    async () => (await api.client.get(ids.ok!)).state === 'succeeded' && (await api.client.get(ids.failed!)).state === 'failed',
+  );
 });
 afterAll(async () => {
   await api?.close();
@@ -72,11 +101,19 @@ describe('run commands against a server (--url)', () => {
       ratchet([...remote, 'explain', ids.queued!]),
     ]);
     expect(status.code, status.stderr).toBe(0);
-    expect(status.json).toMatchObject({ id: ids.ok, workflow: 'echo', state: 'succeeded', result: { key: 'cli-ok' }, stages: [{ seq: 1, tool: 'echo', state: 'succeeded', attempt: 1 }] });
+    expect(status.json).toMatchObject({
+      id: ids.ok,
+      workflow: 'echo',
+      state: 'succeeded',
+      result: { key: 'cli-ok' },
+      stages: [{ seq: 1, tool: 'echo', state: 'succeeded', attempt: 1 }],
+    });
     expect(list.code, list.stderr).toBe(0);
     expect(list.json.runs.map((r: { id: string }) => r.id).sort()).toEqual([ids.ok, ids.failed].sort());
     expect(events.code, events.stderr).toBe(0);
-    expect(events.json.events.map((e: { type: string }) => e.type)).toEqual(expect.arrayContaining(['run_submitted', 'retry_scheduled', 'run_failed']));
+    expect(events.json.events.map((e: { type: string }) => e.type)).toEqual(
+      expect.arrayContaining(['run_submitted', 'retry_scheduled', 'run_failed']),
+    );
     expect(explain.code, explain.stderr).toBe(0);
     expect(explain.json).toMatchObject({ verdict: 'queued_no_worker', runId: ids.queued });
   }, 120_000);
@@ -162,23 +199,60 @@ describe('run commands on the store directly (no --url)', () => {
 
 describe('serve and dev', () => {
   it('serve refuses a non-loopback address without a token (exit 2, nothing opened)', async () => {
-    const r = await ratchet(['--database-url', db.url, '--json', 'serve', '--host', '0.0.0.0', '--port', '0', '--workflows-dir', WORKFLOWS]);
+    const r = await ratchet([
+      '--database-url',
+      db.url,
+      '--json',
+      'serve',
+      '--host',
+      '0.0.0.0',
+      '--port',
+      '0',
+      '--workflows-dir',
+      WORKFLOWS,
+    ]);
     expect(r.code).toBe(2);
     expect(r.error).toMatchObject({ code: 'invalid_input', message: expect.stringMatching(/without a token/) });
   }, 60_000);
 
   it('dev: embedded database, a worker and the API in one process; SIGTERM stops it (exit 0)', async () => {
-    const child = spawn(process.execPath, ['bin/ratchet.mjs', 'dev', '--json', '--port', '0', '--data-dir', join(tmp, 'dev-data'), '--workflows-dir', WORKFLOWS, '--token', TOKEN],
-      { cwd: ROOT, env: { ...process.env, DATABASE_URL: '', RATCHET_URL: '', REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        'bin/ratchet.mjs',
+        'dev',
+        '--json',
+        '--port',
+        '0',
+        '--data-dir',
+        join(tmp, 'dev-data'),
+        '--workflows-dir',
+        WORKFLOWS,
+        '--token',
+        TOKEN,
+      ],
+      { cwd: ROOT, env: { ...process.env, DATABASE_URL: '', RATCHET_URL: '', REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let out = '';
     let err = '';
-    child.stdout.on('data', (d: Buffer) => { out += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { err += d.toString(); });
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     try {
-      const ready = await until('dev listening', async () => out.split('\n').find((l) => l.includes('api_listening')), 60_000).catch(() => { throw new Error(`dev did not start: ${err}`); });
+      const ready = await until('dev listening', async () => out.split('\n').find((l) => l.includes('api_listening')), 60_000).catch(() => {
+        throw new Error(`dev did not start: ${err}`);
+      });
       const info = JSON.parse(ready);
-      expect(info).toMatchObject({ type: 'api_listening', auth: true, backend: 'pglite', worker: { classes: expect.arrayContaining(['quick', 'long']) } });
+      expect(info).toMatchObject({
+        type: 'api_listening',
+        auth: true,
+        backend: 'pglite',
+        worker: { classes: expect.arrayContaining(['quick', 'long']) },
+      });
       const client = createClient({ baseUrl: info.url, token: TOKEN });
       const { id } = await client.submit('echo', { key: 'dev-1' });
       const outcome = await client.wait(id, { deadline: '60s', initialInterval: 100 });

@@ -42,7 +42,9 @@ describe('ratchet init', () => {
     expect(first.stdout).toContain('created tsconfig.json');
     // Nothing to import from yet (a bare temp folder): it says what to install, then the command to type.
     expect(first.stdout.trim().split('\n').slice(-3)).toEqual(['  cd app', '  npm install ratchet zod', `  ${NEXT_RUN}`]);
-    expect(JSON.parse(readFileSync(join(app, 'tsconfig.json'), 'utf8'))).toMatchObject({ compilerOptions: { module: 'NodeNext', strict: true } });
+    expect(JSON.parse(readFileSync(join(app, 'tsconfig.json'), 'utf8'))).toMatchObject({
+      compilerOptions: { module: 'NodeNext', strict: true },
+    });
     const workflow = readFileSync(join(app, 'workflows', 'hello.ts'), 'utf8');
     for (const part of ['defineToolClass(', 'defineTool(', 'defineWorkflow(', 'ctx.fence', 'ctx.idempotencyKey', "from 'ratchet'"]) {
       expect(workflow).toContain(part);
@@ -61,7 +63,11 @@ describe('ratchet init', () => {
     expect(run.json.find((l) => l.type === 'run_submitted')).toMatchObject({ backend });
     // The fenced tool wrote once, stamped with its attempt's fence and keyed by what it means.
     const delivered = done.result as { file: string; fence: string };
-    expect(JSON.parse(readFileSync(delivered.file, 'utf8'))).toEqual({ key: 'greeting:world', fence: delivered.fence, text: 'Hello, world!' });
+    expect(JSON.parse(readFileSync(delivered.file, 'utf8'))).toEqual({
+      key: 'greeting:world',
+      fence: delivered.fence,
+      text: 'Hello, world!',
+    });
     // A second run with the same name finds the effect done: nothing is delivered twice.
     const again = await exec(process.execPath, [bin, 'run', 'hello', '--input', '{"name":"world"}', '--json'], { cwd: app });
     expect(again.json.at(-1)).toMatchObject({ state: 'succeeded', result: { delivered: false, fence: delivered.fence } });

@@ -13,10 +13,18 @@ const ratchet = (args: string[], env: NodeJS.ProcessEnv = {}) => exec(process.ex
 
 describe('ratchet prune', () => {
   let db: TestDatabase;
-  const byState = async () => Object.fromEntries((await db.query(
-    `SELECT workflow || ':' || state AS k, count(*)::int AS n FROM ratchet.runs GROUP BY 1`)).map((x) => [x.k as string, x.n as number]));
-  const totals = async () => (await db.query(`SELECT (SELECT count(*) FROM ratchet.runs)::int AS runs, (SELECT count(*) FROM ratchet.stages)::int AS stages,
-    (SELECT count(*) FROM ratchet.events)::int AS events`))[0];
+  const byState = async () =>
+    Object.fromEntries(
+      (await db.query(`SELECT workflow || ':' || state AS k, count(*)::int AS n FROM ratchet.runs GROUP BY 1`)).map((x) => [
+        x.k as string,
+        x.n as number,
+      ]),
+    );
+  const totals = async () =>
+    (
+      await db.query(`SELECT (SELECT count(*) FROM ratchet.runs)::int AS runs, (SELECT count(*) FROM ratchet.stages)::int AS stages,
+    (SELECT count(*) FROM ratchet.events)::int AS events`)
+    )[0];
 
   beforeAll(async () => {
     db = await createTestDatabase('cli_prune');
@@ -34,31 +42,65 @@ describe('ratchet prune', () => {
     const res = await ratchet(['--database-url', db.url, '--json', 'prune', '--older-than', '30d', '--dry-run']);
     expect(res.code, res.stderr).toBe(0);
     expect(res.json[0]).toMatchObject({
-      dryRun: true, olderThan: '30d', olderThanMs: 30 * DAY_MS, states: ['succeeded', 'failed', 'cancelled', 'expired'],
-      runs: 40, stages: 80, events: 120, batches: 0,
+      dryRun: true,
+      olderThan: '30d',
+      olderThanMs: 30 * DAY_MS,
+      states: ['succeeded', 'failed', 'cancelled', 'expired'],
+      runs: 40,
+      stages: 80,
+      events: 120,
+      batches: 0,
       byState: { succeeded: { runs: 10 }, failed: { runs: 10 }, cancelled: { runs: 10 }, expired: { runs: 10 } },
     });
     const text = await ratchet(['--database-url', db.url, 'prune', '--older-than', '7d', '--state', 'failed', '--dry-run']);
-    expect(text.stdout.trim()).toBe('would prune 12 runs (22 stages, 36 events): failed that finished more than 7d ago; nothing deleted (--dry-run)');
+    expect(text.stdout.trim()).toBe(
+      'would prune 12 runs (22 stages, 36 events): failed that finished more than 7d ago; nothing deleted (--dry-run)',
+    );
     expect(await totals()).toEqual(before);
   });
 
   it('deletes the named states older than the age, in batches, with their stages and events; nothing unfinished', async () => {
-    const res = await ratchet(['--database-url', db.url, '--json', 'prune', '--older-than', '30d', '--state', 'succeeded,cancelled', '--batch-size', '3']);
+    const res = await ratchet([
+      '--database-url',
+      db.url,
+      '--json',
+      'prune',
+      '--older-than',
+      '30d',
+      '--state',
+      'succeeded,cancelled',
+      '--batch-size',
+      '3',
+    ]);
     expect(res.code, res.stderr).toBe(0);
-    expect(res.json[0]).toMatchObject({ dryRun: false, runs: 20, stages: 40, events: 60, complete: true, states: ['succeeded', 'cancelled'] });
+    expect(res.json[0]).toMatchObject({
+      dryRun: false,
+      runs: 20,
+      stages: 40,
+      events: 60,
+      complete: true,
+      states: ['succeeded', 'cancelled'],
+    });
     expect(res.json[0]!.batches).toBe(8); // 3 + 3 + 3 + 1 per state
     expect(await byState()).toEqual({
-      'old:failed': 10, 'old:expired': 10, 'young:succeeded': 2, 'young:failed': 2, 'young:cancelled': 2, 'young:expired': 2,
-      'open:queued': 3, 'open:running': 3,
+      'old:failed': 10,
+      'old:expired': 10,
+      'young:succeeded': 2,
+      'young:failed': 2,
+      'young:cancelled': 2,
+      'young:expired': 2,
+      'open:queued': 3,
+      'open:running': 3,
     });
     const text = await ratchet(['--database-url', db.url, 'prune', '--older-than', '1d']);
     expect(text.code, text.stderr).toBe(0);
-    expect(text.stdout.trim())
-      .toBe('pruned 28 runs (48 stages, 84 events): succeeded, failed, cancelled, expired that finished more than 1d ago, in 4 batches');
+    expect(text.stdout.trim()).toBe(
+      'pruned 28 runs (48 stages, 84 events): succeeded, failed, cancelled, expired that finished more than 1d ago, in 4 batches',
+    );
     expect(await byState()).toEqual({ 'open:queued': 3, 'open:running': 3 });
     const [orphans] = await db.query(
-      `SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`);
+      `SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`,
+    );
     expect(orphans!.n).toBe(0);
   });
 
@@ -96,7 +138,11 @@ describe('ratchet prune', () => {
 
   it('ratchet worker --retention: a policy it cannot read is exit 2 with a typed error, before anything opens', async () => {
     const dataDir = join(tmp, 'never-worker');
-    const cases: [string, RegExp][] = [['succeeded', /"succeeded" is not state=age/], ['running=1d', /running/], ['failed=soon', /cannot read "soon"/]];
+    const cases: [string, RegExp][] = [
+      ['succeeded', /"succeeded" is not state=age/],
+      ['running=1d', /running/],
+      ['failed=soon', /cannot read "soon"/],
+    ];
     for (const [policy, message] of cases) {
       const res = await ratchet(['--data-dir', dataDir, '--json', 'worker', '--retention', policy, '--workflows-dir', 'workflows']);
       expect(res.code, res.stderr).toBe(2);

@@ -18,16 +18,34 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 function ratchet(args: string[]): Promise<{ code: number | null; stderr: string; error: any }> {
   return new Promise((resolve, reject) => {
     const env = { ...process.env };
-    const unset = ['DATABASE_URL', 'RATCHET_DATA_DIR', 'RATCHET_URL', 'RATCHET_TOKEN', 'RATCHET_TOKENS', 'REDIS_URL', 'RATCHET_HOST', 'RATCHET_PORT'];
+    const unset = [
+      'DATABASE_URL',
+      'RATCHET_DATA_DIR',
+      'RATCHET_URL',
+      'RATCHET_TOKEN',
+      'RATCHET_TOKENS',
+      'REDIS_URL',
+      'RATCHET_HOST',
+      'RATCHET_PORT',
+    ];
     for (const name of unset) delete env[name];
     const child = spawn(process.execPath, ['bin/ratchet.mjs', ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
     child.stdout.resume();
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`ratchet ${args.join(' ')} did not exit; stderr: ${stderr}`)); }, 60_000);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`ratchet ${args.join(' ')} did not exit; stderr: ${stderr}`));
+    }, 60_000);
     child.on('exit', (code) => {
       clearTimeout(timer);
-      const line = stderr.trim().split('\n').filter((l) => l.startsWith('{"error"')).at(-1);
+      const line = stderr
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{"error"'))
+        .at(-1);
       resolve({ code, stderr, error: line ? JSON.parse(line).error : undefined });
     });
   });
@@ -45,7 +63,15 @@ describe('dev and serve refuse bad listening options before touching the data di
   for (const [name, args, message] of cases) {
     it(`${name}: exit 2, invalid_input, no data directory`, async () => {
       const dataDir = join(tmp, name.replace(/[^a-z0-9]+/gi, '-'));
-      const r = await ratchet(['--json', '--data-dir', dataDir, ...args, ...(args.includes('--port') ? [] : ['--port', '0']), '--workflows-dir', WORKFLOWS]);
+      const r = await ratchet([
+        '--json',
+        '--data-dir',
+        dataDir,
+        ...args,
+        ...(args.includes('--port') ? [] : ['--port', '0']),
+        '--workflows-dir',
+        WORKFLOWS,
+      ]);
       expect(r.code, r.stderr).toBe(2);
       expect(r.error).toMatchObject({ code: 'invalid_input', message: expect.stringMatching(message) });
       expect(existsSync(dataDir)).toBe(false);

@@ -8,21 +8,42 @@ import { startApi, TOKEN, until, type Api } from '../api/helpers.js';
 /** `ratchet watch <id>` as a user types it: from a server's stream (--url) and from the database directly. */
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-interface CliResult { code: number | null; stdout: string; stderr: string; lines: any[]; error: any }
+interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  lines: any[];
+  error: any;
+}
 function ratchet(args: string[]): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const env = { ...process.env };
-    for (const name of ['DATABASE_URL', 'RATCHET_DATA_DIR', 'RATCHET_URL', 'RATCHET_TOKEN', 'RATCHET_TOKENS', 'REDIS_URL']) delete env[name];
+    for (const name of ['DATABASE_URL', 'RATCHET_DATA_DIR', 'RATCHET_URL', 'RATCHET_TOKEN', 'RATCHET_TOKENS', 'REDIS_URL'])
+      delete env[name];
     const child = spawn(process.execPath, ['bin/ratchet.mjs', ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`ratchet ${args.join(' ')} did not exit; stderr: ${stderr}`)); }, 90_000);
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`ratchet ${args.join(' ')} did not exit; stderr: ${stderr}`));
+    }, 90_000);
     child.on('exit', (code) => {
       clearTimeout(timer);
-      const lines = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
-      const errLine = stderr.trim().split('\n').filter((l) => l.startsWith('{"error"')).at(-1);
+      const lines = stdout
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l));
+      const errLine = stderr
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{"error"'))
+        .at(-1);
       resolve({ code, stdout, stderr, lines, error: errLine ? JSON.parse(errLine).error : undefined });
     });
   });
@@ -51,7 +72,13 @@ describe('ratchet watch', () => {
     expect(r.code, r.stderr).toBe(0);
     const events = r.lines.filter((l) => l.type !== 'watch_end');
     expect(events.map((e) => e.id)).toEqual((await api.client.events(id)).events.map((e) => e.id));
-    expect(r.lines.at(-1)).toMatchObject({ type: 'watch_end', outcome: 'ended', state: 'succeeded', result: { key: 'cli-watch-live' }, via: 'stream' });
+    expect(r.lines.at(-1)).toMatchObject({
+      type: 'watch_end',
+      outcome: 'ended',
+      state: 'succeeded',
+      result: { key: 'cli-watch-live' },
+      via: 'stream',
+    });
   }, 120_000);
 
   it('from the database directly: a failed run is exit 5; --stages prints stage lines; an unknown run is exit 3; --timeout on a running run is exit 6', async () => {
@@ -68,7 +95,12 @@ describe('ratchet watch', () => {
     expect(f.code, f.stderr).toBe(5);
     expect(f.lines.at(-2)).toMatchObject({ type: 'run_failed', runId: failed.id });
     expect(f.lines.at(-1)).toMatchObject({ type: 'watch_end', outcome: 'ended', state: 'failed', error: { code: 'attempts_exhausted' } });
-    expect(stages.lines.filter((l) => l.type === 'stage').map((l) => `${l.seq}:${l.state}`)).toEqual(['1:running', '1:queued', '1:running', '1:failed']);
+    expect(stages.lines.filter((l) => l.type === 'stage').map((l) => `${l.seq}:${l.state}`)).toEqual([
+      '1:running',
+      '1:queued',
+      '1:running',
+      '1:failed',
+    ]);
     expect(unknown.code).toBe(3);
     expect(unknown.error).toMatchObject({ code: 'unknown_run' });
     expect(timeout.code, timeout.stderr).toBe(6);

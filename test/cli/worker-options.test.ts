@@ -10,7 +10,9 @@ function ratchet(args: string[]): Promise<{ code: number | null; stderr: string 
     const env = { ...process.env, DATABASE_URL: 'postgres://root@127.0.0.1:1/never-opened', REDIS_URL: '' };
     const child = spawn(process.execPath, ['bin/ratchet.mjs', ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
     child.on('exit', (code) => resolve({ code, stderr }));
   });
 }
@@ -20,7 +22,11 @@ describe('ratchet worker --metrics-port', () => {
     it(`refuses --metrics-port ${port}`, async () => {
       const { code, stderr } = await ratchet(['worker', '--json', '--metrics-port', port]);
       expect(code).toBe(2);
-      const line = stderr.trim().split('\n').filter((l) => l.startsWith('{"error"')).at(-1)!;
+      const line = stderr
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{"error"'))
+        .at(-1)!;
       expect(JSON.parse(line).error).toMatchObject({ code: 'invalid_input', path: 'metrics-port' });
     }, 30_000);
   }

@@ -8,8 +8,16 @@ import { fakeClock, startApi, TOKEN, until, type Api } from '../api/helpers.js';
 
 /** The bounded poller on an injected clock: against a scripted read, and against the real server on PostgreSQL. */
 const runAt = (state: RunJson['state']): RunJson => ({
-  id: 'r1', workflow: 'w', state, result: state === 'succeeded' ? { ok: true } : null, error: state === 'failed' ? { code: 'boom', message: 'boom' } : null,
-  deadline: null, createdAt: '2026-01-01T00:00:00.000Z', updatedAt: '2026-01-01T00:00:00.000Z', finishedAt: null, stages: [],
+  id: 'r1',
+  workflow: 'w',
+  state,
+  result: state === 'succeeded' ? { ok: true } : null,
+  error: state === 'failed' ? { code: 'boom', message: 'boom' } : null,
+  deadline: null,
+  createdAt: '2026-01-01T00:00:00.000Z',
+  updatedAt: '2026-01-01T00:00:00.000Z',
+  finishedAt: null,
+  stages: [],
 });
 
 describe('wait on an injected clock (scripted reads)', () => {
@@ -17,15 +25,34 @@ describe('wait on an injected clock (scripted reads)', () => {
     const clock = fakeClock();
     let reads = 0;
     const polls: PollRecord[] = [];
-    const out = await waitForRun('r1', async () => runAt(++reads < 16 ? 'running' : 'succeeded'), clock, Math.random, { jitter: 0, onPoll: (p) => polls.push(p), deadline: '1h' });
+    const out = await waitForRun('r1', async () => runAt(++reads < 16 ? 'running' : 'succeeded'), clock, Math.random, {
+      jitter: 0,
+      onPoll: (p) => polls.push(p),
+      deadline: '1h',
+    });
     const expected = Array.from({ length: 15 }, (_, k) => Math.round(Math.min(1000 * 1.5 ** k, 30_000)));
     expect(clock.sleeps).toEqual(expected);
     expect(clock.sleeps.slice(0, 4)).toEqual([1000, 1500, 2250, 3375]);
     expect(clock.sleeps.slice(-3)).toEqual([30_000, 30_000, 30_000]);
-    expect(out).toMatchObject({ outcome: 'succeeded', reason: 'terminal', state: 'succeeded', result: { ok: true }, error: null, polls: 16 });
+    expect(out).toMatchObject({
+      outcome: 'succeeded',
+      reason: 'terminal',
+      state: 'succeeded',
+      result: { ok: true },
+      error: null,
+      polls: 16,
+    });
     expect(out.elapsedMs).toBe(expected.reduce((a, b) => a + b, 0));
     expect(polls.map((p) => p.decision)).toEqual([...Array(15).fill('wait'), 'done']);
-    expect(polls[1]).toMatchObject({ runId: 'r1', poll: 2, state: 'running', elapsedMs: 1000, intervalMs: 1500, decision: 'wait', readError: null });
+    expect(polls[1]).toMatchObject({
+      runId: 'r1',
+      poll: 2,
+      state: 'running',
+      elapsedMs: 1000,
+      intervalMs: 1500,
+      decision: 'wait',
+      readError: null,
+    });
   });
 
   it('failed, cancelled and expired are outcomes with the last state and error', async () => {
@@ -33,29 +60,62 @@ describe('wait on an injected clock (scripted reads)', () => {
       const out = await waitForRun('r1', async () => runAt(s), fakeClock(), Math.random, {});
       expect(out).toMatchObject({ outcome: s, state: s, polls: 1 });
     }
-    expect((await waitForRun('r1', async () => runAt('failed'), fakeClock(), Math.random, {})).error).toEqual({ code: 'boom', message: 'boom' });
+    expect((await waitForRun('r1', async () => runAt('failed'), fakeClock(), Math.random, {})).error).toEqual({
+      code: 'boom',
+      message: 'boom',
+    });
   });
 
   it('jitter draws each wait from [w × (1 − jitter), w]', async () => {
     const clock = fakeClock();
     let reads = 0;
-    await waitForRun('r1', async () => runAt(++reads < 4 ? 'queued' : 'succeeded'), clock, () => 1, { jitter: 0.2 });
+    await waitForRun(
+      'r1',
+      async () => runAt(++reads < 4 ? 'queued' : 'succeeded'),
+      clock,
+      () => 1,
+      { jitter: 0.2 },
+    );
     expect(clock.sleeps).toEqual([800, 1200, 1800]);
     const c2 = fakeClock();
     reads = 0;
-    await waitForRun('r1', async () => runAt(++reads < 4 ? 'queued' : 'succeeded'), c2, () => 0, { jitter: 0.2 });
+    await waitForRun(
+      'r1',
+      async () => runAt(++reads < 4 ? 'queued' : 'succeeded'),
+      c2,
+      () => 0,
+      { jitter: 0.2 },
+    );
     expect(c2.sleeps).toEqual([1000, 1500, 2250]);
   });
 
   it('polls are bounded: by maxPolls, and by default by what the schedule makes within the deadline', async () => {
     const clock = fakeClock();
     let reads = 0;
-    const out = await waitForRun('r1', async () => { reads++; return runAt('running'); }, clock, Math.random, { maxPolls: 5, deadline: '1h' });
+    const out = await waitForRun(
+      'r1',
+      async () => {
+        reads++;
+        return runAt('running');
+      },
+      clock,
+      Math.random,
+      { maxPolls: 5, deadline: '1h' },
+    );
     expect(out).toMatchObject({ outcome: 'client_deadline_exceeded', reason: 'max_polls', polls: 5, state: 'running' });
     expect(reads).toBe(5);
     const c2 = fakeClock();
     reads = 0;
-    const out2 = await waitForRun('r1', async () => { reads++; return runAt('running'); }, c2, () => 0.5, { deadline: '10m' });
+    const out2 = await waitForRun(
+      'r1',
+      async () => {
+        reads++;
+        return runAt('running');
+      },
+      c2,
+      () => 0.5,
+      { deadline: '10m' },
+    );
     expect(out2).toMatchObject({ outcome: 'client_deadline_exceeded', reason: 'deadline' });
     expect(out2.elapsedMs).toBe(600_000);
     expect(reads).toBeLessThanOrEqual(plannedPolls(600_000, 1000, 1.5, 30_000, 0.2));
@@ -64,8 +124,23 @@ describe('wait on an injected clock (scripted reads)', () => {
     const c3 = fakeClock();
     reads = 0;
     const { ApiError } = await import('../../src/api/errors.js');
-    const out3 = await waitForRun('r1', async () => { reads++; throw new ApiError(0, 'network_error', 'ECONNREFUSED'); }, c3, Math.random, { deadline: '1h', maxPolls: 7 });
-    expect(out3).toMatchObject({ outcome: 'client_deadline_exceeded', reason: 'max_polls', state: null, lastReadError: { code: 'network_error' }, polls: 7 });
+    const out3 = await waitForRun(
+      'r1',
+      async () => {
+        reads++;
+        throw new ApiError(0, 'network_error', 'ECONNREFUSED');
+      },
+      c3,
+      Math.random,
+      { deadline: '1h', maxPolls: 7 },
+    );
+    expect(out3).toMatchObject({
+      outcome: 'client_deadline_exceeded',
+      reason: 'max_polls',
+      state: null,
+      lastReadError: { code: 'network_error' },
+      polls: 7,
+    });
     expect(reads).toBe(7);
   });
 
@@ -74,24 +149,48 @@ describe('wait on an injected clock (scripted reads)', () => {
     const clock = fakeClock();
     let reads = 0;
     const polls: PollRecord[] = [];
-    const out = await waitForRun('r1', async () => {
-      if (++reads === 1) throw new ApiError(503, 'database_unavailable', 'db away', { retryAfterMs: 7000 });
-      return runAt('succeeded');
-    }, clock, Math.random, { jitter: 0, onPoll: (p) => polls.push(p) });
+    const out = await waitForRun(
+      'r1',
+      async () => {
+        if (++reads === 1) throw new ApiError(503, 'database_unavailable', 'db away', { retryAfterMs: 7000 });
+        return runAt('succeeded');
+      },
+      clock,
+      Math.random,
+      { jitter: 0, onPoll: (p) => polls.push(p) },
+    );
     expect(out.outcome).toBe('succeeded');
     expect(clock.sleeps).toEqual([7000]);
     expect(polls[0]).toMatchObject({ decision: 'retry_read', readError: 'database_unavailable', intervalMs: 7000, state: null });
     for (const err of [new ApiError(404, 'unknown_run', 'no run'), new ApiError(401, 'unauthorized', 'no')]) {
       reads = 0;
-      await expect(waitForRun('r1', async () => { reads++; throw err; }, fakeClock(), Math.random, {})).rejects.toBe(err);
+      await expect(
+        waitForRun(
+          'r1',
+          async () => {
+            reads++;
+            throw err;
+          },
+          fakeClock(),
+          Math.random,
+          {},
+        ),
+      ).rejects.toBe(err);
       expect(reads).toBe(1);
     }
   });
 
   it('refuses bad options with a typed error', async () => {
-    await expect(waitForRun('r1', async () => runAt('running'), fakeClock(), Math.random, { factor: 0.5 })).rejects.toBeInstanceOf(InvalidInputError);
-    await expect(waitForRun('r1', async () => runAt('running'), fakeClock(), Math.random, { deadline: 'soon' })).rejects.toMatchObject({ code: 'invalid_input', path: 'wait.deadline' });
-    await expect(waitForRun('r1', async () => runAt('running'), fakeClock(), Math.random, { jitter: 2 })).rejects.toBeInstanceOf(InvalidInputError);
+    await expect(waitForRun('r1', async () => runAt('running'), fakeClock(), Math.random, { factor: 0.5 })).rejects.toBeInstanceOf(
+      InvalidInputError,
+    );
+    await expect(waitForRun('r1', async () => runAt('running'), fakeClock(), Math.random, { deadline: 'soon' })).rejects.toMatchObject({
+      code: 'invalid_input',
+      path: 'wait.deadline',
+    });
+    await expect(waitForRun('r1', async () => runAt('running'), fakeClock(), Math.random, { jitter: 2 })).rejects.toBeInstanceOf(
+      InvalidInputError,
+    );
   });
 });
 
@@ -118,7 +217,16 @@ describe('wait against the real server', () => {
       else seen.gets++;
       if (method === 'GET' && hangFirstGet && !hung) {
         hung = true;
-        return new Promise<Response>((_, reject) => init?.signal?.addEventListener('abort', () => { seen.aborted++; reject(init.signal!.reason); }, { once: true }));
+        return new Promise<Response>((_, reject) =>
+          init?.signal?.addEventListener(
+            'abort',
+            () => {
+              seen.aborted++;
+              reject(init.signal!.reason);
+            },
+            { once: true },
+          ),
+        );
       }
       return fetch(input, init);
     };
@@ -157,7 +265,9 @@ describe('wait against the real server', () => {
     expect(polls.at(-1)).toMatchObject({ decision: 'done', state: 'succeeded' });
     expect(seen).toEqual({ posts: 1, gets: polls.length, aborted: 1 });
     expect(await db.query('SELECT id FROM ratchet.runs WHERE idempotency_key = $1', ['w-timeout-key'])).toHaveLength(1);
-    expect((await db.query("SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1 AND type = 'run_submitted'", [sub.id]))[0]!.n).toBe(1);
+    expect(
+      (await db.query("SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1 AND type = 'run_submitted'", [sub.id]))[0]!.n,
+    ).toBe(1);
   });
 
   it('polls are bounded against a run that never ends; an unknown id is ApiError unknown_run after one read', async () => {
@@ -168,7 +278,11 @@ describe('wait against the real server', () => {
     expect(out).toMatchObject({ outcome: 'client_deadline_exceeded', reason: 'max_polls', polls: 4, state: 'queued' });
     expect(seen.gets).toBe(4);
     seen.gets = 0;
-    await expect(client.wait('01890f4e-0000-7000-8000-00000000dead')).rejects.toMatchObject({ name: 'ApiError', code: 'unknown_run', status: 404 });
+    await expect(client.wait('01890f4e-0000-7000-8000-00000000dead')).rejects.toMatchObject({
+      name: 'ApiError',
+      code: 'unknown_run',
+      status: 404,
+    });
     expect(seen.gets).toBe(1);
   });
 

@@ -40,7 +40,9 @@ describe('dashboard in a real browser', () => {
     const failures: string[] = [];
     page.on('pageerror', (e) => failures.push(e.message));
     // The sign-in page answers 401 on purpose (not signed in, a wrong token); anything else is a failure.
-    page.on('console', (m) => { if (m.type() === 'error' && !m.text().includes('status of 401')) failures.push(m.text()); });
+    page.on('console', (m) => {
+      if (m.type() === 'error' && !m.text().includes('status of 401')) failures.push(m.text());
+    });
 
     // Not signed in: the sign-in page; a wrong token is refused.
     await page.goto(`${api.server.url}/`);
@@ -78,7 +80,9 @@ describe('dashboard in a real browser', () => {
     await page.screenshot({ path: artefactPath('dashboard-reclaimed.png'), fullPage: true });
 
     // Cancel with the button: no reload; the stream brings the end.
-    await page.evaluate(() => { (window as unknown as { marker: number }).marker = 42; });
+    await page.evaluate(() => {
+      (window as unknown as { marker: number }).marker = 42;
+    });
     await page.click('form[data-action=cancel] button');
     await expect.poll(() => page.textContent('#run-state'), { timeout: 15_000 }).toBe('cancelled');
     await expect.poll(() => page.locator('#events tr', { hasText: 'run_cancelled' }).count()).toBe(1);
@@ -94,7 +98,8 @@ describe('dashboard in a real browser', () => {
   it('buttons refuse a request without the CSRF token or from another origin; pages and streams refuse a missing cookie', async () => {
     const cookie = `ratchet_token=${TOKEN}`;
     const { id } = await api.client.submit('gate', { key: 'dash-csrf' });
-    const post = (headers: Record<string, string>) => fetch(`${api.server.url}/runs/${id}/cancel`, { method: 'POST', headers: { accept: 'application/json', ...headers } });
+    const post = (headers: Record<string, string>) =>
+      fetch(`${api.server.url}/runs/${id}/cancel`, { method: 'POST', headers: { accept: 'application/json', ...headers } });
     expect((await post({ cookie })).status).toBe(403);
     expect((await post({ cookie, 'x-csrf-token': 'forged' })).status).toBe(403);
     const html = await (await fetch(`${api.server.url}/runs/${id}`, { headers: { cookie, accept: 'text/html' } })).text();

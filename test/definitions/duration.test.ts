@@ -26,7 +26,13 @@ describe('parseDuration', () => {
   ];
   for (const [what, value, message] of refused) {
     it(`refuses ${what}, naming the path`, () => {
-      const err = (() => { try { parseDuration(value, 'toolClass[io].lease'); } catch (e) { return e; } })();
+      const err = (() => {
+        try {
+          parseDuration(value, 'toolClass[io].lease');
+        } catch (e) {
+          return e;
+        }
+      })();
       expect(err).toBeInstanceOf(InvalidDefinitionError);
       expect((err as InvalidDefinitionError).code).toBe('invalid_definition');
       expect((err as InvalidDefinitionError).path).toBe('toolClass[io].lease');

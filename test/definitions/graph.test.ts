@@ -2,7 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { InvalidDefinitionError } from '../../src/errors.js';
 import {
-  CHILD_RUN_TOOL, createRegistry, defineWorkflow, MAP_DEFAULT_MAX_ITEMS, type StepOptions, type WorkflowOptions,
+  CHILD_RUN_TOOL,
+  createRegistry,
+  defineWorkflow,
+  MAP_DEFAULT_MAX_ITEMS,
+  type StepOptions,
+  type WorkflowOptions,
 } from '../../src/definitions/index.js';
 import { planStaticRun } from '../../src/planner/plan.js';
 import { defineAgent } from '../../src/definitions/agent.js';
@@ -57,7 +62,9 @@ describe('the run graph in definitions', () => {
     const fan = wf([{ tool: a }, { tool: b, after: ['a'] }, { tool: c, after: ['a'] }]);
     const seq = wf([{ tool: a }, { tool: b }, { tool: c, after: ['b'] }]);
     expect(fan.hash).not.toBe(seq.hash);
-    expect(wf([{ tool: a }, { tool: b, continueOnError: true }]).hash).not.toBe(wf([{ tool: a }, { tool: b, continueOnError: false }]).hash);
+    expect(wf([{ tool: a }, { tool: b, continueOnError: true }]).hash).not.toBe(
+      wf([{ tool: a }, { tool: b, continueOnError: false }]).hash,
+    );
   });
 
   it('refuses an after that names no step, with the path', () => {
@@ -80,7 +87,12 @@ describe('the run graph in definitions', () => {
   });
 
   it('refuses a step that no start leads to (every step waits for another)', () => {
-    const e = refusal(() => wf([{ tool: a, after: ['b'] }, { tool: b, after: ['a'] }]));
+    const e = refusal(() =>
+      wf([
+        { tool: a, after: ['b'] },
+        { tool: b, after: ['a'] },
+      ]),
+    );
     expect(e.message).toMatch(/cycle: a -> b -> a|cycle: b -> a -> b/);
   });
 
@@ -127,10 +139,12 @@ describe('the run graph in definitions', () => {
     expect(cycle.details.cycle).toEqual(['x', 'y', 'x']);
   });
 
-  it('a step kind is chosen by its key; errors name that kind\'s fields', () => {
+  it("a step kind is chosen by its key; errors name that kind's fields", () => {
     expect(refusal(() => wf([{ tool: a, map: 3 } as unknown as StepOptions])).path).toMatch(/^workflow\[g\]\.steps\[0\]/);
     expect(refusal(() => wf([{ tool: a, when: true } as unknown as StepOptions])).path).toBe('workflow[g].steps[0].when');
-    expect(refusal(() => wf([{ tool: a, continueOnError: 'yes' } as unknown as StepOptions])).path).toBe('workflow[g].steps[0].continueOnError');
+    expect(refusal(() => wf([{ tool: a, continueOnError: 'yes' } as unknown as StepOptions])).path).toBe(
+      'workflow[g].steps[0].continueOnError',
+    );
   });
 
   it('this version refuses to submit a graph workflow rather than run it as a sequence', () => {
@@ -166,12 +180,17 @@ describe('a workflow offered to an agent as a tool (a child run)', () => {
   const agent = (tools: ReturnType<typeof defineWorkflowTool>[]) =>
     defineAgent({ name: 'boss', input: z.object({}), model, instructions: 'x', tools: [a, ...tools] });
 
-  it('takes the workflow\'s input schema (or its own), runs in $control, and is part of the agent\'s hash', () => {
+  it("takes the workflow's input schema (or its own), runs in $control, and is part of the agent's hash", () => {
     const t = defineWorkflowTool({ workflow: child, description: 'researches a topic' });
     expect(t).toMatchObject({ name: 'research', childWorkflow: { name: 'research', version: 1 }, class: { name: '$control' } });
     expect(t.input.safeParse({ topic: 'x' }).success).toBe(true);
     expect(t.input.safeParse({}).success).toBe(false);
-    const named = defineWorkflowTool({ workflow: 'research', name: 'ask_research', description: 'd', input: z.object({ topic: z.string() }) });
+    const named = defineWorkflowTool({
+      workflow: 'research',
+      name: 'ask_research',
+      description: 'd',
+      input: z.object({ topic: z.string() }),
+    });
     expect(named.childWorkflow).toEqual({ name: 'research', version: null });
     expect(agent([t]).hash).not.toBe(agent([named]).hash);
     expect(agent([]).hash).toBe(agent([]).hash);
@@ -179,7 +198,9 @@ describe('a workflow offered to an agent as a tool (a child run)', () => {
 
   it('refuses a name without input, a version with a definition, a bad description', () => {
     expect(refusal(() => defineWorkflowTool({ workflow: 'research', description: 'd' })).path).toBe('workflowTool[research].input');
-    expect(refusal(() => defineWorkflowTool({ workflow: child, version: 2, description: 'd' })).path).toBe('workflowTool[research].version');
+    expect(refusal(() => defineWorkflowTool({ workflow: child, version: 2, description: 'd' })).path).toBe(
+      'workflowTool[research].version',
+    );
     expect(refusal(() => defineWorkflowTool({ workflow: child, description: '' })).path).toBe('workflowTool[research].description');
   });
 
@@ -198,9 +219,13 @@ describe('the example (examples/graph/research-digest.ts)', () => {
     const r = createRegistry([researchDigest, publishDigest]);
     const w = r.require('research-digest');
     expect(w.steps.map((s) => [s.name, s.kind, s.after])).toEqual([
-      ['search_news', 'tool', []], ['search_papers', 'tool', []], ['search_forums', 'tool', []],
+      ['search_news', 'tool', []],
+      ['search_papers', 'tool', []],
+      ['search_forums', 'tool', []],
       ['pick_articles', 'tool', ['search_news', 'search_papers', 'search_forums']],
-      ['summaries', 'map', ['pick_articles']], ['merge', 'tool', ['summaries']], ['publish', 'workflow', ['merge']],
+      ['summaries', 'map', ['pick_articles']],
+      ['merge', 'tool', ['summaries']],
+      ['publish', 'workflow', ['merge']],
     ]);
     expect(w.steps[4]!.map!.maxParallel).toBe(3);
     expect(r.toolClasses().map((c) => c.name)).toEqual(['$control', 'digest-io']);

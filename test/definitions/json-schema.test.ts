@@ -12,13 +12,20 @@ const input = z.object({
 });
 
 const tool = defineTool({
-  name: 'fetch_doc', description: 'Fetches a document', class: makeClass(), input,
-  output: z.object({ text: z.string() }), run: async () => ({ text: '' }),
+  name: 'fetch_doc',
+  description: 'Fetches a document',
+  class: makeClass(),
+  input,
+  output: z.object({ text: z.string() }),
+  run: async () => ({ text: '' }),
 });
 
 describe('toolJsonSchema', () => {
   const schema = toolJsonSchema(tool) as {
-    type: string; required: string[]; properties: Record<string, Record<string, unknown>>; $schema?: string;
+    type: string;
+    required: string[];
+    properties: Record<string, Record<string, unknown>>;
+    $schema?: string;
   };
 
   it('is the JSON Schema of the input, without $schema', () => {
@@ -49,8 +56,12 @@ describe('toolJsonSchema', () => {
 
   it('refuses an input JSON Schema cannot express, naming the tool', () => {
     const dated = defineTool({
-      name: 'dated', description: 'd', class: makeClass(), input: z.object({ at: z.date() }),
-      output: z.object({}), run: async () => ({}),
+      name: 'dated',
+      description: 'd',
+      class: makeClass(),
+      input: z.object({ at: z.date() }),
+      output: z.object({}),
+      run: async () => ({}),
     });
     expect(() => toolJsonSchema(dated)).toThrow(InvalidDefinitionError);
     expect(() => toolJsonSchema(dated)).toThrow(/tool "dated"/);

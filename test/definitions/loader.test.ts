@@ -25,7 +25,9 @@ function project(files: Record<string, string>): string {
   }
   return join(root, 'workflows');
 }
-afterAll(() => { for (const root of roots) rmSync(root, { recursive: true, force: true }); });
+afterAll(() => {
+  for (const root of roots) rmSync(root, { recursive: true, force: true });
+});
 
 const tools = `
 import { z } from 'zod';
@@ -47,15 +49,18 @@ describe('loadWorkflows', () => {
     const dir = project({
       'tools.ts': tools,
       'summarise.ts': workflow('summarise'),
-      'nested/report.mts': (workflow('report', 'report') + `
+      'nested/report.mts': (
+        workflow('report', 'report') +
+        `
 import { z as zz } from 'zod';
 import { defineWorkflow as dw } from '${definitions}';
 import { fetchDoc as fd } from '../tools.js';
 export const audit = dw({ name: 'audit', input: zz.object({}), steps: [{ tool: fd, name: 'fetch' }] });
 export default report;
 export const notAWorkflow = { kind: 'tool' };
-`).replace("from './tools.js'", "from '../tools.js'"),
-      'plain.mjs': "export const answer = 42;\n",
+`
+      ).replace("from './tools.js'", "from '../tools.js'"),
+      'plain.mjs': 'export const answer = 42;\n',
       '_draft.ts': "throw new Error('a draft is never loaded');\n",
       '.hidden/x.ts': "throw new Error('a hidden folder is never loaded');\n",
       '_private/x.ts': "throw new Error('an underscore folder is never loaded');\n",
@@ -130,7 +135,9 @@ export const broken = defineToolClass({ name: 'io', lease: '10s', heartbeat: '5s
       'b.ts': workflow('b', 'b'),
     });
     const script = join(dir, '..', 'check.ts');
-    writeFileSync(script, `
+    writeFileSync(
+      script,
+      `
 import { loadWorkflows } from '${new URL('../../src/definitions/loader.ts', import.meta.url).href}';
 import { PermanentError } from '${errors}';
 import * as tools from './workflows/tools.ts';
@@ -140,7 +147,8 @@ console.log(JSON.stringify({
   sameTool: workflows.every((w) => w.steps[0]?.tool === tools.fetchDoc),
   samePermanentError: tools.PermanentError === PermanentError,
 }));
-`);
+`,
+    );
     const child = spawnTs(script, []);
     const out = await child.line((o) => 'names' in o, 30_000);
     expect(out).toEqual({ names: ['a', 'b'], sameTool: true, samePermanentError: true });

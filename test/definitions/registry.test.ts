@@ -8,8 +8,7 @@ const io = makeClass();
 const cpu = makeClass({ name: 'cpu' });
 const fetchDoc = makeTool('fetch_doc', io);
 const crunch = makeTool('crunch', cpu);
-const wf = (name: string, ...tools: Tool[]) =>
-  defineWorkflow({ name, input: z.object({}), steps: tools.map((tool) => ({ tool })) });
+const wf = (name: string, ...tools: Tool[]) => defineWorkflow({ name, input: z.object({}), steps: tools.map((tool) => ({ tool })) });
 
 describe('createRegistry', () => {
   const a = wf('a', fetchDoc);
@@ -27,7 +26,13 @@ describe('createRegistry', () => {
   });
 
   it('require() of an unknown workflow is invalid_input / unknown_workflow', () => {
-    const err = (() => { try { registry.require('nope'); } catch (e) { return e; } })() as RatchetError;
+    const err = (() => {
+      try {
+        registry.require('nope');
+      } catch (e) {
+        return e;
+      }
+    })() as RatchetError;
     expect(err).toBeInstanceOf(RatchetError);
     expect(err.code).toBe('invalid_input');
     expect(err.details.reason).toBe('unknown_workflow');

@@ -18,9 +18,18 @@ describe('defineToolClass', () => {
   it('resolves durations to ms and applies the defaults', () => {
     const io = defineToolClass(base);
     expect(io).toEqual({
-      kind: 'tool_class', name: 'io', leaseMs: 90_000, heartbeatMs: 30_000, timeoutMs: 60_000, maxDurationMs: 600_000,
+      kind: 'tool_class',
+      name: 'io',
+      leaseMs: 90_000,
+      heartbeatMs: 30_000,
+      timeoutMs: 60_000,
+      maxDurationMs: 600_000,
       retry: { maxAttempts: 3, backoff: { initialMs: 1000, factor: 2, maxMs: 60_000, jitter: 0.2 }, maxElapsedMs: null },
-      missedHeartbeats: 2, jitterMs: 1000, isolation: 'none', concurrency: null, rateLimit: null,
+      missedHeartbeats: 2,
+      jitterMs: 1000,
+      isolation: 'none',
+      concurrency: null,
+      rateLimit: null,
     });
     expect(Object.isFrozen(io)).toBe(true);
     expect(Object.isFrozen(io.retry)).toBe(true);
@@ -36,8 +45,16 @@ describe('defineToolClass', () => {
   });
 
   it('merges a partial retry policy over the defaults', () => {
-    const io = defineToolClass({ ...base, retry: { maxAttempts: 5, backoff: { initial: '2s', max: '1m' }, maxElapsed: '10m' }, isolation: 'thread' });
-    expect(io.retry).toEqual({ maxAttempts: 5, backoff: { initialMs: 2000, factor: 2, maxMs: 60_000, jitter: 0.2 }, maxElapsedMs: 600_000 });
+    const io = defineToolClass({
+      ...base,
+      retry: { maxAttempts: 5, backoff: { initial: '2s', max: '1m' }, maxElapsed: '10m' },
+      isolation: 'thread',
+    });
+    expect(io.retry).toEqual({
+      maxAttempts: 5,
+      backoff: { initialMs: 2000, factor: 2, maxMs: 60_000, jitter: 0.2 },
+      maxElapsedMs: 600_000,
+    });
     expect(io.isolation).toBe('thread');
   });
 
@@ -49,7 +66,9 @@ describe('defineToolClass', () => {
   });
 
   it('applies the timing rule with the class own missedHeartbeats and jitter', () => {
-    expect(refusal({ ...base, missedHeartbeats: 3 }).message).toContain('missedHeartbeats 3 × heartbeat 30000 ms + jitter 1000 ms = 91000 ms');
+    expect(refusal({ ...base, missedHeartbeats: 3 }).message).toContain(
+      'missedHeartbeats 3 × heartbeat 30000 ms + jitter 1000 ms = 91000 ms',
+    );
     expect(refusal({ ...base, lease: '61s', jitter: '1s' }).message).toContain('= 61000 ms');
     expect(defineToolClass({ ...base, lease: 61_001 }).leaseMs).toBe(61_001);
     expect(defineToolClass({ ...base, lease: '61s', jitter: 0 }).jitterMs).toBe(0);
@@ -80,8 +99,11 @@ describe('defineToolClass', () => {
   it('names every problem at once', () => {
     const err = refusal({ ...base, lease: -1, heartbeat: 'x', maxDuration: Number.NaN });
     expect(err.message).toMatch(/^3 problems/);
-    expect((err.details.issues as { path: string }[]).map((i) => i.path))
-      .toEqual(['toolClass[io].lease', 'toolClass[io].heartbeat', 'toolClass[io].maxDuration']);
+    expect((err.details.issues as { path: string }[]).map((i) => i.path)).toEqual([
+      'toolClass[io].lease',
+      'toolClass[io].heartbeat',
+      'toolClass[io].maxDuration',
+    ]);
   });
 
   it('refuses unknown keys', () => {
@@ -92,7 +114,8 @@ describe('defineToolClass', () => {
   });
 
   it('refuses bad names', () => {
-    for (const name of ['', '9io', 'io:fast', 'a b', 'x'.repeat(65)]) expect(refusal({ ...base, name }).message).toMatch(/must be a letter/);
+    for (const name of ['', '9io', 'io:fast', 'a b', 'x'.repeat(65)])
+      expect(refusal({ ...base, name }).message).toMatch(/must be a letter/);
     expect(defineToolClass({ ...base, name: 'IO_fast-2' }).name).toBe('IO_fast-2');
   });
 
@@ -101,7 +124,9 @@ describe('defineToolClass', () => {
     expect(refusal({ ...base, retry: { maxAttempts: 1.5 } }).path).toBe('toolClass[io].retry.maxAttempts');
     expect(refusal({ ...base, retry: { backoff: { jitter: 1.5 } } }).path).toBe('toolClass[io].retry.backoff.jitter');
     expect(refusal({ ...base, retry: { backoff: { factor: 0.5 } } }).path).toBe('toolClass[io].retry.backoff.factor');
-    expect(refusal({ ...base, retry: { backoff: { initial: '2m' } } }).message).toContain('backoff.max 60000 ms must not be below backoff.initial 120000 ms');
+    expect(refusal({ ...base, retry: { backoff: { initial: '2m' } } }).message).toContain(
+      'backoff.max 60000 ms must not be below backoff.initial 120000 ms',
+    );
     expect(refusal({ ...base, missedHeartbeats: 0 }).path).toBe('toolClass[io].missedHeartbeats');
     expect(refusal({ ...base, isolation: 'process' }).path).toBe('toolClass[io].isolation');
   });

@@ -6,8 +6,11 @@ import { makeClass } from './fixtures.js';
 
 const io = makeClass({ retry: { maxAttempts: 5, backoff: { initial: '2s' } } });
 const base: ToolOptions<{ url: string }, { text: string }> = {
-  name: 'fetch_doc', description: 'Fetches a document', class: io,
-  input: z.object({ url: z.string() }), output: z.object({ text: z.string() }),
+  name: 'fetch_doc',
+  description: 'Fetches a document',
+  class: io,
+  input: z.object({ url: z.string() }),
+  output: z.object({ text: z.string() }),
   run: async (input) => ({ text: input.url }),
 };
 
@@ -57,7 +60,8 @@ describe('defineTool', () => {
   });
 
   it('refuses names a model cannot call', () => {
-    for (const name of ['', '1st', 'fetch.doc', 'fetch doc', 'a'.repeat(65)]) expect(refusal({ ...base, name }).message).toMatch(/must be a letter/);
+    for (const name of ['', '1st', 'fetch.doc', 'fetch doc', 'a'.repeat(65)])
+      expect(refusal({ ...base, name }).message).toMatch(/must be a letter/);
     expect(defineTool({ ...base, name: 'FetchDoc-2' }).name).toBe('FetchDoc-2');
   });
 
@@ -68,7 +72,9 @@ describe('defineTool', () => {
 
   it('refuses a bad retry override', () => {
     expect(refusal({ ...base, retry: { maxAttempts: -1 } }).path).toBe('tool[fetch_doc].retry.maxAttempts');
-    expect(refusal({ ...base, retry: { backoff: { max: '1s' } } }).message).toMatch(/backoff.max 1000 ms must not be below backoff.initial 2000 ms/);
+    expect(refusal({ ...base, retry: { backoff: { max: '1s' } } }).message).toMatch(
+      /backoff.max 1000 ms must not be below backoff.initial 2000 ms/,
+    );
   });
 
   it('refuses an output that is not JSON-serialisable', () => {

@@ -33,10 +33,13 @@ describe('workflow versions', () => {
     const two = defineWorkflow({ name: 'doc', version: 2, input, steps: [{ tool: fetchDoc }] });
     expect(two.hash).not.toBe(one.hash);
     for (const version of [0, 1.5, -1, '2']) {
-      expect(() => defineWorkflow({ name: 'doc', version: version as number, input, steps: [{ tool: fetchDoc }] })).toThrow(InvalidDefinitionError);
+      expect(() => defineWorkflow({ name: 'doc', version: version as number, input, steps: [{ tool: fetchDoc }] })).toThrow(
+        InvalidDefinitionError,
+      );
     }
-    expect(() => defineWorkflow({ name: 'doc', version: 0, input, steps: [{ tool: fetchDoc }] }))
-      .toThrow(expect.objectContaining({ path: 'workflow[doc].version' }));
+    expect(() => defineWorkflow({ name: 'doc', version: 0, input, steps: [{ tool: fetchDoc }] })).toThrow(
+      expect.objectContaining({ path: 'workflow[doc].version' }),
+    );
   });
 
   it('the registry holds several versions of one name: the newest by default, any by number or by hash', () => {
@@ -57,9 +60,19 @@ describe('workflow versions', () => {
     expect(registry.hashesOf('cpu')).toEqual([legacy.hash]);
     expect(registry.toolClasses().map((c) => c.name)).toEqual(['cpu', 'io']); // old versions' classes are still served
     expect(registry.tool('fetch_doc')).toBe(otherFetch); // the newest definition of a name
-    const err = (() => { try { registry.require('doc', 9); } catch (e) { return e; } })() as InvalidInputError;
+    const err = (() => {
+      try {
+        registry.require('doc', 9);
+      } catch (e) {
+        return e;
+      }
+    })() as InvalidInputError;
     expect(err).toBeInstanceOf(InvalidInputError);
-    expect(err).toMatchObject({ code: 'invalid_input', path: 'version', details: { reason: 'unknown_version', workflow: 'doc', loaded: [1, 2, 3] } });
+    expect(err).toMatchObject({
+      code: 'invalid_input',
+      path: 'version',
+      details: { reason: 'unknown_version', workflow: 'doc', loaded: [1, 2, 3] },
+    });
   });
 
   it('refuses one name and version declared twice, and two different tools of one name across the newest versions', () => {
@@ -72,7 +85,10 @@ describe('workflow versions', () => {
 
   it('the loader takes versions side by side, in two files or in one; one name and version in two files is refused', async () => {
     const versions = await loadWorkflows(fileURLToPath(new URL('../fixtures/version-workflows', import.meta.url)));
-    expect(versions.map((w) => [w.name, w.version]).sort()).toEqual([['roll', 1], ['roll', 2]]);
+    expect(versions.map((w) => [w.name, w.version]).sort()).toEqual([
+      ['roll', 1],
+      ['roll', 2],
+    ]);
     const dir = mkdtempSync(join(tmpdir(), 'ratchet-versions-'));
     try {
       const file = (version: number, extra = '') => `import { z } from 'zod';
@@ -81,7 +97,10 @@ const c = defineToolClass({ name: 'io', lease: '90s', heartbeat: '30s', timeout:
 const t = defineTool({ name: 't', description: 't', class: c, input: z.object({}), output: z.object({}), run: async () => ({}) });
 export const v${version} = defineWorkflow({ name: 'w', version: ${version}, input: z.object({}), steps: [{ tool: t }] });
 ${extra}`;
-      writeFileSync(join(dir, 'w.ts'), file(2, "export const v1 = defineWorkflow({ name: 'w', input: z.object({}), steps: [{ tool: t }] });"));
+      writeFileSync(
+        join(dir, 'w.ts'),
+        file(2, "export const v1 = defineWorkflow({ name: 'w', input: z.object({}), steps: [{ tool: t }] });"),
+      );
       const loaded = await loadWorkflows(dir);
       expect(loaded.map((w) => w.version).sort()).toEqual([1, 2]);
       expect(createRegistry(loaded).get('w')!.version).toBe(2);

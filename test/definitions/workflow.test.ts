@@ -50,7 +50,14 @@ describe('defineWorkflow', () => {
 
   it('accepts a tool used twice under explicit names', () => {
     const tool = makeTool('t');
-    const wf = defineWorkflow({ name: 'w', input: z.object({}), steps: [{ tool, name: 'first' }, { tool, name: 'second' }] });
+    const wf = defineWorkflow({
+      name: 'w',
+      input: z.object({}),
+      steps: [
+        { tool, name: 'first' },
+        { tool, name: 'second' },
+      ],
+    });
     expect(wf.steps.map((s) => s.name)).toEqual(['first', 'second']);
   });
 
@@ -105,17 +112,37 @@ describe('defineWorkflow', () => {
       expect(err.message).toMatch(/step name "t" is used by steps\[0\] and steps\[1\].*explicit name/);
       expect(err.path).toBe('workflow[w].steps[1].name');
       const other = makeTool('u');
-      expect(refusal({ name: 'w', input: z.object({}), steps: [{ tool, name: 'x' }, { tool: other, name: 'x' }] }).message).toMatch(/"x"/);
+      expect(
+        refusal({
+          name: 'w',
+          input: z.object({}),
+          steps: [
+            { tool, name: 'x' },
+            { tool: other, name: 'x' },
+          ],
+        }).message,
+      ).toMatch(/"x"/);
     });
 
     it('refuses two different tools sharing one name', () => {
       const io = makeClass();
-      const err = refusal({ name: 'w', input: z.object({}), steps: [{ tool: makeTool('t', io), name: 'a' }, { tool: makeTool('t', io), name: 'b' }] });
+      const err = refusal({
+        name: 'w',
+        input: z.object({}),
+        steps: [
+          { tool: makeTool('t', io), name: 'a' },
+          { tool: makeTool('t', io), name: 'b' },
+        ],
+      });
       expect(err.message).toMatch(/two different tools are named "t"/);
     });
 
     it('refuses two different classes sharing one name', () => {
-      const err = refusal({ name: 'w', input: z.object({}), steps: [{ tool: makeTool('a', makeClass()) }, { tool: makeTool('b', makeClass()) }] });
+      const err = refusal({
+        name: 'w',
+        input: z.object({}),
+        steps: [{ tool: makeTool('a', makeClass()) }, { tool: makeTool('b', makeClass()) }],
+      });
       expect(err.message).toMatch(/two different tool classes are named "io"/);
     });
 

@@ -56,12 +56,17 @@ describe('agent crashes', () => {
   /** Every tool stage was planned by a committed model stage before it (no stage without its plan). */
   async function assertPlanned(runId: string) {
     const stages = await db.query<{ seq: number; name: string; tool: string; state: string; result: unknown }>(
-      'SELECT seq, name, tool, state, result FROM ratchet.stages WHERE run_id = $1 ORDER BY seq', [runId]);
+      'SELECT seq, name, tool, state, result FROM ratchet.stages WHERE run_id = $1 ORDER BY seq',
+      [runId],
+    );
     for (const s of stages.filter((x) => x.tool !== '$model')) {
       const planner = stages.filter((m) => m.tool === '$model' && m.seq < s.seq).at(-1);
       expect(planner?.state, `stage ${s.seq}`).toBe('succeeded');
       const calls = (planner!.result as ModelStageResult).message.tool_calls ?? [];
-      expect(calls.map((c) => c.id), `stage ${s.seq}`).toContain(s.name);
+      expect(
+        calls.map((c) => c.id),
+        `stage ${s.seq}`,
+      ).toContain(s.name);
     }
   }
 
@@ -98,7 +103,13 @@ describe('agent crashes', () => {
     const ref = 'after-commit';
     const w1 = await workers.spawn('w1', { STAGE_MS: '3000' });
     const { id } = await r.submit('fault_agent', { ref });
-    const running = await waitRun(r, id, (v) => v.stages[0]?.state === 'succeeded' && v.stages[1]?.state === 'running', 30_000, 'tool stage running');
+    const running = await waitRun(
+      r,
+      id,
+      (v) => v.stages[0]?.state === 'succeeded' && v.stages[1]?.state === 'running',
+      30_000,
+      'tool stage running',
+    );
     await witness.waitFor(() => witness.observations.find((o) => o.kind === 'tool_started' && o.ref === ref), 10_000, 'tool started');
     w1.proc.kill('SIGKILL');
     await w1.exit;

@@ -35,14 +35,21 @@ async function expect503(res: { status: number; headers: Headers; body: any }, w
 
 describe('the database cut off', () => {
   it('503 with Retry-After on every route that needs it (black-holed, then reset); nothing half-written when it returns', async () => {
-    const before = await api.http('/v1/runs', { method: 'POST', headers: { ...json, 'idempotency-key': 'cut-before' }, body: submitBody('before') });
+    const before = await api.http('/v1/runs', {
+      method: 'POST',
+      headers: { ...json, 'idempotency-key': 'cut-before' },
+      body: submitBody('before'),
+    });
     expect(before.status).toBe(202);
     const id = before.body.id as string;
 
     for (const mode of ['blackhole', 'reset'] as const) {
       proxy.setMode(mode);
       const t0 = Date.now();
-      await expect503(await api.http('/v1/runs', { method: 'POST', headers: { ...json, 'idempotency-key': 'cut-during' }, body: submitBody('during') }), `${mode} submit`);
+      await expect503(
+        await api.http('/v1/runs', { method: 'POST', headers: { ...json, 'idempotency-key': 'cut-during' }, body: submitBody('during') }),
+        `${mode} submit`,
+      );
       await expect503(await api.http(`/v1/runs/${id}`), `${mode} get`);
       await expect503(await api.http('/v1/runs'), `${mode} list`);
       await expect503(await api.http(`/v1/runs/${id}/events`), `${mode} events`);
@@ -55,7 +62,11 @@ describe('the database cut off', () => {
       expect((await api.http('/healthz', { token: null })).status).toBe(200);
       expect(Date.now() - t0).toBeLessThan(30_000); // bounded by the client-side query and connection timeouts
       // The client sees a typed error, not a success.
-      await expect(api.client.submit('orphan', { key: 'during' }, { idempotencyKey: 'cut-during' })).rejects.toMatchObject({ code: 'database_unavailable', status: 503, retryAfterMs: 2000 });
+      await expect(api.client.submit('orphan', { key: 'during' }, { idempotencyKey: 'cut-during' })).rejects.toMatchObject({
+        code: 'database_unavailable',
+        status: 503,
+        retryAfterMs: 2000,
+      });
       // Checked behind the proxy's back: nothing was written.
       expect(await db.query('SELECT id FROM ratchet.runs WHERE idempotency_key = $1', ['cut-during'])).toEqual([]);
     }
@@ -68,13 +79,25 @@ describe('the database cut off', () => {
     for (let i = 0; i < 20 && ready.status !== 200; i++) ready = await api.http('/readyz', { token: null }); // stale pooled connections fail once each
     expect(ready).toMatchObject({ status: 200, body: { ok: true, database: 'up' } });
 
-    const again = await api.http('/v1/runs', { method: 'POST', headers: { ...json, 'idempotency-key': 'cut-during' }, body: submitBody('during') });
+    const again = await api.http('/v1/runs', {
+      method: 'POST',
+      headers: { ...json, 'idempotency-key': 'cut-during' },
+      body: submitBody('during'),
+    });
     expect(again.status, JSON.stringify(again.body)).toBe(202); // created now: the earlier attempts left nothing behind
     const runs = await db.query('SELECT id FROM ratchet.runs WHERE idempotency_key = $1', ['cut-during']);
     expect(runs).toEqual([{ id: again.body.id }]);
     expect((await db.query('SELECT count(*)::int AS n FROM ratchet.stages WHERE run_id = $1', [again.body.id]))[0]!.n).toBe(1);
-    expect((await db.query("SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1 AND type = 'run_submitted'", [again.body.id]))[0]!.n).toBe(1);
-    expect((await db.query('SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)'))[0]!.n).toBe(0);
+    expect(
+      (await db.query("SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1 AND type = 'run_submitted'", [again.body.id]))[0]!.n,
+    ).toBe(1);
+    expect(
+      (
+        await db.query(
+          'SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)',
+        )
+      )[0]!.n,
+    ).toBe(0);
     expect((await db.query('SELECT count(*)::int AS n FROM ratchet.runs'))[0]!.n).toBe(2);
     // The cancel and retry that got a 503 changed nothing.
     expect((await api.client.get(id)).state).toBe('queued');

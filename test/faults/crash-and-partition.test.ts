@@ -3,7 +3,7 @@ import type { Ratchet } from '../../src/engine.js';
 import type { TestDatabase } from '../helpers/pg.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 import type { Witness } from '../helpers/witness.js';
-import { type FaultHarness, Workers, openFaultHarness, reportAndKill, waitEvents, waitRun } from './helpers.js';
+import { type FaultHarness, type Workers, openFaultHarness, reportAndKill, waitEvents, waitRun } from './helpers.js';
 
 /**
  * Real faults against real worker processes on PostgreSQL: SIGKILL, SIGSTOP/SIGCONT, a TCP
@@ -57,7 +57,11 @@ describe('crashes and partitions', () => {
   it('partition by SIGSTOP past the lease: W2 takes over; W1 cannot extend nor finish, no second effect from W1', async () => {
     const w1 = await workers.spawn('w1', { PAUSE_MS: '400' });
     const { id } = await r.submit('partition', {});
-    const first = await witness.waitFor(() => witness.requests.find((q) => q.key === keyOf(id, 1, 'partition_effect')), 30_000, 'W1 first effect');
+    const first = await witness.waitFor(
+      () => witness.requests.find((q) => q.key === keyOf(id, 1, 'partition_effect')),
+      30_000,
+      'W1 first effect',
+    );
     w1.proc.kill('SIGSTOP');
     try {
       await workers.spawn('w2', { PAUSE_MS: '50' });
@@ -69,9 +73,16 @@ describe('crashes and partitions', () => {
     }
     // W1 learns it lost the stage: its extend says so (heartbeat_lost: the attempt ends, no finish is sent), or, when its
     // tool answered first, its finish is rejected.
-    const events = await waitEvents(r, id, (ev) => ev.some((e) => (e.type === 'result_rejected' || e.type === 'heartbeat_lost') && e.fence === first.fence),
-      30_000, 'W1 heartbeat_lost or result_rejected');
-    expect(events.some((e) => e.type === 'heartbeat_lost' && e.fence === first.fence) || events.some((e) => e.type === 'result_rejected')).toBe(true);
+    const events = await waitEvents(
+      r,
+      id,
+      (ev) => ev.some((e) => (e.type === 'result_rejected' || e.type === 'heartbeat_lost') && e.fence === first.fence),
+      30_000,
+      'W1 heartbeat_lost or result_rejected',
+    );
+    expect(
+      events.some((e) => e.type === 'heartbeat_lost' && e.fence === first.fence) || events.some((e) => e.type === 'result_rejected'),
+    ).toBe(true);
     const run = (await r.getRun(id))!;
     expect((run.result as { fence: string }).fence).not.toBe(first.fence); // the run's result is W2's
 
@@ -88,18 +99,33 @@ describe('crashes and partitions', () => {
     try {
       await workers.spawn('w1', { DATABASE_URL: proxy.url(db.url), PAUSE_MS: '6000' });
       const { id } = await r.submit('partition', { via: 'proxy' });
-      const first = await witness.waitFor(() => witness.requests.find((q) => q.key === keyOf(id, 1, 'partition_effect')), 30_000, 'W1 first effect');
+      const first = await witness.waitFor(
+        () => witness.requests.find((q) => q.key === keyOf(id, 1, 'partition_effect')),
+        30_000,
+        'W1 first effect',
+      );
       proxy.setMode('blackhole');
       await workers.spawn('w2', { PAUSE_MS: '50' });
       const done = await waitRun(r, id, (run) => run.state === 'succeeded', 60_000, 'run succeeded by W2');
       expect(BigInt(done.stages[0]!.fence!)).toBeGreaterThan(BigInt(first.fence));
       // W1's deaf pause ends while it is cut off: its second effect must be refused by beginEffect.
-      const second = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'second' && o.fence === first.fence), 30_000, 'W1 second attempt');
+      const second = await witness.waitFor(
+        () => witness.observations.find((o) => o.kind === 'second' && o.fence === first.fence),
+        30_000,
+        'W1 second attempt',
+      );
       expect(second.second).toBe('refused_ownership_unknown');
       proxy.setMode('reset');
       proxy.setMode('pass');
-      await waitEvents(r, id, (ev) => ev.some((e) => e.type === 'result_rejected' && e.fence === first.fence)
-        && ev.some((e) => e.type === 'ownership_unknown' && e.fence === first.fence), 60_000, 'W1 result_rejected and ownership_unknown');
+      await waitEvents(
+        r,
+        id,
+        (ev) =>
+          ev.some((e) => e.type === 'result_rejected' && e.fence === first.fence) &&
+          ev.some((e) => e.type === 'ownership_unknown' && e.fence === first.fence),
+        60_000,
+        'W1 result_rejected and ownership_unknown',
+      );
       expect(((await r.getRun(id))!.result as { fence: string }).fence).toBe(done.stages[0]!.fence);
       const applied = await witness.appliedPerKey();
       expect(applied.get(keyOf(id, 1, 'partition_effect'))).toBe(1);
@@ -119,7 +145,11 @@ describe('crashes and partitions', () => {
       const started = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'watch_started'), 30_000, 'watch started');
       await new Promise((res) => setTimeout(res, 1500)); // a heartbeat or two go through
       proxy.setMode('blackhole');
-      const aborted = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'aborted' && o.fence === started.fence), 20_000, 'abort observed');
+      const aborted = await witness.waitFor(
+        () => witness.observations.find((o) => o.kind === 'aborted' && o.fence === started.fence),
+        20_000,
+        'abort observed',
+      );
       expect(aborted.reason).toBe('ownership_unknown');
       expect(aborted.refused).toBe('ownership_unknown');
       const stage = (await r.getRun(id))!.stages[0]!;
@@ -127,7 +157,13 @@ describe('crashes and partitions', () => {
       expect(aborted.at as number).toBeLessThan(stage.leaseUntil!.getTime());
       proxy.setMode('reset');
       proxy.setMode('pass');
-      await waitEvents(r, id, (ev) => ev.some((e) => e.type === 'ownership_unknown' && e.fence === started.fence), 30_000, 'ownership_unknown event');
+      await waitEvents(
+        r,
+        id,
+        (ev) => ev.some((e) => e.type === 'ownership_unknown' && e.fence === started.fence),
+        30_000,
+        'ownership_unknown event',
+      );
       await waitRun(r, id, (run) => run.state === 'succeeded', 60_000, 'run succeeded after the link returned');
     } finally {
       await proxy.close();
@@ -146,6 +182,12 @@ describe('crashes and partitions', () => {
     expect(witness.requests.filter((q) => q.key === key)).toHaveLength(1); // attempt 2 never re-sent it
     expect(witness.observations.some((o) => o.kind === 'reconcile_lookup' && o.key === key && o.found === true)).toBe(true);
     // These two are written beside the lease statements (batched), so they may land just after the finish.
-    await waitEvents(r, id, (ev) => ev.some((e) => e.type === 'outcome_unknown') && ev.some((e) => e.type === 'reconciled'), 10_000, 'outcome_unknown and reconciled');
+    await waitEvents(
+      r,
+      id,
+      (ev) => ev.some((e) => e.type === 'outcome_unknown') && ev.some((e) => e.type === 'reconciled'),
+      10_000,
+      'outcome_unknown and reconciled',
+    );
   });
 });

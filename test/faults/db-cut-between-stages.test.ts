@@ -28,7 +28,10 @@ describe('a database cut between stages', () => {
     const gate: Server = createServer((_req, res) => {
       if (cuts++ === 0) {
         proxy.setMode('reset');
-        setTimeout(() => { proxy.setMode('pass'); restored = true; }, 2000);
+        setTimeout(() => {
+          proxy.setMode('pass');
+          restored = true;
+        }, 2000);
       }
       res.end('cut');
     });
@@ -47,11 +50,17 @@ describe('a database cut between stages', () => {
       for (let seq = 1; seq <= 4; seq++) {
         const key = `${id}:${seq}:between_step`;
         expect(applied.get(key), `effect of step ${seq}`).toBe(1);
-        expect(witness.requests.filter((q) => q.key === key), `requests of step ${seq}`).toHaveLength(1);
+        expect(
+          witness.requests.filter((q) => q.key === key),
+          `requests of step ${seq}`,
+        ).toHaveLength(1);
       }
       expect(witness.staleAccepted()).toEqual([]);
       // Each step's input names the fence of the step before it: computed from persisted results.
-      const inputs = await db.query<{ seq: number; input: { after: string | null } }>('SELECT seq, input FROM ratchet.stages WHERE run_id = $1 ORDER BY seq', [id]);
+      const inputs = await db.query<{ seq: number; input: { after: string | null } }>(
+        'SELECT seq, input FROM ratchet.stages WHERE run_id = $1 ORDER BY seq',
+        [id],
+      );
       expect(inputs.map((s) => s.input.after)).toEqual([null, ...done.stages.slice(0, 3).map((s) => s.fence)]);
       expect((await r.events(id)).map((e) => e.type)).not.toContain('result_rejected');
     } finally {

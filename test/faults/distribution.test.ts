@@ -3,7 +3,7 @@ import type { Ratchet } from '../../src/engine.js';
 import type { TestDatabase } from '../helpers/pg.js';
 import type { PrivateRedis } from '../helpers/redis-server.js';
 import type { Witness } from '../helpers/witness.js';
-import { type FaultHarness, Workers, openFaultHarness, reportAndKill } from './helpers.js';
+import { type FaultHarness, type Workers, openFaultHarness, reportAndKill } from './helpers.js';
 
 const RUNS = 300;
 const STAGES = 5;
@@ -32,7 +32,8 @@ describe('distribution under Redis and process faults', () => {
     await harness.close();
   });
 
-  const states = async () => db.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM ratchet.runs WHERE workflow = 'five' GROUP BY state`);
+  const states = async () =>
+    db.query<{ state: string; n: number }>(`SELECT state, count(*)::int AS n FROM ratchet.runs WHERE workflow = 'five' GROUP BY state`);
 
   it(`4 workers, ${RUNS} runs of ${STAGES} stages, FLUSHALL every 3 s, a Redis restart, SIGKILLs: every run succeeds, each effect once`, async () => {
     let live = await Promise.all([0, 1, 2, 3].map((i) => workers.spawn(`w${i}`)));
@@ -97,7 +98,10 @@ describe('distribution under Redis and process faults', () => {
       for (let n = 0; n < 20; n++) ids.push((await r.submit('five', { polling: n })).id);
       const until = Date.now() + 120_000;
       for (;;) {
-        const rows = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state = 'succeeded'`, [ids]);
+        const rows = await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state = 'succeeded'`,
+          [ids],
+        );
         if (rows[0]!.n === ids.length) break;
         expect(Date.now()).toBeLessThan(until);
         await new Promise((res) => setTimeout(res, 250));

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Ratchet } from '../../src/engine.js';
 import type { TestDatabase } from '../helpers/pg.js';
 import type { Witness } from '../helpers/witness.js';
-import { type FaultHarness, Workers, openFaultHarness, reportAndKill, waitEvents, waitRun } from './helpers.js';
+import { type FaultHarness, type Workers, openFaultHarness, reportAndKill, waitEvents, waitRun } from './helpers.js';
 
 /** SIGTERM: stop claiming, let in-flight stages finish within the grace period, release the rest. */
 describe('graceful stop on SIGTERM', () => {

@@ -27,14 +27,24 @@ export class Workers {
 
   /** Every worker's stderr (pino JSON), condensed, for a failing test's report. */
   logs(): string {
-    return this.all.map((c, i) => `--- worker ${i} (pid ${c.proc.pid})\n` + c.stderr().split('\n').map((l) => {
-      try {
-        const o = JSON.parse(l) as Record<string, unknown>;
-        return `${new Date(o.time as number).toISOString()} ${String(o.event)} ${String(o.msg)} ${String(o.err ?? '')}`;
-      } catch {
-        return l;
-      }
-    }).join('\n')).join('\n');
+    return this.all
+      .map(
+        (c, i) =>
+          `--- worker ${i} (pid ${c.proc.pid})\n` +
+          c
+            .stderr()
+            .split('\n')
+            .map((l) => {
+              try {
+                const o = JSON.parse(l) as Record<string, unknown>;
+                return `${new Date(o.time as number).toISOString()} ${String(o.event)} ${String(o.msg)} ${String(o.err ?? '')}`;
+              } catch {
+                return l;
+              }
+            })
+            .join('\n'),
+      )
+      .join('\n');
   }
 
   async killAll(): Promise<void> {
@@ -50,7 +60,13 @@ export class Workers {
 }
 
 /** Polls a run until `pred` holds (bounded). */
-export async function waitRun(r: Ratchet, id: string, pred: (run: RunView) => boolean, timeoutMs = 60_000, what = 'run condition'): Promise<RunView> {
+export async function waitRun(
+  r: Ratchet,
+  id: string,
+  pred: (run: RunView) => boolean,
+  timeoutMs = 60_000,
+  what = 'run condition',
+): Promise<RunView> {
   const until = Date.now() + timeoutMs;
   let last: RunView | null = null;
   while (Date.now() < until) {
@@ -61,7 +77,13 @@ export async function waitRun(r: Ratchet, id: string, pred: (run: RunView) => bo
   throw new Error(`timed out waiting for ${what}; last: ${JSON.stringify(last)}`);
 }
 
-export async function waitEvents(r: Ratchet, id: string, pred: (types: { type: string; fence: string | null }[]) => boolean, timeoutMs = 30_000, what = 'events') {
+export async function waitEvents(
+  r: Ratchet,
+  id: string,
+  pred: (types: { type: string; fence: string | null }[]) => boolean,
+  timeoutMs = 30_000,
+  what = 'events',
+) {
   const until = Date.now() + timeoutMs;
   let last: { type: string; fence: string | null }[] = [];
   while (Date.now() < until) {
@@ -92,7 +114,11 @@ export async function openFaultHarness(label: string, opts: { redis?: boolean; e
   const r = await submitter(db.url);
   const workers = new Workers({ DATABASE_URL: db.url, WITNESS_URL: witness.url, ...(redis ? { REDIS_URL: redis.url } : {}), ...opts.env });
   return {
-    db, witness, redis, r, workers,
+    db,
+    witness,
+    redis,
+    r,
+    workers,
     async close() {
       await workers.killAll();
       await r.close();

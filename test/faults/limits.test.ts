@@ -3,7 +3,7 @@ import type { Ratchet } from '../../src/engine.js';
 import type { TestDatabase } from '../helpers/pg.js';
 import type { PrivateRedis } from '../helpers/redis-server.js';
 import type { Witness } from '../helpers/witness.js';
-import { type FaultHarness, Workers, openFaultHarness, reportAndKill, waitRun } from './helpers.js';
+import { type FaultHarness, type Workers, openFaultHarness, reportAndKill, waitRun } from './helpers.js';
 
 /** Peak of enter/exit pairs per group, in the witness's (causal) arrival order. */
 function peak(witness: Witness, tool: string[], group: (o: Record<string, unknown>) => string): Map<string, number> {

@@ -50,7 +50,8 @@ describe('rolling deploy: version 1 and version 2 workers on one database', () =
     await submit(10, [1, 2]);
     expect(await v1a!.exit).toEqual({ code: 0, signal: null });
     // The second v1 worker drains what is left of version 1, then stops too.
-    for (const run of runs.filter((x) => x.version === 1)) await waitRun(r, run.id, (x) => x.state === 'succeeded', 120_000, `v1 run ${run.id}`);
+    for (const run of runs.filter((x) => x.version === 1))
+      await waitRun(r, run.id, (x) => x.state === 'succeeded', 120_000, `v1 run ${run.id}`);
     v1b!.proc.kill('SIGTERM');
     expect(await v1b!.exit).toEqual({ code: 0, signal: null });
     await submit(10, [2]);
@@ -67,7 +68,9 @@ describe('rolling deploy: version 1 and version 2 workers on one database', () =
       const claims = (await r.events(id)).filter((e) => e.type === 'job_claimed' || e.type === 'lease_reclaimed');
       expect(claims).toHaveLength(steps[version].length);
       for (const c of claims) {
-        expect(owners[version].has((c.data as { owner: string }).owner), `stage ${c.stageId} claimed by ${JSON.stringify(c.data)}`).toBe(true);
+        expect(owners[version].has((c.data as { owner: string }).owner), `stage ${c.stageId} claimed by ${JSON.stringify(c.data)}`).toBe(
+          true,
+        );
       }
       const ran = h.witness.observations.filter((o) => o.kind === 'ran' && o.runId === id);
       expect(ran.map((o) => o.tool)).toEqual(steps[version]);
@@ -77,7 +80,8 @@ describe('rolling deploy: version 1 and version 2 workers on one database', () =
       }
     }
     const [bad] = await h.db.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM ratchet.events WHERE type IN ('stage_failed', 'run_failed', 'attempts_exhausted')`);
+      `SELECT count(*)::int AS n FROM ratchet.events WHERE type IN ('stage_failed', 'run_failed', 'attempts_exhausted')`,
+    );
     expect(bad!.n).toBe(0);
     // Both versions really overlapped: v1 stages ran after the first v2 stage had started.
     const firstV2 = h.witness.observations.findIndex((o) => o.version === 2);

@@ -60,7 +60,10 @@ describe('ratchet worker process: metrics and escalation while its database is c
   async function spawnWorker(classes: string): Promise<{ scrape(): Promise<string> }> {
     proxy = await startTcpProxy({ target: { host: '127.0.0.1', port: Number(new URL(db.url).port) } });
     worker = spawnTs('bin/ratchet.mjs', ['worker', '--json', '--classes', classes, '--workflows-dir', WORKFLOWS, '--metrics-port', '0'], {
-      DATABASE_URL: proxy.url(db.url), WITNESS_URL: witness.url, RATCHET_LOG_LEVEL: 'info', REDIS_URL: '',
+      DATABASE_URL: proxy.url(db.url),
+      WITNESS_URL: witness.url,
+      RATCHET_LOG_LEVEL: 'info',
+      REDIS_URL: '',
     });
     const ready = await worker.line((o) => o.ready === true, 60_000);
     expect(ready.metrics).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
@@ -77,7 +80,11 @@ describe('ratchet worker process: metrics and escalation while its database is c
   it('--metrics-port serves Prometheus text; a stopped heartbeat shows: its age grows at every scrape, failures carry a reason', async () => {
     const { scrape } = await spawnWorker('hold');
     const { id } = await r.submit('deaf-hold', {}); // keeps working through ownership_unknown: only its heartbeat stops
-    await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_hold_tool'), 30_000, 'the tool running');
+    await witness.waitFor(
+      () => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_hold_tool'),
+      30_000,
+      'the tool running',
+    );
     await sleep(1500);
     const healthy = await scrape();
     const labels = { tool_class: 'hold', workflow: 'deaf-hold' };
@@ -105,9 +112,14 @@ describe('ratchet worker process: metrics and escalation while its database is c
   it('a thread-class tool ignoring its signal, database cut past the lease: slot free within timeout, thread gone within timeout + grace', async () => {
     const { scrape } = await spawnWorker('deaf_thread');
     await r.submit('deaf-thread', {});
-    const first = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_thread_tool'), 30_000, 'the tool running');
+    const first = await witness.waitFor(
+      () => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_thread_tool'),
+      30_000,
+      'the tool running',
+    );
     const called = performance.now();
-    const slots = async () => samples(await scrape(), 'ratchet_worker_slots_in_use').find((s) => s.labels.tool_class === 'deaf_thread')?.value;
+    const slots = async () =>
+      samples(await scrape(), 'ratchet_worker_slots_in_use').find((s) => s.labels.tool_class === 'deaf_thread')?.value;
     const busyThreads = async () => samples(await scrape(), 'ratchet_tool_threads').find((s) => s.labels.state === 'busy')?.value;
     expect(await slots()).toBe(1);
     expect(await busyThreads()).toBe(1);
@@ -120,7 +132,11 @@ describe('ratchet worker process: metrics and escalation while its database is c
       }
       return performance.now() - called;
     };
-    const logged = (event: string) => worker!.stderr().split('\n').some((l) => l.includes(`"event":"${event}"`));
+    const logged = (event: string) =>
+      worker!
+        .stderr()
+        .split('\n')
+        .some((l) => l.includes(`"event":"${event}"`));
     await poll('ownership_unknown', TIMEOUT_MS + SLACK_MS, async () => logged('ownership_unknown'));
     expect(await slots()).toBe(1); // ownership unknown alone frees nothing
     await poll('the slot freed', TIMEOUT_MS + SLACK_MS, async () => (await slots()) === 0);
@@ -129,7 +145,17 @@ describe('ratchet worker process: metrics and escalation while its database is c
     const n = alive();
     await sleep(800);
     expect(alive()).toBe(n); // the tool stopped with its thread
-    const events = worker!.stderr().split('\n').flatMap((l) => { try { return [JSON.parse(l) as { event?: string }]; } catch { return []; } }).map((o) => o.event);
+    const events = worker!
+      .stderr()
+      .split('\n')
+      .flatMap((l) => {
+        try {
+          return [JSON.parse(l) as { event?: string }];
+        } catch {
+          return [];
+        }
+      })
+      .map((o) => o.event);
     expect(events.indexOf('ownership_unknown')).toBeGreaterThanOrEqual(0);
     expect(events.indexOf('ownership_unknown')).toBeLessThan(events.indexOf('attempt_escalated')); // unknown first, then the timeout
     expect(events).toContain('tool_thread_terminated');

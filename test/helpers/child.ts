@@ -13,7 +13,11 @@ export interface Child {
 
 /** Runs a TypeScript file under tsx as a real child process (for kill / pause / race tests). */
 export function spawnTs(file: string, args: string[], env: NodeJS.ProcessEnv = {}): Child {
-  const proc = spawn(process.execPath, ['--import', 'tsx', file, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', file, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: Record<string, unknown>[] = [];
   const waiters: { pred: (o: Record<string, unknown>) => boolean; resolve: (o: Record<string, unknown>) => void }[] = [];
   let buf = '';
@@ -25,13 +29,25 @@ export function spawnTs(file: string, args: string[], env: NodeJS.ProcessEnv = {
       const text = buf.slice(0, i);
       buf = buf.slice(i + 1);
       let o: Record<string, unknown>;
-      try { o = JSON.parse(text) as Record<string, unknown>; } catch { continue; }
+      try {
+        o = JSON.parse(text) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
       lines.push(o);
-      for (const w of [...waiters]) if (w.pred(o)) { waiters.splice(waiters.indexOf(w), 1); w.resolve(o); }
+      for (const w of [...waiters])
+        if (w.pred(o)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(o);
+        }
     }
   });
-  proc.stderr!.on('data', (d: Buffer) => { err += d.toString(); });
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  proc.stderr!.on('data', (d: Buffer) => {
+    err += d.toString();
+  });
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    proc.on('exit', (code, signal) => resolve({ code, signal })),
+  );
   return {
     proc,
     exit,
@@ -40,8 +56,17 @@ export function spawnTs(file: string, args: string[], env: NodeJS.ProcessEnv = {
       const seen = lines.find(pred);
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`child printed no matching line in ${timeoutMs} ms; stderr: ${err.slice(-2000)}`)), timeoutMs);
-        waiters.push({ pred, resolve: (o) => { clearTimeout(t); resolve(o); } });
+        const t = setTimeout(
+          () => reject(new Error(`child printed no matching line in ${timeoutMs} ms; stderr: ${err.slice(-2000)}`)),
+          timeoutMs,
+        );
+        waiters.push({
+          pred,
+          resolve: (o) => {
+            clearTimeout(t);
+            resolve(o);
+          },
+        });
         void exit.then(() => setTimeout(() => reject(new Error(`child exited without a matching line; stderr: ${err.slice(-2000)}`)), 50));
       });
     },

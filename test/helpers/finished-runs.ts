@@ -19,7 +19,8 @@ export interface RunFixture {
  * enough for 100,000: retention tests and bench/prune.ts. Returns how many runs went in.
  */
 export async function insertRuns(db: Queryable, f: RunFixture): Promise<number> {
-  const [row] = await db.query(`
+  const [row] = await db.query(
+    `
     WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
     r AS (
       INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, created_at, updated_at, finished_at)
@@ -43,8 +44,17 @@ export async function insertRuns(db: Queryable, f: RunFixture): Promise<number> 
       FROM r, generate_series(1, $7::int) AS n
     )
     SELECT count(*)::int AS n FROM r`,
-  [f.count, f.workflow ?? 'fixture', f.states ?? ['succeeded', 'failed', 'cancelled', 'expired'], f.createdAgoMs, f.finished ?? true,
-    f.stagesPerRun ?? 1, f.eventsPerRun ?? 3, f.toolClass ?? 'fixture']);
+    [
+      f.count,
+      f.workflow ?? 'fixture',
+      f.states ?? ['succeeded', 'failed', 'cancelled', 'expired'],
+      f.createdAgoMs,
+      f.finished ?? true,
+      f.stagesPerRun ?? 1,
+      f.eventsPerRun ?? 3,
+      f.toolClass ?? 'fixture',
+    ],
+  );
   return row!.n as number;
 }
 

@@ -26,7 +26,10 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
  * one (`empty: true`) for tests of the migrator itself. Dropped by `drop()`.
  */
 export async function createTestDatabase(label: string, opts: { empty?: boolean } = {}): Promise<TestDatabase> {
-  const name = `ratchet_t_${label.replace(/[^a-z0-9]/gi, '_').toLowerCase().slice(0, 30)}_${randomBytes(4).toString('hex')}`;
+  const name = `ratchet_t_${label
+    .replace(/[^a-z0-9]/gi, '_')
+    .toLowerCase()
+    .slice(0, 30)}_${randomBytes(4).toString('hex')}`;
   const template = opts.empty ? 'template0' : inject('pgTemplate');
   await admin((c) => c.query(`CREATE DATABASE ${name} TEMPLATE ${template}`));
   const url = databaseUrl(name);

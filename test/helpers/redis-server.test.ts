@@ -13,7 +13,13 @@ describe('private redis-server', () => {
 
   /** A client that fails at once instead of queueing or reconnecting forever. */
   function client(url: string): Redis {
-    const c = new Redis(url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null, connectTimeout: 1_000, lazyConnect: true });
+    const c = new Redis(url, {
+      maxRetriesPerRequest: 0,
+      enableOfflineQueue: false,
+      retryStrategy: () => null,
+      connectTimeout: 1_000,
+      lazyConnect: true,
+    });
     c.on('error', () => {});
     clients.push(c);
     return c;

@@ -78,7 +78,9 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
   let port = 0;
 
   // If the test process dies without close(), do not leave a redis-server behind.
-  const onExit = () => { proc?.kill('SIGKILL'); };
+  const onExit = () => {
+    proc?.kill('SIGKILL');
+  };
   process.on('exit', onExit);
 
   const log = () => {
@@ -91,15 +93,26 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
 
   /** Spawns redis-server on `port`; resolves once it answers PING, rejects if it exits first. */
   const launch = async (): Promise<void> => {
-    const child = spawn('redis-server', [
-      '--port', String(port),
-      '--bind', '127.0.0.1',
-      '--save', '',
-      '--appendonly', 'no',
-      '--dir', dir,
-      '--logfile', logFile,
-      '--daemonize', 'no',
-    ], { stdio: 'ignore' });
+    const child = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--dir',
+        dir,
+        '--logfile',
+        logFile,
+        '--daemonize',
+        'no',
+      ],
+      { stdio: 'ignore' },
+    );
     proc = child;
     const state: { gone: boolean; spawnError: Error | null } = { gone: false, spawnError: null };
     exited = new Promise<void>((resolve) => {
@@ -108,7 +121,10 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
         if (proc === child) proc = null;
         resolve();
       };
-      child.once('error', (err) => { state.spawnError = err; done(); });
+      child.once('error', (err) => {
+        state.spawnError = err;
+        done();
+      });
       child.once('exit', done);
     });
     const deadline = Date.now() + READY_TIMEOUT_MS;

@@ -37,7 +37,10 @@ describe('tcp proxy, raw sockets against an echo server', () => {
   beforeAll(async () => {
     echo = net.createServer((s) => {
       s.on('error', () => {});
-      s.on('data', (d: Buffer) => { received += d.length; s.write(d); });
+      s.on('data', (d: Buffer) => {
+        received += d.length;
+        s.write(d);
+      });
     });
     await new Promise<void>((r) => echo.listen({ host: '127.0.0.1', port: 0 }, () => r()));
     const addr = echo.address() as net.AddressInfo;
@@ -55,10 +58,19 @@ describe('tcp proxy, raw sockets against an echo server', () => {
     const s = net.connect({ host: '127.0.0.1', port: proxy.port });
     sockets.push(s);
     const state = { data: '', error: null as (Error & { code?: string }) | null, closed: false };
-    s.on('data', (d: Buffer) => { state.data += d.toString(); });
-    s.on('error', (e) => { state.error = e; });
-    s.on('close', () => { state.closed = true; });
-    await new Promise<void>((resolve, reject) => { s.once('connect', resolve); s.once('error', reject); });
+    s.on('data', (d: Buffer) => {
+      state.data += d.toString();
+    });
+    s.on('error', (e) => {
+      state.error = e;
+    });
+    s.on('close', () => {
+      state.closed = true;
+    });
+    await new Promise<void>((resolve, reject) => {
+      s.once('connect', resolve);
+      s.once('error', reject);
+    });
     return { s, state };
   }
 
@@ -112,8 +124,9 @@ describe('tcp proxy, raw sockets against an echo server', () => {
   });
 
   it('url() and pgUrlVia() rewrite host and port only', () => {
-    expect(proxy.url('postgres://root:pw@db.example:5432/test?sslmode=disable'))
-      .toBe(`postgres://root:pw@127.0.0.1:${proxy.port}/test?sslmode=disable`);
+    expect(proxy.url('postgres://root:pw@db.example:5432/test?sslmode=disable')).toBe(
+      `postgres://root:pw@127.0.0.1:${proxy.port}/test?sslmode=disable`,
+    );
     expect(pgUrlVia(proxy, 'redis://127.0.0.1:6379')).toBe(`redis://127.0.0.1:${proxy.port}`);
     expect(proxy.url('http://localhost/x')).toBe(`http://127.0.0.1:${proxy.port}/x`);
   });
@@ -199,11 +212,16 @@ describe('tcp proxy in front of PostgreSQL', () => {
         catch (e) { console.log(JSON.stringify({ error: e.message })); }
         process.exit(0);
       })();`;
-    const run = () => new Promise<Record<string, unknown>>((resolve, reject) => {
-      // Asynchronous on purpose: a synchronous spawn would block the proxy's event loop.
-      execFile(process.execPath, ['-e', script], { cwd: ROOT, env: { ...process.env, URL: pgUrlVia(proxy, PG_ADMIN_URL) }, timeout: 15_000 },
-        (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout.trim()) as Record<string, unknown>)));
-    });
+    const run = () =>
+      new Promise<Record<string, unknown>>((resolve, reject) => {
+        // Asynchronous on purpose: a synchronous spawn would block the proxy's event loop.
+        execFile(
+          process.execPath,
+          ['-e', script],
+          { cwd: ROOT, env: { ...process.env, URL: pgUrlVia(proxy, PG_ADMIN_URL) }, timeout: 15_000 },
+          (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout.trim()) as Record<string, unknown>)),
+        );
+      });
     expect(await run()).toEqual({ ok: 7 });
     proxy.setMode('blackhole');
     expect(String((await run()).error)).toMatch(/timeout/i);

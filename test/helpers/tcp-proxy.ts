@@ -127,7 +127,9 @@ export async function startTcpProxy(opts: TcpProxyOptions): Promise<TcpProxy> {
     pairs.add(p);
     if (p.blackholed) {
       // Partitioned from the start: accept, read and drop, never dial the target.
-      client.on('data', (chunk: Buffer) => { stats.droppedBytes += chunk.length; });
+      client.on('data', (chunk: Buffer) => {
+        stats.droppedBytes += chunk.length;
+      });
       client.on('close', () => forget(p));
       return;
     }

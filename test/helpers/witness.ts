@@ -3,8 +3,17 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { createFenceGuard, type GuardVerdict } from '../../src/receiver/index.js';
 
-export interface WitnessRequest { key: string; fence: string; verdict: GuardVerdict; body: unknown; at: number }
-export interface Observation { [k: string]: unknown; at: number }
+export interface WitnessRequest {
+  key: string;
+  fence: string;
+  verdict: GuardVerdict;
+  body: unknown;
+  at: number;
+}
+export interface Observation {
+  [k: string]: unknown;
+  at: number;
+}
 
 export interface Witness {
   url: string;
@@ -37,7 +46,9 @@ export async function startWitness(databaseUrl: string): Promise<Witness> {
   pool.on('error', () => {});
   const guard = createFenceGuard(pool);
   await guard.migrate();
-  await pool.query('CREATE TABLE IF NOT EXISTS witness_effects (id serial primary key, key text not null, fence bigint not null, body jsonb)');
+  await pool.query(
+    'CREATE TABLE IF NOT EXISTS witness_effects (id serial primary key, key text not null, fence bigint not null, body jsonb)',
+  );
   const requests: WitnessRequest[] = [];
   const observations: Observation[] = [];
 
@@ -45,7 +56,10 @@ export async function startWitness(databaseUrl: string): Promise<Witness> {
     void (async () => {
       try {
         const url = new URL(req.url ?? '/', 'http://x');
-        const reply = (status: number, b: unknown) => { res.writeHead(status, { 'content-type': 'application/json' }); res.end(JSON.stringify(b)); };
+        const reply = (status: number, b: unknown) => {
+          res.writeHead(status, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(b));
+        };
         if (req.method === 'POST' && url.pathname === '/effect') {
           const key = String(req.headers['idempotency-key'] ?? '');
           const fence = String(req.headers['x-execution-fence'] ?? '');
@@ -64,7 +78,7 @@ export async function startWitness(databaseUrl: string): Promise<Witness> {
           return reply(200, { exists: rows.length > 0, fence: rows[0]?.fence ?? null });
         }
         if (req.method === 'POST' && url.pathname === '/observe') {
-          observations.push({ ...(await body(req) as object), at: Date.now() });
+          observations.push({ ...((await body(req)) as object), at: Date.now() });
           return reply(204, null);
         }
         reply(404, { error: 'not_found' });

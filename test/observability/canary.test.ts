@@ -25,16 +25,26 @@ const TOKEN = 'canary-token-0123456789';
 const io = defineToolClass({ name: 'canary-io', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
 const llm = defineToolClass({ name: 'canary-llm', lease: '5s', heartbeat: '1s', jitter: '200ms', timeout: '4s', maxDuration: '30s' });
 const keep = defineTool({
-  name: 'keep_secret', description: 'returns what it was given', class: io,
-  input: z.object({ secret: z.string() }), output: z.object({ kept: z.string() }),
+  name: 'keep_secret',
+  description: 'returns what it was given',
+  class: io,
+  input: z.object({ secret: z.string() }),
+  output: z.object({ kept: z.string() }),
   run: async (i) => ({ kept: `result:${i.secret}` }),
 });
 const after = defineTool({
-  name: 'after_secret', description: 'reads the previous result', class: io,
-  input: z.object({ kept: z.string() }), output: z.object({ again: z.string() }),
+  name: 'after_secret',
+  description: 'reads the previous result',
+  class: io,
+  input: z.object({ kept: z.string() }),
+  output: z.object({ again: z.string() }),
   run: async (i) => ({ again: i.kept }),
 });
-const staticFlow = defineWorkflow({ name: 'canary_static', input: z.object({ secret: z.string() }), steps: [{ tool: keep }, { tool: after, input: ({ results }) => results.keep_secret as { kept: string } }] });
+const staticFlow = defineWorkflow({
+  name: 'canary_static',
+  input: z.object({ secret: z.string() }),
+  steps: [{ tool: keep }, { tool: after, input: ({ results }) => results.keep_secret as { kept: string } }],
+});
 
 let db: TestDatabase;
 let model: ScriptedModel;
@@ -46,17 +56,28 @@ let served = 0;
 beforeAll(async () => {
   db = await createTestDatabase('canary');
   model = await startScriptedModel({
-    script: () => (served++ % 2 === 0
-      ? { toolCalls: [{ name: 'keep_secret', arguments: { secret: SECRET } }] }
-      : { content: `the answer is ${SECRET}` }),
+    script: () =>
+      served++ % 2 === 0 ? { toolCalls: [{ name: 'keep_secret', arguments: { secret: SECRET } }] } : { content: `the answer is ${SECRET}` },
   });
   const agentFlow = defineAgent({
-    name: 'canary_agent', input: z.object({ ask: z.string() }), model: { name: 'scripted', class: llm, baseURL: model.baseURL },
-    instructions: 'keep the secret', tools: [keep], maxActions: 2,
+    name: 'canary_agent',
+    input: z.object({ ask: z.string() }),
+    model: { name: 'scripted', class: llm, baseURL: model.baseURL },
+    instructions: 'keep the secret',
+    tools: [keep],
+    maxActions: 2,
   });
-  const sink = new Writable({ write(chunk, _enc, done) { logs += chunk.toString(); done(); } });
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      logs += chunk.toString();
+      done();
+    },
+  });
   ratchet = await createRatchet({
-    databaseUrl: db.url, redisUrl: REDIS_URL, workflows: [staticFlow, agentFlow], logger: pino({ level: 'info' }, sink),
+    databaseUrl: db.url,
+    redisUrl: REDIS_URL,
+    workflows: [staticFlow, agentFlow],
+    logger: pino({ level: 'info' }, sink),
   });
   await ratchet.worker({ pollIntervalMs: 50 }).start();
   server = await createServer({ ratchet, tokens: [TOKEN], port: 0 });
@@ -130,10 +151,12 @@ describe('canary secret', () => {
     expect((await db.query<{ t: string }>(`SELECT string_agg(s::text, '') AS t FROM ratchet.stages s`))[0]!.t).toContain(SECRET);
 
     const where = { logs, events, redis, streamed, dashboard };
-    const found = Object.entries(where).filter(([, text]) => text.includes(SECRET)).map(([name, text]) => {
-      const i = text.indexOf(SECRET);
-      return `${name}: …${text.slice(Math.max(0, i - 200), i + 60)}…`;
-    });
+    const found = Object.entries(where)
+      .filter(([, text]) => text.includes(SECRET))
+      .map(([name, text]) => {
+        const i = text.indexOf(SECRET);
+        return `${name}: …${text.slice(Math.max(0, i - 200), i + 60)}…`;
+      });
     expect(found).toEqual([]);
   }, 60_000);
 });
@@ -144,7 +167,10 @@ describe('logPayload', () => {
     const before = process.env.RATCHET_LOG_PAYLOADS;
     try {
       delete process.env.RATCHET_LOG_PAYLOADS;
-      expect(logPayload('result', { a: SECRET })).toEqual({ resultHash: expect.stringMatching(/^[0-9a-f]{16}$/), resultBytes: JSON.stringify({ a: SECRET }).length });
+      expect(logPayload('result', { a: SECRET })).toEqual({
+        resultHash: expect.stringMatching(/^[0-9a-f]{16}$/),
+        resultBytes: JSON.stringify({ a: SECRET }).length,
+      });
       process.env.RATCHET_LOG_PAYLOADS = '1';
       expect(logPayload('result', { a: 1 })).toMatchObject({ result: { a: 1 } });
     } finally {

@@ -25,8 +25,16 @@ const tmp = mkdtempSync(join(tmpdir(), 'ratchet-pack-'));
 const app = join(tmp, 'app');
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-interface PackFile { path: string }
-interface LockEntry { version?: string; dev?: boolean; devOptional?: boolean; optional?: boolean; [k: string]: unknown }
+interface PackFile {
+  path: string;
+}
+interface LockEntry {
+  version?: string;
+  dev?: boolean;
+  devOptional?: boolean;
+  optional?: boolean;
+  [k: string]: unknown;
+}
 
 /** npm's own settings for the children (not the ones `npm test` passes down to its scripts), offline, with this machine's cache. */
 const NPM_CACHE = execFileSync('npm', ['config', 'get', 'cache'], { cwd: tmpdir(), encoding: 'utf8' }).trim();
@@ -34,26 +42,42 @@ const npmEnv = (): NodeJS.ProcessEnv => {
   const env: NodeJS.ProcessEnv = {};
   for (const name of Object.keys(process.env)) if (/^npm_/i.test(name)) env[name] = undefined;
   return {
-    ...env, npm_config_cache: NPM_CACHE, npm_config_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false',
+    ...env,
+    npm_config_cache: NPM_CACHE,
+    npm_config_offline: 'true',
+    npm_config_audit: 'false',
+    npm_config_fund: 'false',
     npm_config_update_notifier: 'false',
   };
 };
-const run = (file: string, args: string[], timeoutMs = 180_000): Promise<ExecResult> => exec(file, args, { cwd: app, env: npmEnv(), timeoutMs });
+const run = (file: string, args: string[], timeoutMs = 180_000): Promise<ExecResult> =>
+  exec(file, args, { cwd: app, env: npmEnv(), timeoutMs });
 
 /** The consumer's package.json and lockfile: the tarball, its dependencies at this repository's locked versions, and typescript. */
 function consumerProject(tarball: string): { pkg: object; lock: object } {
   const ours = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
-    version: string; license: string; engines: Record<string, string>; dependencies: Record<string, string>; devDependencies: Record<string, string>;
+    version: string;
+    license: string;
+    engines: Record<string, string>;
+    dependencies: Record<string, string>;
+    devDependencies: Record<string, string>;
   };
   const locked = (JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, LockEntry> }).packages;
-  const integrity = `sha512-${createHash('sha512').update(readFileSync(join(app, tarball))).digest('base64')}`;
+  const integrity = `sha512-${createHash('sha512')
+    .update(readFileSync(join(app, tarball)))
+    .digest('base64')}`;
   const dependencies = { ratchet: `file:${tarball}` };
   const devDependencies = { typescript: ours.devDependencies.typescript!, '@types/node': ours.devDependencies['@types/node']! };
   const packages: Record<string, LockEntry> = {
     '': { name: 'consumer', version: '1.0.0', dependencies, devDependencies },
     'node_modules/ratchet': {
-      version: ours.version, resolved: `file:${tarball}`, integrity, license: ours.license, dependencies: ours.dependencies,
-      bin: { ratchet: 'dist/cli/main.js' }, engines: ours.engines,
+      version: ours.version,
+      resolved: `file:${tarball}`,
+      integrity,
+      license: ours.license,
+      dependencies: ours.dependencies,
+      bin: { ratchet: 'dist/cli/main.js' },
+      engines: ours.engines,
     },
   };
   for (const [path, entry] of Object.entries(locked)) {
@@ -128,9 +152,13 @@ describe('the published package', () => {
   beforeAll(async () => {
     await ensureBuilt();
     mkdirSync(app);
-    const packed = JSON.parse(execFileSync('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', app], {
-      cwd: ROOT, encoding: 'utf8', env: { ...process.env, ...npmEnv() },
-    })) as { filename: string; files: PackFile[] }[];
+    const packed = JSON.parse(
+      execFileSync('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', app], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        env: { ...process.env, ...npmEnv() },
+      }),
+    ) as { filename: string; files: PackFile[] }[];
     files = packed[0]!.files.map((f) => f.path);
     const { pkg, lock } = consumerProject(packed[0]!.filename);
     writeFileSync(join(app, 'package.json'), `${JSON.stringify(pkg, null, 2)}\n`);
@@ -140,14 +168,25 @@ describe('the published package', () => {
   }, 400_000);
 
   it('ships dist/ (JavaScript, declarations, source maps) and the migrations, nothing else of the repository', () => {
-    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/index.js.map', 'dist/cli/main.js', 'dist/store/migrate.js', 'drizzle/0000_init.sql',
-      'drizzle/meta/_journal.json', 'package.json', 'README.md']) expect(files).toContain(f);
+    for (const f of [
+      'dist/index.js',
+      'dist/index.d.ts',
+      'dist/index.js.map',
+      'dist/cli/main.js',
+      'dist/store/migrate.js',
+      'drizzle/0000_init.sql',
+      'drizzle/meta/_journal.json',
+      'package.json',
+      'README.md',
+    ])
+      expect(files).toContain(f);
     const journal = JSON.parse(readFileSync(join(ROOT, 'drizzle/meta/_journal.json'), 'utf8')) as { entries: { tag: string }[] };
     for (const e of journal.entries) expect(files).toContain(`drizzle/${e.tag}.sql`);
     expect(files.filter((f) => !/^(dist\/|drizzle\/|package\.json$|README\.md$|LICENSE)/.test(f))).toEqual([]);
     expect(files.filter((f) => /\.test\.|^dist\/.*\.ts$/.test(f) && !f.endsWith('.d.ts'))).toEqual([]);
     const pkg = JSON.parse(readFileSync(join(app, 'node_modules/ratchet/package.json'), 'utf8')) as {
-      exports: Record<string, string | Record<string, string>>; bin: Record<string, string>;
+      exports: Record<string, string | Record<string, string>>;
+      bin: Record<string, string>;
     };
     for (const target of Object.values(pkg.exports).flatMap((e) => (typeof e === 'string' ? [e] : Object.values(e)))) {
       expect(existsSync(join(app, 'node_modules/ratchet', target)), target).toBe(true);
@@ -162,7 +201,12 @@ describe('the published package', () => {
     writeFileSync(join(app, 'app.mjs'), APP_MJS);
     const res = await run(process.execPath, ['app.mjs']);
     expect(res.code, res.stderr).toBe(0);
-    expect(res.json.at(-1)).toEqual({ state: 'succeeded', result: { n: 84 }, backend: 'pglite', dataDir: join(realpathSync(app), '.ratchet') });
+    expect(res.json.at(-1)).toEqual({
+      state: 'succeeded',
+      result: { n: 84 },
+      backend: 'pglite',
+      dataDir: join(realpathSync(app), '.ratchet'),
+    });
   }, 120_000);
 
   it('npx ratchet init, then npx ratchet run of the TypeScript workflow; tsc checks it against the installed declarations', async () => {

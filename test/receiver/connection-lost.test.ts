@@ -34,8 +34,8 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const effects = async (key: string) => Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM app_effects WHERE key = $1',
-  [key]))[0]?.n);
+const effects = async (key: string) =>
+  Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM app_effects WHERE key = $1', [key]))[0]?.n);
 
 describe('fence guard: its connection dies between statements', () => {
   it('fails the request (the process survives), keeps nothing, and a retry applies the effect once', async () => {

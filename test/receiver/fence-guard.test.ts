@@ -1,7 +1,13 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  createFenceGuard, HandlerEndedTransactionError, InvalidFenceError, InvalidHandlerResponseError, InvalidIdempotencyKeyError, type FenceGuard, type GuardResult,
+  createFenceGuard,
+  HandlerEndedTransactionError,
+  InvalidFenceError,
+  InvalidHandlerResponseError,
+  InvalidIdempotencyKeyError,
+  type FenceGuard,
+  type GuardResult,
 } from '../../src/receiver/index.js';
 import { RatchetError } from '../../src/errors.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
@@ -13,19 +19,29 @@ let seq = 0;
 const newKey = (label: string) => `case:${label}:${++seq}`;
 
 /** The handler's own effect: one row per call, written through the guard's transaction. */
-const effect = (key: string, status = 201, calls?: { n: number }) => async (tx: pg.ClientBase) => {
-  if (calls) calls.n += 1;
-  const r = await tx.query<{ id: number }>('INSERT INTO app_effects (key) VALUES ($1) RETURNING id', [key]);
-  return { status, body: { id: r.rows[0]?.id, key } };
-};
-const effectCount = async (key: string) => Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM app_effects WHERE key = $1', [key]))[0]?.n);
-const guardRow = async (key: string) => (await db.query<{ fence: string; status: string; response_status: number | null }>(
-  'SELECT fence::text AS fence, status, response_status FROM ratchet_receiver.effects WHERE key = $1', [key]))[0];
+const effect =
+  (key: string, status = 201, calls?: { n: number }) =>
+  async (tx: pg.ClientBase) => {
+    if (calls) calls.n += 1;
+    const r = await tx.query<{ id: number }>('INSERT INTO app_effects (key) VALUES ($1) RETURNING id', [key]);
+    return { status, body: { id: r.rows[0]?.id, key } };
+  };
+const effectCount = async (key: string) =>
+  Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM app_effects WHERE key = $1', [key]))[0]?.n);
+const guardRow = async (key: string) =>
+  (
+    await db.query<{ fence: string; status: string; response_status: number | null }>(
+      'SELECT fence::text AS fence, status, response_status FROM ratchet_receiver.effects WHERE key = $1',
+      [key],
+    )
+  )[0];
 const rowCount = async () => Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM ratchet_receiver.effects'))[0]?.n);
 
 function gate(): { wait: Promise<void>; open: () => void } {
   let open!: () => void;
-  const wait = new Promise<void>((r) => { open = r; });
+  const wait = new Promise<void>((r) => {
+    open = r;
+  });
   return { wait, open };
 }
 
@@ -76,11 +92,15 @@ describe('fence guard: concurrency', () => {
   it('a burst of concurrent requests with one key: exactly one effect, others in_progress or replayed', async () => {
     const key = newKey('burst');
     const calls = { n: 0 };
-    const results = await Promise.all(Array.from({ length: 12 }, () => guard.run(key, '3', async (tx) => {
-      const r = await effect(key, 200, calls)(tx);
-      await new Promise((res) => setTimeout(res, 50));
-      return r;
-    })));
+    const results = await Promise.all(
+      Array.from({ length: 12 }, () =>
+        guard.run(key, '3', async (tx) => {
+          const r = await effect(key, 200, calls)(tx);
+          await new Promise((res) => setTimeout(res, 50));
+          return r;
+        }),
+      ),
+    );
     expect(await effectCount(key)).toBe(1);
     expect(calls.n).toBe(1);
     expect(results.filter((r) => r.verdict === 'applied')).toHaveLength(1);
@@ -112,7 +132,12 @@ describe('fence guard: concurrency', () => {
     const b = newKey('indep');
     const release = gate();
     const entered = gate();
-    const first = guard.run(a, '1', async (tx) => { const r = await effect(a)(tx); entered.open(); await release.wait; return r; });
+    const first = guard.run(a, '1', async (tx) => {
+      const r = await effect(a)(tx);
+      entered.open();
+      await release.wait;
+      return r;
+    });
     await entered.wait;
     expect((await guard.run(b, '1', effect(b))).verdict).toBe('applied');
     release.open();
@@ -136,7 +161,10 @@ describe('fence guard: fencing', () => {
     expect((await guard.run(key, '10', effect(key, 503))).verdict).toBe('not_stored');
     expect(await guardRow(key)).toMatchObject({ fence: '10', status: 'in_progress', response_status: null });
     const calls = { n: 0 };
-    expect(await guard.run(key, '9', effect(key, 201, calls))).toMatchObject({ status: 409, body: { error: 'stale_fence', highest: '10' } });
+    expect(await guard.run(key, '9', effect(key, 201, calls))).toMatchObject({
+      status: 409,
+      body: { error: 'stale_fence', highest: '10' },
+    });
     expect(calls.n).toBe(0);
     expect(await effectCount(key)).toBe(0);
   });
@@ -156,7 +184,12 @@ describe('fence guard: fencing', () => {
     expect(first.verdict).toBe('applied');
     const calls = { n: 0 };
     for (const fence of ['7', '6', '5', '1']) {
-      expect(await guard.run(key, fence, effect(key, 201, calls))).toEqual({ status: 201, body: first.body, verdict: 'replayed', replayed: true });
+      expect(await guard.run(key, fence, effect(key, 201, calls))).toEqual({
+        status: 201,
+        body: first.body,
+        verdict: 'replayed',
+        replayed: true,
+      });
     }
     expect(calls.n).toBe(0);
     expect(await effectCount(key)).toBe(1);
@@ -169,7 +202,10 @@ describe('fence guard: fencing', () => {
     expect((await guard.run(key, '7', effect(key, 503))).verdict).toBe('not_stored');
     const calls = { n: 0 };
     expect(await guard.run(key, '6', effect(key, 201, calls))).toEqual({
-      status: 409, body: { error: 'stale_fence', highest: '7' }, verdict: 'stale_fence', replayed: false,
+      status: 409,
+      body: { error: 'stale_fence', highest: '7' },
+      verdict: 'stale_fence',
+      replayed: false,
     });
     expect(calls.n).toBe(0);
     expect((await guard.run(key, '7', effect(key))).verdict).toBe('applied');
@@ -179,17 +215,23 @@ describe('fence guard: fencing', () => {
 });
 
 describe('fence guard: what was sent', () => {
-  it('a repeated key with another request fingerprint is 422 idempotency_key_reused, never another request\'s answer', async () => {
+  it("a repeated key with another request fingerprint is 422 idempotency_key_reused, never another request's answer", async () => {
     const key = newKey('reused');
     const first = await guard.run(key, '3', effect(key), { fingerprint: 'sha-a' });
     expect(first.verdict).toBe('applied');
     const calls = { n: 0 };
     for (const fence of ['3', '9', '1']) {
       expect(await guard.run(key, fence, effect(key, 201, calls), { fingerprint: 'sha-b' })).toEqual({
-        status: 422, body: { error: 'idempotency_key_reused' }, verdict: 'idempotency_key_reused', replayed: false,
+        status: 422,
+        body: { error: 'idempotency_key_reused' },
+        verdict: 'idempotency_key_reused',
+        replayed: false,
       });
     }
-    expect(await guard.run(key, '3', effect(key, 201, calls), { fingerprint: 'sha-a' })).toMatchObject({ verdict: 'replayed', body: first.body });
+    expect(await guard.run(key, '3', effect(key, 201, calls), { fingerprint: 'sha-a' })).toMatchObject({
+      verdict: 'replayed',
+      body: first.body,
+    });
     // A caller that sends no fingerprint is not compared (documented on RunOptions.fingerprint: the programmatic
     // caller that retries its own request under its key passes none and gets the stored answer).
     expect(await guard.run(key, '3', effect(key, 201, calls))).toMatchObject({ verdict: 'replayed', body: first.body });
@@ -233,10 +275,17 @@ describe('fence guard: replay and 5xx', () => {
   it('stores a 4xx answer (a definite answer) and replays it', async () => {
     const key = newKey('4xx');
     const calls = { n: 0 };
-    const first = await guard.run(key, '1', async () => { calls.n += 1; return { status: 422, body: { error: 'bad_invoice' } }; });
+    const first = await guard.run(key, '1', async () => {
+      calls.n += 1;
+      return { status: 422, body: { error: 'bad_invoice' } };
+    });
     expect(first.verdict).toBe('applied');
-    expect(await guard.run(key, '1', async () => { calls.n += 1; return { status: 200, body: {} }; }))
-      .toMatchObject({ verdict: 'replayed', status: 422, body: { error: 'bad_invoice' } });
+    expect(
+      await guard.run(key, '1', async () => {
+        calls.n += 1;
+        return { status: 200, body: {} };
+      }),
+    ).toMatchObject({ verdict: 'replayed', status: 422, body: { error: 'bad_invoice' } });
     expect(calls.n).toBe(1);
   });
 
@@ -257,10 +306,12 @@ describe('fence guard: replay and 5xx', () => {
   it('a handler that throws: the error propagates, its write is rolled back, nothing stored', async () => {
     const key = newKey('throws');
     const boom = new Error('boom');
-    await expect(guard.run(key, '2', async (tx) => {
-      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
-      throw boom;
-    })).rejects.toBe(boom);
+    await expect(
+      guard.run(key, '2', async (tx) => {
+        await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
     expect(await effectCount(key)).toBe(0);
     expect(await guardRow(key)).toMatchObject({ fence: '2', status: 'in_progress' });
     expect((await guard.run(key, '2', effect(key))).verdict).toBe('applied');
@@ -268,11 +319,13 @@ describe('fence guard: replay and 5xx', () => {
 
   it('a handler whose SQL fails inside the transaction is rolled back to the savepoint', async () => {
     const key = newKey('sql-error');
-    await expect(guard.run(key, '1', async (tx) => {
-      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
-      await tx.query('SELECT * FROM no_such_table');
-      return { status: 200, body: {} };
-    })).rejects.toMatchObject({ code: '42P01' });
+    await expect(
+      guard.run(key, '1', async (tx) => {
+        await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+        await tx.query('SELECT * FROM no_such_table');
+        return { status: 200, body: {} };
+      }),
+    ).rejects.toMatchObject({ code: '42P01' });
     expect(await effectCount(key)).toBe(0);
     expect((await guard.run(key, '1', effect(key))).verdict).toBe('applied');
     expect(await effectCount(key)).toBe(1);
@@ -280,12 +333,16 @@ describe('fence guard: replay and 5xx', () => {
 
   it('an invalid handler response is a typed error and its write is rolled back', async () => {
     const key = newKey('bad-response');
-    await expect(guard.run(key, '1', async (tx) => {
-      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
-      return { status: 99, body: {} };
-    })).rejects.toBeInstanceOf(InvalidHandlerResponseError);
-    await expect(guard.run(key, '1', async () => ({ status: 200, body: { n: 1n } })))
-      .rejects.toMatchObject({ code: 'invalid_input', path: 'response.body.n' });
+    await expect(
+      guard.run(key, '1', async (tx) => {
+        await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+        return { status: 99, body: {} };
+      }),
+    ).rejects.toBeInstanceOf(InvalidHandlerResponseError);
+    await expect(guard.run(key, '1', async () => ({ status: 200, body: { n: 1n } }))).rejects.toMatchObject({
+      code: 'invalid_input',
+      path: 'response.body.n',
+    });
     expect(await effectCount(key)).toBe(0);
   });
 
@@ -294,28 +351,35 @@ describe('fence guard: replay and 5xx', () => {
     ['a lone surrogate', { note: '\ud800' }],
     ['\\u0000 in a key', { 'a\u0000': 1 }],
     ['a Date (changed by a round trip)', { at: new Date(0) }],
-  ])('a response body that cannot be stored (%s) is InvalidHandlerResponseError; the write is rolled back, the fence kept', async (_label, body) => {
-    const key = newKey('unstorable');
-    const err = await guard.run(key, '4', async (tx) => {
-      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
-      return { status: 201, body };
-    }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(InvalidHandlerResponseError);
-    expect(err).toMatchObject({ code: 'invalid_input', path: expect.stringMatching(/^response\.body\./) });
-    expect(await effectCount(key)).toBe(0);
-    expect(await guardRow(key)).toMatchObject({ fence: '4', status: 'in_progress' });
-    expect((await guard.run(key, '4', effect(key))).verdict).toBe('applied');
-  });
+  ])(
+    'a response body that cannot be stored (%s) is InvalidHandlerResponseError; the write is rolled back, the fence kept',
+    async (_label, body) => {
+      const key = newKey('unstorable');
+      const err = await guard
+        .run(key, '4', async (tx) => {
+          await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+          return { status: 201, body };
+        })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(InvalidHandlerResponseError);
+      expect(err).toMatchObject({ code: 'invalid_input', path: expect.stringMatching(/^response\.body\./) });
+      expect(await effectCount(key)).toBe(0);
+      expect(await guardRow(key)).toMatchObject({ fence: '4', status: 'in_progress' });
+      expect((await guard.run(key, '4', effect(key))).verdict).toBe('applied');
+    },
+  );
 });
 
-describe('fence guard: the handler\'s own SQL error', () => {
-  it('a data exception (class 22) raised by the handler\'s own statement is rethrown as it is, not relabelled as an unstorable body', async () => {
+describe("fence guard: the handler's own SQL error", () => {
+  it("a data exception (class 22) raised by the handler's own statement is rethrown as it is, not relabelled as an unstorable body", async () => {
     const key = newKey('handler-22');
-    const err = await guard.run(key, '5', async (tx) => {
-      await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
-      await tx.query("SELECT 'not a number'::int");
-      return { status: 201, body: {} };
-    }).catch((e: unknown) => e);
+    const err = await guard
+      .run(key, '5', async (tx) => {
+        await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+        await tx.query("SELECT 'not a number'::int");
+        return { status: 201, body: {} };
+      })
+      .catch((e: unknown) => e);
     expect(err).not.toBeInstanceOf(InvalidHandlerResponseError);
     expect(err).toMatchObject({ code: '22P02' });
     expect(await effectCount(key)).toBe(0);
@@ -325,20 +389,43 @@ describe('fence guard: the handler\'s own SQL error', () => {
 
 describe('fence guard: a handler that ends the transaction', () => {
   it.each([
-    ['COMMIT and returns', async (tx: pg.ClientBase) => { await tx.query('COMMIT'); }],
-    ['COMMIT, swallows the error and returns', async (tx: pg.ClientBase) => { await tx.query('COMMIT').catch(() => {}); }],
-    ['COMMIT then BEGIN', async (tx: pg.ClientBase) => { await tx.query('COMMIT').catch(() => {}); await tx.query('BEGIN'); }],
-    ['ROLLBACK and returns', async (tx: pg.ClientBase) => { await tx.query('ROLLBACK'); }],
+    [
+      'COMMIT and returns',
+      async (tx: pg.ClientBase) => {
+        await tx.query('COMMIT');
+      },
+    ],
+    [
+      'COMMIT, swallows the error and returns',
+      async (tx: pg.ClientBase) => {
+        await tx.query('COMMIT').catch(() => {});
+      },
+    ],
+    [
+      'COMMIT then BEGIN',
+      async (tx: pg.ClientBase) => {
+        await tx.query('COMMIT').catch(() => {});
+        await tx.query('BEGIN');
+      },
+    ],
+    [
+      'ROLLBACK and returns',
+      async (tx: pg.ClientBase) => {
+        await tx.query('ROLLBACK');
+      },
+    ],
   ])('a handler that runs %s fails before its effect is kept; a retry applies once', async (_label, end) => {
     for (const earlier of [false, true]) {
       const key = newKey('commits');
       // With and without a row left by an earlier attempt (an autocommitted UPDATE must not mark it done).
       if (earlier) expect((await guard.run(key, '1', effect(key, 503))).verdict).toBe('not_stored');
-      const err = await guard.run(key, '2', async (tx) => {
-        await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
-        await end(tx);
-        return { status: 201, body: { ok: true } };
-      }).catch((e: unknown) => e);
+      const err = await guard
+        .run(key, '2', async (tx) => {
+          await tx.query('INSERT INTO app_effects (key) VALUES ($1)', [key]);
+          await end(tx);
+          return { status: 201, body: { ok: true } };
+        })
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(HandlerEndedTransactionError);
       expect(err).toMatchObject({ code: 'invalid_input', path: 'handler' });
       expect(await effectCount(key)).toBe(0);
@@ -350,11 +437,13 @@ describe('fence guard: a handler that ends the transaction', () => {
 
   it("a handler's own transaction-control mistake inside the transaction is its own error, not HandlerEndedTransactionError", async () => {
     const key = newKey('own-savepoint');
-    const err = await guard.run(key, '1', async (tx) => {
-      await effect(key)(tx);
-      await tx.query('ROLLBACK TO SAVEPOINT never_made');
-      return { status: 201, body: {} };
-    }).catch((e: unknown) => e);
+    const err = await guard
+      .run(key, '1', async (tx) => {
+        await effect(key)(tx);
+        await tx.query('ROLLBACK TO SAVEPOINT never_made');
+        return { status: 201, body: {} };
+      })
+      .catch((e: unknown) => e);
     expect(err).not.toBeInstanceOf(HandlerEndedTransactionError);
     expect(err).toMatchObject({ code: '3B001' });
     expect(await effectCount(key)).toBe(0);
@@ -363,38 +452,49 @@ describe('fence guard: a handler that ends the transaction', () => {
 
   it('the pool is healthy afterwards (the client was not left inside a transaction)', async () => {
     const key = newKey('after-commit');
-    await guard.run(key, '1', async (tx) => {
-      await tx.query('COMMIT').catch(() => {});
-      await tx.query('BEGIN');
-      return { status: 200, body: {} };
-    }).catch(() => {});
-    const states = await Promise.all(Array.from({ length: 16 }, async () => {
-      const c = await pool.connect();
-      try {
-        return (await c.query<{ s: string }>("SELECT CASE WHEN now() = statement_timestamp() THEN 'idle' ELSE 'in_tx' END AS s")).rows[0]?.s;
-      } finally {
-        c.release();
-      }
-    }));
+    await guard
+      .run(key, '1', async (tx) => {
+        await tx.query('COMMIT').catch(() => {});
+        await tx.query('BEGIN');
+        return { status: 200, body: {} };
+      })
+      .catch(() => {});
+    const states = await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        const c = await pool.connect();
+        try {
+          return (await c.query<{ s: string }>("SELECT CASE WHEN now() = statement_timestamp() THEN 'idle' ELSE 'in_tx' END AS s")).rows[0]
+            ?.s;
+        } finally {
+          c.release();
+        }
+      }),
+    );
     expect(states.every((s) => s === 'idle')).toBe(true);
   });
 });
 
 describe('fence guard: bad input', () => {
-  it.each([
-    ['abc'], ['-1'], ['1.5'], [' 1'], ['1e3'], [''], ['0x10'], ['9223372036854775808'], [-1n], [42], [null],
-  ])('refuses fence %s with a typed error and writes nothing', async (fence) => {
-    const before = await rowCount();
-    const calls = { n: 0 };
-    const err = await guard.run(newKey('bad-fence'), fence as string, effect('x', 201, calls)).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(InvalidFenceError);
-    expect(err).toBeInstanceOf(RatchetError);
-    expect(err).toMatchObject({ code: 'invalid_input', path: 'fence' });
-    expect(calls.n).toBe(0);
-    expect(await rowCount()).toBe(before);
-  });
+  it.each([['abc'], ['-1'], ['1.5'], [' 1'], ['1e3'], [''], ['0x10'], ['9223372036854775808'], [-1n], [42], [null]])(
+    'refuses fence %s with a typed error and writes nothing',
+    async (fence) => {
+      const before = await rowCount();
+      const calls = { n: 0 };
+      const err = await guard.run(newKey('bad-fence'), fence as string, effect('x', 201, calls)).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(InvalidFenceError);
+      expect(err).toBeInstanceOf(RatchetError);
+      expect(err).toMatchObject({ code: 'invalid_input', path: 'fence' });
+      expect(calls.n).toBe(0);
+      expect(await rowCount()).toBe(before);
+    },
+  );
 
-  it.each([['empty', ''], ['513 characters', 'x'.repeat(513)], ['with a newline', 'a\nb'], ['undefined', undefined]])('refuses a key (%s) with a typed error and writes nothing', async (_label, key) => {
+  it.each([
+    ['empty', ''],
+    ['513 characters', 'x'.repeat(513)],
+    ['with a newline', 'a\nb'],
+    ['undefined', undefined],
+  ])('refuses a key (%s) with a typed error and writes nothing', async (_label, key) => {
     const before = await rowCount();
     const err = await guard.run(key as string, '1', effect('x')).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(InvalidIdempotencyKeyError);
@@ -403,7 +503,9 @@ describe('fence guard: bad input', () => {
   });
 
   it('refuses a schema name that is not a plain identifier', () => {
-    expect(() => createFenceGuard(pool, { schema: 'x"; DROP TABLE y; --' })).toThrow(expect.objectContaining({ code: 'invalid_input', path: 'opts.schema' }));
+    expect(() => createFenceGuard(pool, { schema: 'x"; DROP TABLE y; --' })).toThrow(
+      expect.objectContaining({ code: 'invalid_input', path: 'opts.schema' }),
+    );
   });
 
   it('a guard in another schema keeps its own table', async () => {
@@ -423,13 +525,24 @@ describe('fence guard: migrate', () => {
     await db.query(`CREATE TABLE receiver_v1.effects (key text PRIMARY KEY, fence bigint NOT NULL CHECK (fence >= 0),
       status text NOT NULL CHECK (status IN ('in_progress', 'done')), response_status int CHECK (response_status BETWEEN 200 AND 499),
       response_body jsonb, updated_at timestamptz NOT NULL DEFAULT now(), CHECK ((status = 'done') = (response_status IS NOT NULL)))`);
-    await db.query(`INSERT INTO receiver_v1.effects (key, fence, status, response_status, response_body) VALUES ('old', 9, 'done', 201, '{"id": 1}')`);
+    await db.query(
+      `INSERT INTO receiver_v1.effects (key, fence, status, response_status, response_body) VALUES ('old', 9, 'done', 201, '{"id": 1}')`,
+    );
     const upgraded = createFenceGuard(pool, { schema: 'receiver_v1' });
     await Promise.all([upgraded.migrate(), upgraded.migrate()]);
     await upgraded.migrate();
-    expect(await upgraded.run('old', '3', effect('old'), { fingerprint: 'any' })).toMatchObject({ verdict: 'replayed', status: 201, body: { id: 1 } });
+    expect(await upgraded.run('old', '3', effect('old'), { fingerprint: 'any' })).toMatchObject({
+      verdict: 'replayed',
+      status: 201,
+      body: { id: 1 },
+    });
     const key = newKey('upgraded');
-    const err = await upgraded.run(key, '1', async (tx) => { await effect(key)(tx); await tx.query('COMMIT'); return { status: 201, body: {} }; })
+    const err = await upgraded
+      .run(key, '1', async (tx) => {
+        await effect(key)(tx);
+        await tx.query('COMMIT');
+        return { status: 201, body: {} };
+      })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(HandlerEndedTransactionError);
     expect(await effectCount(key)).toBe(0);

@@ -19,14 +19,18 @@ const newKey = () => `http:${++seq}`;
 async function createCase(ctx: HttpHandlerContext) {
   calls += 1;
   const input = (ctx.body ?? {}) as { summary?: string; fail?: boolean; throw?: boolean };
-  const r = await ctx.tx.query<{ id: number }>('INSERT INTO cases (key, fence, summary) VALUES ($1, $2, $3) RETURNING id',
-    [ctx.key, ctx.fence, input.summary ?? null]);
+  const r = await ctx.tx.query<{ id: number }>('INSERT INTO cases (key, fence, summary) VALUES ($1, $2, $3) RETURNING id', [
+    ctx.key,
+    ctx.fence,
+    input.summary ?? null,
+  ]);
   if (input.throw) throw new Error('handler exploded');
   if (input.fail) return { status: 503, body: { error: 'downstream_unavailable' } };
   return { status: 201, body: { id: r.rows[0]?.id, fence: ctx.fence } };
 }
 
-const caseCount = async (key: string) => Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM cases WHERE key = $1', [key]))[0]?.n);
+const caseCount = async (key: string) =>
+  Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM cases WHERE key = $1', [key]))[0]?.n);
 
 /** A request through node:http, where a header given as an array is sent as several header lines. */
 function rawPost(body: string, headers: Record<string, string | string[]>): Promise<{ status: number; body: string }> {
@@ -34,7 +38,9 @@ function rawPost(body: string, headers: Record<string, string | string[]>): Prom
     const req = httpRequest(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers } }, (res) => {
       let text = '';
       res.setEncoding('utf8');
-      res.on('data', (d: string) => { text += d; });
+      res.on('data', (d: string) => {
+        text += d;
+      });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
     });
     req.on('error', reject);
@@ -95,8 +101,9 @@ describe('fence guard middleware over http', () => {
 
   it('concurrent requests with one key: exactly one effect', async () => {
     const key = newKey();
-    const responses = await Promise.all(Array.from({ length: 8 }, () =>
-      post({ summary: 'race' }, { 'idempotency-key': key, 'x-execution-fence': '7' })));
+    const responses = await Promise.all(
+      Array.from({ length: 8 }, () => post({ summary: 'race' }, { 'idempotency-key': key, 'x-execution-fence': '7' })),
+    );
     const statuses = responses.map((r) => r.status);
     const bodies = await Promise.all(responses.map((r) => r.json() as Promise<Record<string, unknown>>));
     expect(await caseCount(key)).toBe(1);
@@ -144,7 +151,9 @@ describe('fence guard middleware over http', () => {
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ error });
     expect(calls).toBe(before);
-    expect(Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM ratchet_receiver.effects WHERE key LIKE $1', ['k-%']))[0]?.n)).toBe(0);
+    expect(
+      Number((await db.query<{ n: string }>('SELECT count(*) AS n FROM ratchet_receiver.effects WHERE key LIKE $1', ['k-%']))[0]?.n),
+    ).toBe(0);
   });
 
   it('a body that is not JSON → 400 invalid_json, no effect', async () => {
@@ -215,7 +224,9 @@ describe('fence guard middleware over http', () => {
     expect(same.headers.get('idempotent-replayed')).toBe('true');
     expect(calls).toBe(before);
     expect(await caseCount(key)).toBe(1);
-    expect((await db.query('SELECT request_hash FROM ratchet_receiver.effects WHERE key = $1', [key]))[0]?.request_hash).toMatch(/^[0-9a-f]{64}$/);
+    expect((await db.query('SELECT request_hash FROM ratchet_receiver.effects WHERE key = $1', [key]))[0]?.request_hash).toMatch(
+      /^[0-9a-f]{64}$/,
+    );
   });
 
   it.each([
@@ -227,6 +238,8 @@ describe('fence guard middleware over http', () => {
     expect(res.status).toBe(400);
     expect(JSON.parse(res.body)).toMatchObject({ error, message: expect.stringMatching(/more than once/) });
     expect(calls).toBe(before);
-    expect(Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM ratchet_receiver.effects WHERE key LIKE 'dup%'"))[0]?.n)).toBe(0);
+    expect(Number((await db.query<{ n: string }>("SELECT count(*) AS n FROM ratchet_receiver.effects WHERE key LIKE 'dup%'"))[0]?.n)).toBe(
+      0,
+    );
   });
 });

@@ -21,13 +21,25 @@ let ratchet: Ratchet;
 const claimed: { fence: bigint; go: () => void }[] = [];
 const sent: { fence: string; status: number }[] = [];
 let higherSent!: () => void;
-const higherDone = new Promise<void>((r) => { higherSent = r; });
+const higherDone = new Promise<void>((r) => {
+  higherSent = r;
+});
 
-const io = defineToolClass({ name: 'invoice_io', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '20s', maxDuration: '30s',
-  retry: { maxAttempts: 1 } });
+const io = defineToolClass({
+  name: 'invoice_io',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '20s',
+  maxDuration: '30s',
+  retry: { maxAttempts: 1 },
+});
 const fileInvoice = defineTool({
-  name: 'file_invoice', description: 'files an invoice downstream, keyed by what it means', class: io,
-  input: z.object({ invoice: z.string() }), output: z.object({ status: z.number() }),
+  name: 'file_invoice',
+  description: 'files an invoice downstream, keyed by what it means',
+  class: io,
+  input: z.object({ invoice: z.string() }),
+  output: z.object({ status: z.number() }),
   idempotencyKey: (i) => `invoice:${i.invoice}:file`,
   run: async (i, ctx) => {
     // Wait until both runs' stages hold a lease, then send in the order that used to fail: higher fence first.
@@ -41,7 +53,9 @@ const fileInvoice = defineTool({
     });
     ctx.beginEffect(`file-${i.invoice}`);
     const res = await fetch(`${witness.url}/effect`, {
-      method: 'POST', body: JSON.stringify({ invoice: i.invoice }), signal: ctx.signal,
+      method: 'POST',
+      body: JSON.stringify({ invoice: i.invoice }),
+      signal: ctx.signal,
       headers: { 'content-type': 'application/json', 'idempotency-key': ctx.idempotencyKey, 'x-execution-fence': ctx.fence },
     });
     const body = await res.text();
@@ -80,7 +94,10 @@ describe('two runs sharing a semantic idempotency key', () => {
       }
     };
     const runs = await settled();
-    expect(runs.map((r) => [r?.state, r?.error])).toEqual([['succeeded', null], ['succeeded', null]]);
+    expect(runs.map((r) => [r?.state, r?.error])).toEqual([
+      ['succeeded', null],
+      ['succeeded', null],
+    ]);
     expect(BigInt(sent[0]!.fence)).toBeGreaterThan(BigInt(sent[1]!.fence)); // the higher fence really sent first
     expect(sent.map((s) => s.status)).toEqual([201, 201]);
     expect(witness.requests.map((r) => r.verdict)).toEqual(['applied', 'replayed']);

@@ -8,7 +8,14 @@ import { defineSchedule } from '../../src/schedules/define.js';
 import { until } from '../api/helpers.js';
 
 const cls = defineToolClass({ name: 'sched-embedded', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '2s', maxDuration: '10s' });
-const echo = defineTool({ name: 'sched_emb_echo', description: 'echo', class: cls, input: z.object({ n: z.number() }), output: z.object({ n: z.number() }), run: async (i) => i });
+const echo = defineTool({
+  name: 'sched_emb_echo',
+  description: 'echo',
+  class: cls,
+  input: z.object({ n: z.number() }),
+  output: z.object({ n: z.number() }),
+  run: async (i) => i,
+});
 const wf = defineWorkflow({ name: 'sched-embedded', input: z.object({ n: z.number() }), steps: [{ tool: echo }] });
 
 /** createRatchet({ schedules }) on the embedded store: a worker's sweeper fires the tick and runs it (PGlite: one connection, no pass holds a transaction). */
@@ -30,7 +37,8 @@ describe('schedules on the embedded store', () => {
 
   it('refuses a schedule whose workflow is not loaded, before anything opens', async () => {
     const orphan = defineSchedule({ name: 'orphan', cron: '0 * * * *', workflow: 'not-loaded' });
-    await expect(createRatchet({ dataDir: ':memory:', workflows: [wf], schedules: [orphan], logger: silentLogger() }))
-      .rejects.toBeInstanceOf(InvalidDefinitionError);
+    await expect(
+      createRatchet({ dataDir: ':memory:', workflows: [wf], schedules: [orphan], logger: silentLogger() }),
+    ).rejects.toBeInstanceOf(InvalidDefinitionError);
   });
 });

@@ -9,7 +9,12 @@ import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
 const cls = defineToolClass({ name: 'sched-fire', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '2s', maxDuration: '10s' });
 const echo = defineTool({
-  name: 'sched_fire_echo', description: 'echo', class: cls, input: z.object({ n: z.number() }), output: z.object({ n: z.number() }), run: async (i) => i,
+  name: 'sched_fire_echo',
+  description: 'echo',
+  class: cls,
+  input: z.object({ n: z.number() }),
+  output: z.object({ n: z.number() }),
+  run: async (i) => i,
 });
 const wf = defineWorkflow({ name: 'sched-fire', input: z.object({ n: z.number() }), steps: [{ tool: echo }] });
 
@@ -34,19 +39,31 @@ describe('firing schedules by the database clock', () => {
     await db.query('DELETE FROM ratchet.runs');
   });
 
-  const fire = (owner = 'worker-a') => fireDueSchedules({
-    db: r.store.db, owner, workflows: () => ['sched-fire'], submit: (w, i, o) => r.submit(w, i, o), logger: silentLogger(),
-  });
+  const fire = (owner = 'worker-a') =>
+    fireDueSchedules({
+      db: r.store.db,
+      owner,
+      workflows: () => ['sched-fire'],
+      submit: (w, i, o) => r.submit(w, i, o),
+      logger: silentLogger(),
+    });
   /** Moves the database clock so that db_now() reads `at`. */
   const setDbTime = async (at: string | Date) => {
     const [row] = await db.query<{ now: Date; off: string }>(`SELECT now() AS now, offset_ms::text AS off FROM ratchet.clock`);
     await r.store.clock.setOffset(new Date(at).getTime() - row!.now.getTime());
   };
-  const runs = async (schedule: string) => db.query<{ key: string; state: string }>(
-    `SELECT idempotency_key AS key, state FROM ratchet.runs WHERE idempotency_key LIKE $1 ORDER BY idempotency_key`, [`schedule:${schedule}:%`]);
-  const ticks = async (schedule: string) => (await db.query<{ tick: Date; outcome: string }>(
-    `SELECT tick_at AS tick, outcome FROM ratchet.schedule_ticks WHERE schedule = $1 ORDER BY tick_at`, [schedule]))
-    .map((t) => `${t.tick.toISOString()} ${t.outcome}`);
+  const runs = async (schedule: string) =>
+    db.query<{ key: string; state: string }>(
+      `SELECT idempotency_key AS key, state FROM ratchet.runs WHERE idempotency_key LIKE $1 ORDER BY idempotency_key`,
+      [`schedule:${schedule}:%`],
+    );
+  const ticks = async (schedule: string) =>
+    (
+      await db.query<{ tick: Date; outcome: string }>(
+        `SELECT tick_at AS tick, outcome FROM ratchet.schedule_ticks WHERE schedule = $1 ORDER BY tick_at`,
+        [schedule],
+      )
+    ).map((t) => `${t.tick.toISOString()} ${t.outcome}`);
 
   /** Walks the clock hour by hour from `from` to `to`, firing after each step; returns the runs' tick times. */
   async function walk(name: string, from: string, to: string, stepMs = 3600_000): Promise<string[]> {
@@ -60,20 +77,42 @@ describe('firing schedules by the database clock', () => {
 
   it('Europe/Berlin 02:30 daily across spring forward: one run per day, the skipped hour fires at 03:30 CEST', async () => {
     await setDbTime('2026-03-26T12:00:00Z');
-    await r.schedules.put({ name: 'spring', cron: '30 2 * * *', timezone: 'Europe/Berlin', workflow: 'sched-fire', input: { n: 1 }, overlap: 'allow' });
+    await r.schedules.put({
+      name: 'spring',
+      cron: '30 2 * * *',
+      timezone: 'Europe/Berlin',
+      workflow: 'sched-fire',
+      input: { n: 1 },
+      overlap: 'allow',
+    });
     expect(await walk('spring', '2026-03-26T12:30:00Z', '2026-04-01T12:30:00Z')).toEqual([
-      '2026-03-27T01:30:00.000Z', '2026-03-28T01:30:00.000Z', '2026-03-29T01:30:00.000Z',
-      '2026-03-30T00:30:00.000Z', '2026-03-31T00:30:00.000Z', '2026-04-01T00:30:00.000Z',
+      '2026-03-27T01:30:00.000Z',
+      '2026-03-28T01:30:00.000Z',
+      '2026-03-29T01:30:00.000Z',
+      '2026-03-30T00:30:00.000Z',
+      '2026-03-31T00:30:00.000Z',
+      '2026-04-01T00:30:00.000Z',
     ]);
     expect((await ticks('spring')).every((t) => t.endsWith('started'))).toBe(true);
   });
 
   it('Europe/Berlin 02:30 daily across fall back: one run per day, at the first 02:30 of the repeated hour', async () => {
     await setDbTime('2026-10-22T12:00:00Z');
-    await r.schedules.put({ name: 'autumn', cron: '30 2 * * *', timezone: 'Europe/Berlin', workflow: 'sched-fire', input: { n: 1 }, overlap: 'allow' });
+    await r.schedules.put({
+      name: 'autumn',
+      cron: '30 2 * * *',
+      timezone: 'Europe/Berlin',
+      workflow: 'sched-fire',
+      input: { n: 1 },
+      overlap: 'allow',
+    });
     // Steps of 20 minutes, so the clock stands inside the repeated hour twice.
     expect(await walk('autumn', '2026-10-22T12:20:00Z', '2026-10-27T12:00:00Z', 20 * 60_000)).toEqual([
-      '2026-10-23T00:30:00.000Z', '2026-10-24T00:30:00.000Z', '2026-10-25T00:30:00.000Z', '2026-10-26T01:30:00.000Z', '2026-10-27T01:30:00.000Z',
+      '2026-10-23T00:30:00.000Z',
+      '2026-10-24T00:30:00.000Z',
+      '2026-10-25T00:30:00.000Z',
+      '2026-10-26T01:30:00.000Z',
+      '2026-10-27T01:30:00.000Z',
     ]);
   });
 
@@ -117,7 +156,10 @@ describe('firing schedules by the database clock', () => {
     await setDbTime('2026-05-01T00:03:10Z');
     expect((await fire()).started).toBe(1);
     expect(await ticks('skip')).toEqual([
-      '2026-05-01T00:01:00.000Z started', '2026-05-01T00:02:00.000Z skipped', '2026-05-01T00:03:00.000Z started']);
+      '2026-05-01T00:01:00.000Z started',
+      '2026-05-01T00:02:00.000Z skipped',
+      '2026-05-01T00:03:00.000Z started',
+    ]);
   });
 
   it("overlap 'skip' with catchUp: the first caught-up tick starts a run, the ones after it are skipped", async () => {

@@ -31,30 +31,44 @@ describe('three worker processes racing for the same ticks', () => {
 
   it('each tick fires once: one tick row and one run per minute, none missing, every run succeeded', async () => {
     for (const name of ['w1', 'w2', 'w3']) {
-      workers.push(spawnTs('test/fixtures/worker-process.ts', [name], {
-        DATABASE_URL: db.url, WORKFLOWS_DIR: DIR, SWEEP_INTERVAL_MS: '50', RATCHET_LOG_LEVEL: 'info',
-      }));
+      workers.push(
+        spawnTs('test/fixtures/worker-process.ts', [name], {
+          DATABASE_URL: db.url,
+          WORKFLOWS_DIR: DIR,
+          SWEEP_INTERVAL_MS: '50',
+          RATCHET_LOG_LEVEL: 'info',
+        }),
+      );
     }
     await Promise.all(workers.map((w) => w.line((o) => o.ready === true, 60_000)));
-    const tickCount = async () => (await db.query(`SELECT count(*)::int AS n FROM ratchet.schedule_ticks WHERE schedule = 'minutely'`))[0]!.n as number;
+    const tickCount = async () =>
+      (await db.query(`SELECT count(*)::int AS n FROM ratchet.schedule_ticks WHERE schedule = 'minutely'`))[0]!.n as number;
     for (let round = 1; round <= ROUNDS; round++) {
       await r.store.clock.advance(60_000);
-      await until(`tick ${round}`, async () => (await tickCount()) >= round, 20_000)
-        .catch((err: Error) => { throw new Error(`${err.message}; worker logs: ${workers.map((w) => w.stderr().slice(-1500)).join('\n')}`); });
+      await until(`tick ${round}`, async () => (await tickCount()) >= round, 20_000).catch((err: Error) => {
+        throw new Error(`${err.message}; worker logs: ${workers.map((w) => w.stderr().slice(-1500)).join('\n')}`);
+      });
     }
     await new Promise((res) => setTimeout(res, 300)); // a late racer would have recorded a second row by now
     const ticks = await db.query<{ tick: Date; run_id: string; outcome: string }>(
-      `SELECT tick_at AS tick, run_id, outcome FROM ratchet.schedule_ticks WHERE schedule = 'minutely' ORDER BY tick_at`);
+      `SELECT tick_at AS tick, run_id, outcome FROM ratchet.schedule_ticks WHERE schedule = 'minutely' ORDER BY tick_at`,
+    );
     expect(ticks).toHaveLength(ROUNDS);
     for (let i = 1; i < ticks.length; i++) expect(ticks[i]!.tick.getTime() - ticks[i - 1]!.tick.getTime()).toBe(60_000);
     expect(ticks.every((t) => t.outcome === 'started')).toBe(true);
     const runs = await db.query<{ id: string; key: string }>(
-      `SELECT id, idempotency_key AS key FROM ratchet.runs WHERE workflow = 'minutely' ORDER BY idempotency_key`);
+      `SELECT id, idempotency_key AS key FROM ratchet.runs WHERE workflow = 'minutely' ORDER BY idempotency_key`,
+    );
     expect(runs).toHaveLength(ROUNDS);
     expect(new Set(runs.map((x) => x.id))).toEqual(new Set(ticks.map((t) => t.run_id)));
     expect(runs.map((x) => x.key)).toEqual(ticks.map((t) => `schedule:minutely:${t.tick.toISOString()}`));
-    await until('runs succeeded', async () => (await db.query(
-      `SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'minutely' AND state = 'succeeded'`))[0]!.n === ROUNDS, 30_000);
+    await until(
+      'runs succeeded',
+      async () =>
+        (await db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'minutely' AND state = 'succeeded'`))[0]!.n ===
+        ROUNDS,
+      30_000,
+    );
     // Who fired what (from the workers' logs): reported, not asserted; which worker wins a tick is chance.
     const firedBy = workers.map((w) => (w.stderr().match(/"event":"schedule_tick_started"/g) ?? []).length);
     expect(firedBy.reduce((a, b) => a + b, 0)).toBe(ROUNDS);

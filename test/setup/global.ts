@@ -36,8 +36,10 @@ export default async function setup(project: TestProject): Promise<void> {
   try {
     await admin.connect();
   } catch (err) {
-    throw new Error(`PostgreSQL is required for the tests and did not answer at ${PG_ADMIN_URL}: ${(err as Error).message}. ` +
-      'Start it (see .ci/run) or set RATCHET_TEST_PG_URL.');
+    throw new Error(
+      `PostgreSQL is required for the tests and did not answer at ${PG_ADMIN_URL}: ${(err as Error).message}. ` +
+        'Start it (see .ci/run) or set RATCHET_TEST_PG_URL.',
+    );
   }
   try {
     const template = `ratchet_tpl_${migrationsHash()}`;

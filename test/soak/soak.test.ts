@@ -19,17 +19,36 @@ type SoakRun = { code: number | null; report: Record<string, unknown> | null; st
 
 function soak(seed: number, durationS: number): Promise<SoakRun> {
   const history = join(tmpdir(), `ratchet-chaos-seed-${seed}-${process.pid}.json`);
-  const args = ['--import', 'tsx', 'chaos/main.ts', '--duration', String(durationS), '--seed', String(seed), '--json', '--quiet',
-    '--history', history];
+  const args = [
+    '--import',
+    'tsx',
+    'chaos/main.ts',
+    '--duration',
+    String(durationS),
+    '--seed',
+    String(seed),
+    '--json',
+    '--quiet',
+    '--history',
+    history,
+  ];
   return new Promise((resolve) => {
     const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    proc.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    proc.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    proc.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
     proc.on('exit', (code) => {
       let report: Record<string, unknown> | null = null;
-      try { report = JSON.parse(stdout) as Record<string, unknown>; } catch { /* no report: the soak crashed */ }
+      try {
+        report = JSON.parse(stdout) as Record<string, unknown>;
+      } catch {
+        /* no report: the soak crashed */
+      }
       resolve({ code, report, stdout, stderr, history });
     });
   });
@@ -47,21 +66,33 @@ async function expectClean(seed: number, durationS: number): Promise<void> {
   expect(report, why).not.toBeNull();
   expect(report!.ok, why).toBe(true);
   const { duplicates, staleWrites, lostRuns, limitViolations } = report!;
-  expect({ duplicates, staleWrites, lostRuns, limitViolations }, why)
-    .toEqual({ duplicates: 0, staleWrites: 0, lostRuns: 0, limitViolations: 0 });
+  expect({ duplicates, staleWrites, lostRuns, limitViolations }, why).toEqual({
+    duplicates: 0,
+    staleWrites: 0,
+    lostRuns: 0,
+    limitViolations: 0,
+  });
   expect((report!.runs as { accepted: number }).accepted, why).toBeGreaterThan(durationS);
   expect(code, why).toBe(0);
   rmSync(history, { force: true });
 }
 
 describe('chaos soak', () => {
-  it(`seed ${CI_SOAK.seed}, ${CI_SOAK.durationS} s: every invariant holds under random faults`, async () => {
-    await expectClean(CI_SOAK.seed, CI_SOAK.durationS);
-  }, (CI_SOAK.durationS + 240) * 1000);
+  it(
+    `seed ${CI_SOAK.seed}, ${CI_SOAK.durationS} s: every invariant holds under random faults`,
+    async () => {
+      await expectClean(CI_SOAK.seed, CI_SOAK.durationS);
+    },
+    (CI_SOAK.durationS + 240) * 1000,
+  );
 
   for (const { seed, durationS } of REGRESSION_SEEDS) {
-    it(`regression seed ${seed}, ${durationS} s`, async () => {
-      await expectClean(seed, durationS);
-    }, (durationS + 240) * 1000);
+    it(
+      `regression seed ${seed}, ${durationS} s`,
+      async () => {
+        await expectClean(seed, durationS);
+      },
+      (durationS + 240) * 1000,
+    );
   }
 });

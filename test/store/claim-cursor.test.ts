@@ -29,7 +29,9 @@ describe('the key cursor (PostgreSQL)', () => {
       WHEN (OLD.tool_class = 'cursor_cls' AND NEW.state = 'running') EXECUTE FUNCTION public.claim_fault()`);
     const keyed = { keyed: true } as const;
     try {
-      await expect(store.claim({ owner: 'A', toolClass: 'cursor_cls', limit: 1, definitions: ['h'], limits: keyed })).rejects.toThrow(/injected/);
+      await expect(store.claim({ owner: 'A', toolClass: 'cursor_cls', limit: 1, definitions: ['h'], limits: keyed })).rejects.toThrow(
+        /injected/,
+      );
       expect(keyCursorOf(store.db, 'cursor_cls')).toBeUndefined();
     } finally {
       await db.query(`DROP TRIGGER claim_fault ON ratchet.stages`);

@@ -53,7 +53,7 @@ export function claimConformance(backend: string, open: () => Promise<{ store: S
       expect(await store.claim({ owner: 'A', toolClass: c, limit: 3, definitions: [] })).toEqual([]);
     });
 
-    it('a saturated key\'s backlog of 2,000 never hides another key\'s stages; the limits still hold', async () => {
+    it("a saturated key's backlog of 2,000 never hides another key's stages; the limits still hold", async () => {
       const c = cls();
       const keyed = { keyed: true } as const;
       await insertQueuedStages(store.db, 2000, c, { concurrencyKey: 'tenant-a', concurrencyLimit: 2 });
@@ -63,16 +63,23 @@ export function claimConformance(backend: string, open: () => Promise<{ store: S
       await insertQueuedStages(store.db, 5, c, { concurrencyKey: 'tenant-b', concurrencyLimit: 2 });
       const b = await store.claim({ owner: 'B', toolClass: c, limit: 10, definitions: ['h'], limits: keyed });
       expect(b).toHaveLength(2);
-      const keys = async (ids: string[]) => (await store.db.query(
-        `SELECT DISTINCT concurrency_key AS k FROM ratchet.stages WHERE id = ANY($1::bigint[])`, [ids])).map((r) => r.k as string);
+      const keys = async (ids: string[]) =>
+        (await store.db.query(`SELECT DISTINCT concurrency_key AS k FROM ratchet.stages WHERE id = ANY($1::bigint[])`, [ids])).map(
+          (r) => r.k as string,
+        );
       expect(await keys(b.map((s) => s.id))).toEqual(['tenant-b']);
       expect(await store.claim({ owner: 'B', toolClass: c, limit: 10, definitions: ['h'], limits: keyed })).toEqual([]); // both at their limit
-      await store.finish('B', [{ stageId: b[0]!.id, fence: b[0]!.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} } }]);
+      await store.finish('B', [
+        { stageId: b[0]!.id, fence: b[0]!.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} } },
+      ]);
       const next = await store.claim({ owner: 'B', toolClass: c, limit: 10, definitions: ['h'], limits: keyed });
       expect(next).toHaveLength(1);
       expect(await keys(next.map((s) => s.id))).toEqual(['tenant-b']);
-      const [live] = await store.db.query(`SELECT count(*) FILTER (WHERE concurrency_key = 'tenant-a')::int AS a,
-        count(*) FILTER (WHERE concurrency_key = 'tenant-b')::int AS b FROM ratchet.stages WHERE tool_class = $1 AND state = 'running'`, [c]);
+      const [live] = await store.db.query(
+        `SELECT count(*) FILTER (WHERE concurrency_key = 'tenant-a')::int AS a,
+        count(*) FILTER (WHERE concurrency_key = 'tenant-b')::int AS b FROM ratchet.stages WHERE tool_class = $1 AND state = 'running'`,
+        [c],
+      );
       expect(live).toEqual({ a: 2, b: 2 });
     });
 
@@ -82,8 +89,10 @@ export function claimConformance(backend: string, open: () => Promise<{ store: S
       const order: string[] = [];
       for (let i = 0; i < 4; i++) {
         const got = await store.claim({ owner: 'A', toolClass: c, limit: 2, definitions: ['h'], limits: { keyed: true } });
-        const [row] = await store.db.query(`SELECT string_agg(DISTINCT concurrency_key, ',') AS k FROM ratchet.stages WHERE id = ANY($1::bigint[])`,
-          [got.map((s) => s.id)]);
+        const [row] = await store.db.query(
+          `SELECT string_agg(DISTINCT concurrency_key, ',') AS k FROM ratchet.stages WHERE id = ANY($1::bigint[])`,
+          [got.map((s) => s.id)],
+        );
         order.push(row!.k as string);
       }
       expect(order).toEqual(['x', 'y', 'z', 'x'].map((k) => `${c}-${k}`));

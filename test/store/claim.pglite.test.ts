@@ -7,5 +7,11 @@ import { claimConformance } from './claim-suite.js';
 claimConformance('PGlite', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'ratchet-claim-'));
   const store = await openStore({ dataDir: dir });
-  return { store, cleanup: async () => { await store.close(); rmSync(dir, { recursive: true, force: true }); } };
+  return {
+    store,
+    cleanup: async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 });

@@ -22,7 +22,10 @@ describe('embedded PGlite data directory', () => {
     const holder = spawnTs('test/fixtures/store-process.ts', ['hold', dir]);
     await holder.line((o) => o.ready === true, 60_000);
 
-    const err = await openStore({ dataDir: dir }).then(() => null, (e: unknown) => e);
+    const err = await openStore({ dataDir: dir }).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(DataDirLockedError);
     expect((err as DataDirLockedError).code).toBe('data_dir_locked');
     expect((err as Error).message).toContain(`pid ${holder.proc.pid}`);

@@ -28,14 +28,18 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
 
   /** What a finish's `planned` CTE writes, committed after the run ended. */
   const lateQueued = async (runId: string, toolClass: string, concurrencyKey?: string) => {
-    await db.query(`
+    await db.query(
+      `
       INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
         max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at)
       SELECT $1::uuid, 'h', 2, 'late', 'late', $2, 'queued', 3000, 3000, 60000, 3, $1::text || ':2:late', $3::text,
-        CASE WHEN $3::text IS NULL THEN NULL ELSE 5 END, '{}'::jsonb, ratchet.db_now() - interval '1 second'`, [runId, toolClass, concurrencyKey ?? null]);
+        CASE WHEN $3::text IS NULL THEN NULL ELSE 5 END, '{}'::jsonb, ratchet.db_now() - interval '1 second'`,
+      [runId, toolClass, concurrencyKey ?? null],
+    );
     return (await db.query<{ id: string }>(`SELECT id::text AS id FROM ratchet.stages WHERE run_id = $1 AND seq = 2`, [runId]))[0]!.id;
   };
-  const stateOf = async (id: string) => (await db.query<{ state: string }>(`SELECT state FROM ratchet.stages WHERE id = $1`, [id]))[0]!.state;
+  const stateOf = async (id: string) =>
+    (await db.query<{ state: string }>(`SELECT state FROM ratchet.stages WHERE id = $1`, [id]))[0]!.state;
   const claimsNothing = async (c: string) => {
     expect(await store.claim({ owner: 'A', toolClass: c, limit: 10, definitions: ['h'] })).toEqual([]);
     expect(await store.claim({ owner: 'A', toolClass: c, limit: 10, definitions: ['h'], limits: { classConcurrency: 10 } })).toEqual([]);
@@ -45,8 +49,20 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
   it('a queued stage committed into an expired run is claimed by no claim, then cancelled as a leftover', async () => {
     for (const key of [undefined, 'tenant']) {
       const c = `ended_${++n}`;
-      const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, deadlineInMs: 1000, stages: [spec({ toolClass: c, ...(key ? { concurrencyKey: key, concurrencyLimit: 5 } : {}) })] });
-      const [first] = await store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'], ...(key ? { limits: { keyed: true } } : {}) });
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        deadlineInMs: 1000,
+        stages: [spec({ toolClass: c, ...(key ? { concurrencyKey: key, concurrencyLimit: 5 } : {}) })],
+      });
+      const [first] = await store.claim({
+        owner: 'A',
+        toolClass: c,
+        limit: 1,
+        definitions: ['h'],
+        ...(key ? { limits: { keyed: true } } : {}),
+      });
       expect(first).toBeDefined();
       await store.clock.advance(1500);
       expect((await store.expireRuns(100)).expired).toBeGreaterThanOrEqual(1);
@@ -92,7 +108,9 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     await c.connect();
     try {
       await c.query('SET enable_seqscan = off'); // a near-empty table would be read whole either way
-      const plan = (await c.query(`EXPLAIN ${EXPIRE_RUNS_SQL.replace('$1', '100')}`)).rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
+      const plan = (await c.query(`EXPLAIN ${EXPIRE_RUNS_SQL.replace('$1', '100')}`)).rows
+        .map((r: Record<string, string>) => r['QUERY PLAN'])
+        .join('\n');
       expect(plan).toContain('runs_active_deadline_idx');
     } finally {
       await c.end();

@@ -25,9 +25,21 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
 
   it('a replayed finish (its first answer lost) is accepted again, hands back the next stage it claimed, and writes no result_rejected', async () => {
     const c = cls();
-    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two', maxAttempts: 1 })] });
+    const run = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two', maxAttempts: 1 })],
+    });
     const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
-    const row = { stageId: a!.id, fence: a!.fence, outcome: 'succeeded' as const, result: { ok: 1 }, next: { seq: 2, input: { x: 1 } }, claimNext: true };
+    const row = {
+      stageId: a!.id,
+      fence: a!.fence,
+      outcome: 'succeeded' as const,
+      result: { ok: 1 },
+      next: { seq: 2, input: { x: 1 } },
+      claimNext: true,
+    };
     const [first] = await store.finish('A', [row]);
     expect(first).toMatchObject({ accepted: true, replayed: false });
     const next = first!.nextClaimed!;
@@ -44,7 +56,9 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
       const [late] = await store.finish('A', [row]);
       expect(late!.nextClaimed).toMatchObject({ id: next.id, fence: next.fence, attempt: 1 });
       expect(late!.nextClaimed!.leaseUntil.getTime()).toBeGreaterThan(late!.nextClaimed!.dbNow.getTime());
-      const [b] = await store.finish('A', [{ stageId: next.id, fence: next.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded' } }]);
+      const [b] = await store.finish('A', [
+        { stageId: next.id, fence: next.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded' } },
+      ]);
       expect(b!.accepted).toBe(true);
     } finally {
       await store.clock.setOffset(0);
@@ -58,9 +72,21 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
 
   it('a replay never hands back a next stage someone else reclaimed, and another owner or token is still rejected', async () => {
     const c = cls();
-    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })] });
+    const run = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })],
+    });
     const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
-    const row = { stageId: a!.id, fence: a!.fence, outcome: 'succeeded' as const, result: {}, next: { seq: 2, input: {} }, claimNext: true };
+    const row = {
+      stageId: a!.id,
+      fence: a!.fence,
+      outcome: 'succeeded' as const,
+      result: {},
+      next: { seq: 2, input: {} },
+      claimNext: true,
+    };
     const [first] = await store.finish('A', [row]);
     await store.clock.advance(10_000);
     try {
@@ -89,16 +115,25 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
     // finish of that token was never written, so it is rejected, not replayed.
     const [b] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
     expect(b!.state).toBe('failed');
-    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'failed', error: { code: 'y', message: 'y' }, run: { state: 'failed' } }]);
+    const [v] = await store.finish('A', [
+      { stageId: a!.id, fence: a!.fence, outcome: 'failed', error: { code: 'y', message: 'y' }, run: { state: 'failed' } },
+    ]);
     expect(v).toMatchObject({ accepted: false, replayed: false });
   });
 
   it('the fast path never leaves a keyed next stage pending: it is queued for the limited claim instead', async () => {
     const c = cls();
     const keyed = { concurrencyKey: `k-${c}`, concurrencyLimit: 1 };
-    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, ...keyed }), spec({ toolClass: c, name: 'two', ...keyed })] });
+    const run = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      stages: [spec({ toolClass: c, ...keyed }), spec({ toolClass: c, name: 'two', ...keyed })],
+    });
     const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1, limits: { keyed: true } });
-    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, next: { seq: 2, input: { k: 2 } }, claimNext: true }]);
+    const [v] = await store.finish('A', [
+      { stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, next: { seq: 2, input: { k: 2 } }, claimNext: true },
+    ]);
     expect(v).toMatchObject({ accepted: true, nextClaimed: null, nextToolClass: c });
     const stages = (await store.getRun(run.id))!.stages;
     expect(stages.map((s) => s.state)).toEqual(['succeeded', 'queued']);
@@ -109,10 +144,24 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
 
   it('a next stage whose input could not be computed fails with the run, and a retry of the run starts there', async () => {
     const c = cls();
-    const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' }), spec({ toolClass: c, name: 'three' })] });
+    const run = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' }), spec({ toolClass: c, name: 'three' })],
+    });
     const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
     const error = { code: 'step_input_failed', message: 'computing the input of step 2 failed: boom' };
-    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: { one: 1 }, next: { seq: 2, input: null, error }, run: { state: 'failed', error } }]);
+    const [v] = await store.finish('A', [
+      {
+        stageId: a!.id,
+        fence: a!.fence,
+        outcome: 'succeeded',
+        result: { one: 1 },
+        next: { seq: 2, input: null, error },
+        run: { state: 'failed', error },
+      },
+    ]);
     expect(v).toMatchObject({ accepted: true, nextClaimed: null, nextStageId: null });
     let r = (await store.getRun(run.id))!;
     expect(r.state).toBe('failed');
@@ -130,12 +179,32 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
     const c = cls();
     const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
     const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
-    await store.appendEvents([{ runId: run.id, stageId: a!.id, type: 'tool_request_started', fence: a!.fence, attempt: 1, data: { requestId: 'r1', effectKey: 'order:7' } }]);
+    await store.appendEvents([
+      {
+        runId: run.id,
+        stageId: a!.id,
+        type: 'tool_request_started',
+        fence: a!.fence,
+        attempt: 1,
+        data: { requestId: 'r1', effectKey: 'order:7' },
+      },
+    ]);
     expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:7');
     // A stale token's event never writes the stage's key.
-    await store.appendEvents([{ runId: run.id, stageId: a!.id, type: 'tool_request_started', fence: '0', attempt: 1, data: { requestId: 'r0', effectKey: 'stale' } }]);
+    await store.appendEvents([
+      {
+        runId: run.id,
+        stageId: a!.id,
+        type: 'tool_request_started',
+        fence: '0',
+        attempt: 1,
+        data: { requestId: 'r0', effectKey: 'stale' },
+      },
+    ]);
     expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:7');
-    await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, effectKey: 'order:8', run: { state: 'succeeded' } }]);
+    await store.finish('A', [
+      { stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, effectKey: 'order:8', run: { state: 'succeeded' } },
+    ]);
     expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:8');
   });
 });

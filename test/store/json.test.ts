@@ -20,7 +20,11 @@ describe('toJsonText', () => {
     ['Map', { m: new Map() }, '$.m'],
   ])('refuses %s with the path', (_what, value, path) => {
     expect(() => toJsonText(value)).toThrow(InvalidInputError);
-    try { toJsonText(value); } catch (e) { expect((e as InvalidInputError).path).toBe(path); }
+    try {
+      toJsonText(value);
+    } catch (e) {
+      expect((e as InvalidInputError).path).toBe(path);
+    }
   });
   it('refuses a circular reference', () => {
     const a: Record<string, unknown> = {};

@@ -4,7 +4,14 @@ import { IdempotencyConflictError, type Store } from '../../src/store/index.js';
 import type { StageSpec } from '../../src/store/runs.js';
 
 export const spec = (over: Partial<StageSpec> = {}): StageSpec => ({
-  name: 'step', tool: 'noop', toolClass: 'io', leaseMs: 3000, timeoutMs: 2000, maxDurationMs: 60_000, maxAttempts: 3, ...over,
+  name: 'step',
+  tool: 'noop',
+  toolClass: 'io',
+  leaseMs: 3000,
+  timeoutMs: 2000,
+  maxDurationMs: 60_000,
+  maxAttempts: 3,
+  ...over,
 });
 
 /** The lease protocol, the same tests on every back end (PostgreSQL and PGlite). */
@@ -32,7 +39,12 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
 
     it('claims with a new fence, attempt 1, a lease from the stage, and the database now', async () => {
       const c = cls();
-      const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: { a: 1 }, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })] });
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: { a: 1 },
+        stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })],
+      });
       const [s] = await store.claim({ owner: 'A', toolClass: c, limit: 10 });
       expect(s).toBeDefined();
       expect(s!.state).toBe('running');
@@ -60,9 +72,20 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
 
       const [ext] = await store.extend({ owner: 'A', leases: [{ stageId: a!.id, fence: a!.fence }] });
       expect(ext!.verdict).toBe('lost');
-      const [late] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: { by: 'A' }, run: { state: 'succeeded', result: { by: 'A' } }, data: { resultHash: 'h-a' } }]);
+      const [late] = await store.finish('A', [
+        {
+          stageId: a!.id,
+          fence: a!.fence,
+          outcome: 'succeeded',
+          result: { by: 'A' },
+          run: { state: 'succeeded', result: { by: 'A' } },
+          data: { resultHash: 'h-a' },
+        },
+      ]);
       expect(late!.accepted).toBe(false);
-      const [ok] = await store.finish('B', [{ stageId: b!.id, fence: b!.fence, outcome: 'succeeded', result: { by: 'B' }, run: { state: 'succeeded', result: { by: 'B' } } }]);
+      const [ok] = await store.finish('B', [
+        { stageId: b!.id, fence: b!.fence, outcome: 'succeeded', result: { by: 'B' }, run: { state: 'succeeded', result: { by: 'B' } } },
+      ]);
       expect(ok!.accepted).toBe(true);
 
       const after = (await store.getRun(run.id))!;
@@ -103,19 +126,29 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
 
     it('extends a batch in one call and tells each lease apart', async () => {
       const c = cls();
-      for (let i = 0; i < 3; i++) await store.createRun({ workflow: 'w', definitionHash: 'h', input: { i }, stages: [spec({ toolClass: c })] });
+      for (let i = 0; i < 3; i++)
+        await store.createRun({ workflow: 'w', definitionHash: 'h', input: { i }, stages: [spec({ toolClass: c })] });
       const claimed = await store.claim({ owner: 'A', toolClass: c, limit: 3 });
       expect(claimed).toHaveLength(3);
       const res = await store.extend({
         owner: 'A',
-        leases: [...claimed.map((s) => ({ stageId: s.id, fence: s.fence })), { stageId: claimed[0]!.id, fence: '999999999' }, { stageId: '987654321', fence: '1' }],
+        leases: [
+          ...claimed.map((s) => ({ stageId: s.id, fence: s.fence })),
+          { stageId: claimed[0]!.id, fence: '999999999' },
+          { stageId: '987654321', fence: '1' },
+        ],
       });
       expect(res.map((r) => r.verdict).sort()).toEqual(['extended', 'extended', 'extended', 'lost', 'lost']);
     });
 
     it('an extend past maxDuration ends the attempt (stage_duration_exceeded) and counts it', async () => {
       const c = cls();
-      const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, maxDurationMs: 5000, maxAttempts: 2 }), spec({ toolClass: c, name: 'next' })] });
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        stages: [spec({ toolClass: c, maxDurationMs: 5000, maxAttempts: 2 }), spec({ toolClass: c, name: 'next' })],
+      });
       const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
       for (let i = 0; i < 3; i++) {
         await store.clock.advance(2000);
@@ -145,10 +178,17 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
 
     it('a reclaim that finds the attempt budget spent fails the stage with attempts_exhausted and keeps the last error', async () => {
       const c = cls();
-      const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, maxAttempts: 2 }), spec({ toolClass: c, name: 'after' })] });
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        stages: [spec({ toolClass: c, maxAttempts: 2 }), spec({ toolClass: c, name: 'after' })],
+      });
       const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
       const lastError = { code: 'transient', message: 'upstream 503' };
-      const [retry] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'queued', error: lastError, retryDelayMs: 10_000 }]);
+      const [retry] = await store.finish('A', [
+        { stageId: a!.id, fence: a!.fence, outcome: 'queued', error: lastError, retryDelayMs: 10_000 },
+      ]);
       expect(retry!.accepted).toBe(true);
       expect(await store.claim({ owner: 'A', toolClass: c, limit: 1 })).toEqual([]); // backoff not yet over
       await store.clock.advance(10_001);
@@ -172,14 +212,23 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
 
     it('a finish queues the next stage with its input in the same statement; the last one ends the run', async () => {
       const c = cls();
-      const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: { n: 0 }, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 's2' })] });
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: { n: 0 },
+        stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 's2' })],
+      });
       const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 5 });
-      const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: { n: 1 }, next: { seq: 2, input: { n: 1 } } }]);
+      const [v] = await store.finish('A', [
+        { stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: { n: 1 }, next: { seq: 2, input: { n: 1 } } },
+      ]);
       expect(v).toMatchObject({ accepted: true, nextToolClass: c });
       const [b] = await store.claim({ owner: 'A', toolClass: c, limit: 5 });
       expect(b!.id).toBe(v!.nextStageId);
       expect(b!.input).toEqual({ n: 1 });
-      await store.finish('A', [{ stageId: b!.id, fence: b!.fence, outcome: 'succeeded', result: { n: 2 }, run: { state: 'succeeded', result: { n: 2 } } }]);
+      await store.finish('A', [
+        { stageId: b!.id, fence: b!.fence, outcome: 'succeeded', result: { n: 2 }, run: { state: 'succeeded', result: { n: 2 } } },
+      ]);
       const r = (await store.getRun(run.id))!;
       expect(r.state).toBe('succeeded');
       expect(r.stages.map((s) => s.state)).toEqual(['succeeded', 'succeeded']);
@@ -213,14 +262,25 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
 
     it('refuses illegal transitions with a typed error and changes nothing', async () => {
       const c = cls();
-      const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'p' })] });
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'p' })],
+      });
       const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
       await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: 1, next: { seq: 2, input: {} } }]);
       const before = await counts();
       await expect(store.transitionStage(a!.id, 'running')).rejects.toBeInstanceOf(IllegalTransitionError);
-      await expect(store.transitionStage(a!.id, 'queued')).rejects.toMatchObject({ code: 'illegal_transition', from: 'succeeded', to: 'queued' });
+      await expect(store.transitionStage(a!.id, 'queued')).rejects.toMatchObject({
+        code: 'illegal_transition',
+        from: 'succeeded',
+        to: 'queued',
+      });
       await expect(store.transitionStage('424242424', 'cancelled')).rejects.toBeInstanceOf(UnknownStageError);
-      await expect(store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'pending' as 'queued', result: 1 }])).rejects.toBeInstanceOf(InvalidInputError);
+      await expect(
+        store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'pending' as 'queued', result: 1 }]),
+      ).rejects.toBeInstanceOf(InvalidInputError);
       expect(await counts()).toEqual(before);
       expect((await store.getRun(run.id))!.stages[0]!.state).toBe('succeeded');
       await store.transitionStage((await store.getRun(run.id))!.stages[1]!.id, 'cancelled'); // a legal one works
@@ -232,22 +292,67 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
       circular.self = circular;
       const before = await counts();
       const bad: [string, () => Promise<unknown>, string][] = [
-        ['negative lease', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, leaseMs: -1 })] }), 'createRun.stages[0].leaseMs'],
-        ['NaN timeout', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, timeoutMs: Number.NaN })] }), 'createRun.stages[0].timeoutMs'],
-        ['BigInt input', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: { big: 10n }, stages: [spec({ toolClass: c })] }), 'createRun.input.big'],
-        ['circular input', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: circular, stages: [spec({ toolClass: c })] }), 'createRun.input.self'],
-        ['NUL in a string', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: { s: 'a\u0000b' }, stages: [spec({ toolClass: c })] }), 'createRun.input.s'],
-        ['NUL in a stage input', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c }), spec({ toolClass: c, input: ['\u0000'] })] }), 'createRun.stages[1].input[0]'],
-        ['Date instance', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: { d: new Date() }, stages: [spec({ toolClass: c })] }), 'createRun.input.d'],
+        [
+          'negative lease',
+          () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, leaseMs: -1 })] }),
+          'createRun.stages[0].leaseMs',
+        ],
+        [
+          'NaN timeout',
+          () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c, timeoutMs: Number.NaN })] }),
+          'createRun.stages[0].timeoutMs',
+        ],
+        [
+          'BigInt input',
+          () => store.createRun({ workflow: 'w', definitionHash: 'h', input: { big: 10n }, stages: [spec({ toolClass: c })] }),
+          'createRun.input.big',
+        ],
+        [
+          'circular input',
+          () => store.createRun({ workflow: 'w', definitionHash: 'h', input: circular, stages: [spec({ toolClass: c })] }),
+          'createRun.input.self',
+        ],
+        [
+          'NUL in a string',
+          () => store.createRun({ workflow: 'w', definitionHash: 'h', input: { s: 'a\u0000b' }, stages: [spec({ toolClass: c })] }),
+          'createRun.input.s',
+        ],
+        [
+          'NUL in a stage input',
+          () =>
+            store.createRun({
+              workflow: 'w',
+              definitionHash: 'h',
+              input: {},
+              stages: [spec({ toolClass: c }), spec({ toolClass: c, input: ['\u0000'] })],
+            }),
+          'createRun.stages[1].input[0]',
+        ],
+        [
+          'Date instance',
+          () => store.createRun({ workflow: 'w', definitionHash: 'h', input: { d: new Date() }, stages: [spec({ toolClass: c })] }),
+          'createRun.input.d',
+        ],
         ['no stages', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [] }), 'createRun.stages'],
-        ['unknown field', () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })], lease: 5 } as never), 'createRun'],
+        [
+          'unknown field',
+          () => store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })], lease: 5 } as never),
+          'createRun',
+        ],
         ['claim limit 0', () => store.claim({ owner: 'A', toolClass: c, limit: 0 }), 'claim.limit'],
         ['BigInt result', () => store.finish('A', [{ stageId: '1', fence: '1', outcome: 'succeeded', result: 1n }]), 'finish[0].result'],
         ['non-numeric fence', () => store.extend({ owner: 'A', leases: [{ stageId: '1', fence: 'x' }] }), 'extend.leases[0].fence'],
-        ['negative retry delay', () => store.finish('A', [{ stageId: '1', fence: '1', outcome: 'queued', retryDelayMs: -5 }]), 'finish[0].retryDelayMs'],
+        [
+          'negative retry delay',
+          () => store.finish('A', [{ stageId: '1', fence: '1', outcome: 'queued', retryDelayMs: -5 }]),
+          'finish[0].retryDelayMs',
+        ],
       ];
       for (const [what, call, path] of bad) {
-        const err = await call().then(() => null, (e: unknown) => e);
+        const err = await call().then(
+          () => null,
+          (e: unknown) => e,
+        );
         expect(err, what).toBeInstanceOf(InvalidInputError);
         expect((err as InvalidInputError).code, what).toBe('invalid_input');
         expect((err as InvalidInputError).path, what).toBe(path);
@@ -258,12 +363,25 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
     it('a repeated submit key returns the same run; another body under it is a conflict', async () => {
       const c = cls();
       const key = `key-${c}-${backend}`;
-      const first = await store.createRun({ workflow: 'w', definitionHash: 'h', input: { a: 1 }, idempotencyKey: key, stages: [spec({ toolClass: c })] });
-      const again = await store.createRun({ workflow: 'w', definitionHash: 'h', input: { a: 1 }, idempotencyKey: key, stages: [spec({ toolClass: c })] });
+      const first = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: { a: 1 },
+        idempotencyKey: key,
+        stages: [spec({ toolClass: c })],
+      });
+      const again = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: { a: 1 },
+        idempotencyKey: key,
+        stages: [spec({ toolClass: c })],
+      });
       expect(again).toMatchObject({ id: first.id, created: false });
       const before = await counts();
-      await expect(store.createRun({ workflow: 'w', definitionHash: 'h', input: { a: 2 }, idempotencyKey: key, stages: [spec({ toolClass: c })] }))
-        .rejects.toBeInstanceOf(IdempotencyConflictError);
+      await expect(
+        store.createRun({ workflow: 'w', definitionHash: 'h', input: { a: 2 }, idempotencyKey: key, stages: [spec({ toolClass: c })] }),
+      ).rejects.toBeInstanceOf(IdempotencyConflictError);
       expect(await counts()).toEqual(before);
     });
 

@@ -7,5 +7,11 @@ import { leaseConformance } from './lease-suite.js';
 leaseConformance('PGlite', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'ratchet-lease-'));
   const store = await openStore({ dataDir: dir });
-  return { store, cleanup: async () => { await store.close(); rmSync(dir, { recursive: true, force: true }); } };
+  return {
+    store,
+    cleanup: async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 });

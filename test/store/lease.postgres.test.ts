@@ -5,5 +5,11 @@ import { leaseConformance } from './lease-suite.js';
 leaseConformance('PostgreSQL', async () => {
   const db = await createTestDatabase('lease');
   const store = await openStore({ databaseUrl: db.url });
-  return { store, cleanup: async () => { await store.close(); await db.drop(); } };
+  return {
+    store,
+    cleanup: async () => {
+      await store.close();
+      await db.drop();
+    },
+  };
 });

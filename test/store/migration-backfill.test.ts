@@ -18,7 +18,7 @@ describe('migration 0003 on a database with runs in flight', () => {
     await db?.drop();
   });
 
-  it('gives every stage its run\'s definition hash, and the stages are claimed by a worker that names it', async () => {
+  it("gives every stage its run's definition hash, and the stages are claimed by a worker that names it", async () => {
     db = await createTestDatabase('mig_backfill', { empty: true });
     // The schema as of 0002: the committed migrations up to it.
     cpSync(MIGRATIONS_FOLDER, dir, { recursive: true });
@@ -42,7 +42,8 @@ describe('migration 0003 on a database with runs in flight', () => {
     const store = await openStore({ databaseUrl: db.url, poolSize: 1 });
     try {
       const rows = await store.db.query(
-        `SELECT r.definition_hash AS run, s.definition_hash AS stage FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id`);
+        `SELECT r.definition_hash AS run, s.definition_hash AS stage FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id`,
+      );
       expect(rows).toHaveLength(4);
       for (const row of rows) expect(row.stage).toBe(row.run);
       const got = await store.claim({ owner: 'A', toolClass: 'io', limit: 10, definitions: ['hash-two'] });

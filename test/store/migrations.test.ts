@@ -16,7 +16,9 @@ async function snapshot(q: Queryable) {
   const indexes = await q.query(`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'ratchet' ORDER BY indexname`);
   const constraints = await q.query(`SELECT conname, pg_get_constraintdef(c.oid) AS def FROM pg_constraint c
     JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = 'ratchet' AND c.contype <> 'n' ORDER BY conname`);
-  const functions = await q.query(`SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ratchet' ORDER BY 1`);
+  const functions = await q.query(
+    `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ratchet' ORDER BY 1`,
+  );
   const sequences = await q.query(`SELECT sequence_name FROM information_schema.sequences WHERE sequence_schema = 'ratchet' ORDER BY 1`);
   const [applied] = await q.query(`SELECT count(*)::int AS n FROM drizzle.ratchet_migrations`);
   return { columns, indexes, constraints, functions, sequences, applied: applied!.n };
@@ -48,7 +50,10 @@ describe('migrations', () => {
     dbs.push(db);
     const racers = [0, 1, 2].map(() => spawnTs('test/fixtures/store-process.ts', ['migrate', db.url]));
     const exits = await Promise.all(racers.map((r) => r.exit));
-    expect(exits.map((e) => e.code), racers.map((r) => r.stderr()).join('\n')).toEqual([0, 0, 0]);
+    expect(
+      exits.map((e) => e.code),
+      racers.map((r) => r.stderr()).join('\n'),
+    ).toEqual([0, 0, 0]);
     const store = await openStore({ databaseUrl: db.url, poolSize: 1, migrate: false });
     expect(await snapshot(store.db)).toEqual(reference);
     await store.close();

@@ -23,30 +23,35 @@ describe('priorities at the claim (PostgreSQL)', () => {
     await store?.close();
     await db?.drop();
   });
-  const prioritiesOf = async (ids: string[]) => (await db.query<{ p: number }>(
-    `SELECT priority AS p FROM ratchet.stages WHERE id = ANY($1::bigint[]) ORDER BY id`, [ids])).map((r) => r.p);
+  const prioritiesOf = async (ids: string[]) =>
+    (await db.query<{ p: number }>(`SELECT priority AS p FROM ratchet.stages WHERE id = ANY($1::bigint[]) ORDER BY id`, [ids])).map(
+      (r) => r.p,
+    );
 
   it.each([
     ['the fast claim', {}],
     ['the limited claim', { classConcurrency: 1000 }],
     ['the keyed walk', { keyed: true }],
-  ] as const)('%s takes a burst of high-priority stages before a backlog of low ones, one claim in AGE_SHARE by age', async (label, limits) => {
-    const c = `prio_${label.replace(/\W/g, '_')}`;
-    const keyed = 'keyed' in limits;
-    const key = (i: number) => (keyed ? { concurrencyKey: `k${i % 7}`, concurrencyLimit: 1000 } : {});
-    for (let i = 0; i < 7; i++) await insertQueuedStages(store.db, 300 / 7 | 0, c, { priority: 0, ...key(i) }); // the backlog, older
-    for (let i = 0; i < 7; i++) await insertQueuedStages(store.db, 3, c, { priority: 50, ...key(i) }); // the burst, 21 stages
-    const taken: number[][] = [];
-    for (let i = 0; i < 8; i++) {
-      const got = await store.claim({ owner: 'A', toolClass: c, limit: 3, definitions: ['h'], limits });
-      taken.push(await prioritiesOf(got.map((s) => s.id)));
-    }
-    const byAge = taken.filter((t) => t.every((p) => p === 0));
-    const byPriority = taken.filter((t) => t.every((p) => p === 50));
-    expect(byAge.length + byPriority.length).toBe(8); // each claim took one kind only
-    expect(byAge.length).toBe(8 / AGE_SHARE); // the age share, no more
-    expect(byPriority.flat()).toHaveLength(18);
-  });
+  ] as const)(
+    '%s takes a burst of high-priority stages before a backlog of low ones, one claim in AGE_SHARE by age',
+    async (label, limits) => {
+      const c = `prio_${label.replace(/\W/g, '_')}`;
+      const keyed = 'keyed' in limits;
+      const key = (i: number) => (keyed ? { concurrencyKey: `k${i % 7}`, concurrencyLimit: 1000 } : {});
+      for (let i = 0; i < 7; i++) await insertQueuedStages(store.db, (300 / 7) | 0, c, { priority: 0, ...key(i) }); // the backlog, older
+      for (let i = 0; i < 7; i++) await insertQueuedStages(store.db, 3, c, { priority: 50, ...key(i) }); // the burst, 21 stages
+      const taken: number[][] = [];
+      for (let i = 0; i < 8; i++) {
+        const got = await store.claim({ owner: 'A', toolClass: c, limit: 3, definitions: ['h'], limits });
+        taken.push(await prioritiesOf(got.map((s) => s.id)));
+      }
+      const byAge = taken.filter((t) => t.every((p) => p === 0));
+      const byPriority = taken.filter((t) => t.every((p) => p === 50));
+      expect(byAge.length + byPriority.length).toBe(8); // each claim took one kind only
+      expect(byAge.length).toBe(8 / AGE_SHARE); // the age share, no more
+      expect(byPriority.flat()).toHaveLength(18);
+    },
+  );
 
   it('a low-priority stage under a constant stream of higher ones is claimed within AGE_SHARE claims once it is the oldest', async () => {
     const c = 'prio_stream';
@@ -75,7 +80,13 @@ describe('priorities at the claim (PostgreSQL)', () => {
         await c.query(`PREPARE p AS ${text}`);
         try {
           await c.query(`SET plan_cache_mode = force_generic_plan`);
-          return (await c.query(`EXPLAIN EXECUTE p(${params.map((p) => (Array.isArray(p) ? `ARRAY[${p.map((x) => `'${x}'`).join(',')}]` : `'${p}'`)).join(',')})`)).rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
+          return (
+            await c.query(
+              `EXPLAIN EXECUTE p(${params.map((p) => (Array.isArray(p) ? `ARRAY[${p.map((x) => `'${x}'`).join(',')}]` : `'${p}'`)).join(',')})`,
+            )
+          ).rows
+            .map((r: Record<string, string>) => r['QUERY PLAN'])
+            .join('\n');
         } finally {
           await c.query('DEALLOCATE p');
           await c.query('RESET plan_cache_mode');
@@ -85,8 +96,12 @@ describe('priorities at the claim (PostgreSQL)', () => {
       expect(fast, fast).toContain('stages_queued_priority_idx');
       // Each due range is read in index order from the priority index, at most rangeLimit rows; never a bitmap
       // scan of the whole due backlog then a sort (any Sort left is over at most rangeLimit rows per range).
-      expect(fast).toMatch(/Index (Only )?Scan using stages_queued_priority_idx[^\n]*\n\s*Index Cond: \(\(tool_class = \$2\) AND \(definition_hash = \(\$3\)\[1\]\)/);
-      expect(fast).toMatch(/Index (Only )?Scan using stages_queued_priority_idx[^\n]*\n\s*Index Cond: \(\(tool_class = \$2\) AND \(definition_hash = \(\$3\)\[2\]\)/);
+      expect(fast).toMatch(
+        /Index (Only )?Scan using stages_queued_priority_idx[^\n]*\n\s*Index Cond: \(\(tool_class = \$2\) AND \(definition_hash = \(\$3\)\[1\]\)/,
+      );
+      expect(fast).toMatch(
+        /Index (Only )?Scan using stages_queued_priority_idx[^\n]*\n\s*Index Cond: \(\(tool_class = \$2\) AND \(definition_hash = \(\$3\)\[2\]\)/,
+      );
       expect(fast).not.toContain('Bitmap');
       const aged = await explain(claimSql(10, 1, 'age'), ['A', 'prio_plan', ['h']]);
       expect(aged).toContain('stages_queued_claim_idx');

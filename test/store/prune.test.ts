@@ -12,8 +12,12 @@ import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
 const quick = defineToolClass({ name: 'prune-quick', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
 const step = defineTool({
-  name: 'step', description: 'returns its input', class: quick,
-  input: z.object({ n: z.number() }), output: z.object({ n: z.number() }), run: async (i) => i,
+  name: 'step',
+  description: 'returns its input',
+  class: quick,
+  input: z.object({ n: z.number() }),
+  output: z.object({ n: z.number() }),
+  run: async (i) => i,
 });
 const work = defineWorkflow({ name: 'work', input: z.object({ n: z.number() }), steps: [{ tool: step }, { name: 'again', tool: step }] });
 
@@ -22,18 +26,24 @@ const FINISHED_STATES = ['succeeded', 'failed', 'cancelled', 'expired'];
 
 /** Everything about the runs of one workflow, their stages and their events, as one hash: "untouched" means equal. */
 async function fingerprint(q: Pick<TestDatabase, 'query'>, workflow: string): Promise<{ runs: number; hash: string }> {
-  const [row] = await q.query(`
+  const [row] = await q.query(
+    `
     SELECT (SELECT count(*)::int FROM ratchet.runs WHERE workflow = $1) AS runs,
       md5(coalesce((SELECT string_agg(r::text, '|' ORDER BY r.id) FROM ratchet.runs r WHERE r.workflow = $1), '') ||
           coalesce((SELECT string_agg(s::text, '|' ORDER BY s.id) FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE r.workflow = $1), '') ||
           coalesce((SELECT string_agg(e::text, '|' ORDER BY e.id) FROM ratchet.events e JOIN ratchet.runs r ON r.id = e.run_id WHERE r.workflow = $1), ''))
-        AS hash`, [workflow]);
+        AS hash`,
+    [workflow],
+  );
   return row as { runs: number; hash: string };
 }
 
-const orphans = async (q: Pick<TestDatabase, 'query'>) => (await q.query(`
+const orphans = async (q: Pick<TestDatabase, 'query'>) =>
+  (
+    await q.query(`
   SELECT (SELECT count(*)::int FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)) AS events,
-    (SELECT count(*)::int FROM ratchet.stages s WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = s.run_id)) AS stages`))[0];
+    (SELECT count(*)::int FROM ratchet.stages s WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = s.run_id)) AS stages`)
+  )[0];
 
 describe('prune on PostgreSQL: 100,000 finished runs', () => {
   let db: TestDatabase;
@@ -48,9 +58,18 @@ describe('prune on PostgreSQL: 100,000 finished runs', () => {
     // and 300 unfinished ones created 90 days ago (queued and running, of a class no worker serves).
     expect(await insertRuns(db, { count: FIXTURE, createdAgoMs: 60 * DAY_MS, workflow: 'old' })).toBe(FIXTURE);
     await insertRuns(db, { count: 1000, createdAgoMs: DAY_MS, workflow: 'recent' });
-    await insertRuns(db, { count: 300, createdAgoMs: 90 * DAY_MS, finished: false, states: ['queued', 'running'], workflow: 'unfinished', toolClass: 'nobody' });
+    await insertRuns(db, {
+      count: 300,
+      createdAgoMs: 90 * DAY_MS,
+      finished: false,
+      states: ['queued', 'running'],
+      workflow: 'unfinished',
+      toolClass: 'nobody',
+    });
     // A run that runs again (a retry) while an old finished_at is still on its row: its state decides, not the date.
-    await db.query(`UPDATE ratchet.runs SET finished_at = created_at + interval '1 minute' WHERE workflow = 'unfinished' AND state = 'running'`);
+    await db.query(
+      `UPDATE ratchet.runs SET finished_at = created_at + interval '1 minute' WHERE workflow = 'unfinished' AND state = 'running'`,
+    );
     await db.query('ANALYZE ratchet.runs, ratchet.stages, ratchet.events'); // as autovacuum would after a bulk load
   }, 180_000);
   afterAll(async () => {
@@ -89,7 +108,8 @@ describe('prune on PostgreSQL: 100,000 finished runs', () => {
     const batches: PruneBatch[] = [];
     let betweenBatches: string | undefined;
     const doneBefore = async () =>
-      (await r.store.db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'work' AND state = 'succeeded'`))[0]!.n as number;
+      (await r.store.db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'work' AND state = 'succeeded'`))[0]!
+        .n as number;
     const finishedAtStart = await doneBefore();
     let finishedDuring = 0;
     const res = await r.store.prune({
@@ -99,7 +119,7 @@ describe('prune on PostgreSQL: 100,000 finished runs', () => {
         batches.push(b);
         if (b.batch === 2) {
           const { id } = await r.submit('work', { n: -1 });
-          betweenBatches = (await until('a run between two batches', async () => (await r.getRun(id))?.state === 'succeeded' && id, 30_000));
+          betweenBatches = await until('a run between two batches', async () => (await r.getRun(id))?.state === 'succeeded' && id, 30_000);
         }
         if (b.batch === 100) finishedDuring = (await doneBefore()) - finishedAtStart;
       },
@@ -124,12 +144,18 @@ describe('prune on PostgreSQL: 100,000 finished runs', () => {
     // Every run submitted meanwhile ends succeeded, with its history.
     const ids = [...submitted, betweenBatches!];
     expect(submitted.length).toBeGreaterThan(0);
-    await until('new runs finished', async () => {
-      const [c] = await db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state = 'succeeded'`, [ids]);
-      return c!.n === ids.length;
-    }, 60_000);
+    await until(
+      'new runs finished',
+      async () => {
+        const [c] = await db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state = 'succeeded'`, [ids]);
+        return c!.n === ids.length;
+      },
+      60_000,
+    );
     const [ev] = await db.query(
-      `SELECT count(DISTINCT run_id)::int AS n FROM ratchet.events WHERE run_id = ANY($1::uuid[]) AND type = 'run_submitted'`, [ids]);
+      `SELECT count(DISTINCT run_id)::int AS n FROM ratchet.events WHERE run_id = ANY($1::uuid[]) AND type = 'run_submitted'`,
+      [ids],
+    );
     expect(ev!.n).toBe(ids.length);
 
     // Once released, the held run goes too.
@@ -176,8 +202,10 @@ describe('prune on the embedded store (PGlite)', () => {
     expect(res.batches).toBe(2 * Math.ceil(10 / 3) + (10 % 3 === 0 ? 2 : 0));
     const left = await store.db.query(`SELECT workflow, state, count(*)::int AS n FROM ratchet.runs GROUP BY 1, 2 ORDER BY 1, 2`);
     expect(left).toEqual([
-      { workflow: 'old', state: 'cancelled', n: 10 }, { workflow: 'old', state: 'expired', n: 10 },
-      { workflow: 'open', state: 'queued', n: 3 }, { workflow: 'open', state: 'running', n: 3 },
+      { workflow: 'old', state: 'cancelled', n: 10 },
+      { workflow: 'old', state: 'expired', n: 10 },
+      { workflow: 'open', state: 'queued', n: 3 },
+      { workflow: 'open', state: 'running', n: 3 },
       ...[...FINISHED_STATES].sort().map((state) => ({ workflow: 'young', state, n: 2 })),
     ]);
     // maxBatchesPerState bounds the work (the sweeper's tick) and says when more remains.

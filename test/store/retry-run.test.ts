@@ -11,26 +11,39 @@ describe.each(['pglite', 'postgres'] as const)('retryRun on %s', (kind) => {
   let r: Ratchet;
   beforeAll(async () => {
     if (kind === 'postgres') db = await createTestDatabase('retry_run');
-    r = await createRatchet({ ...(db ? { databaseUrl: db.url } : { dataDir: ':memory:' }), workflows: apiWorkflows, logger: silentLogger() });
+    r = await createRatchet({
+      ...(db ? { databaseUrl: db.url } : { dataDir: ':memory:' }),
+      workflows: apiWorkflows,
+      logger: silentLogger(),
+    });
     await r.worker({ classes: ['quick'], pollIntervalMs: 50 }).start();
   });
   afterAll(async () => {
     await r?.close();
     await db?.drop();
   });
-  const ended = (id: string) => until('ended', async () => {
-    const run = await r.getRun(id);
-    return run && ['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state) ? run : null;
-  });
+  const ended = (id: string) =>
+    until('ended', async () => {
+      const run = await r.getRun(id);
+      return run && ['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state) ? run : null;
+    });
 
   it('moves a failed run on from its failed stage with a fresh budget; later stages are re-planned', async () => {
     owe(`${kind}-a`, 2);
     const { id } = await r.submit('flaky', { key: `${kind}-a` });
     expect((await ended(id)).state).toBe('failed');
     const res = await r.retry(id);
-    expect(res).toMatchObject({ retried: true, previousState: 'failed', reason: null, stage: { seq: 1, tool: 'flaky', toolClass: 'quick', attemptsUsed: 2 } });
+    expect(res).toMatchObject({
+      retried: true,
+      previousState: 'failed',
+      reason: null,
+      stage: { seq: 1, tool: 'flaky', toolClass: 'quick', attemptsUsed: 2 },
+    });
     const after = await r.store.getRun(id);
-    expect(after!.stages.map((s) => [s.state, s.attempt])).toEqual([[expect.stringMatching(/queued|running|succeeded/), expect.any(Number)], [expect.stringMatching(/pending|queued|running|succeeded/), expect.any(Number)]]);
+    expect(after!.stages.map((s) => [s.state, s.attempt])).toEqual([
+      [expect.stringMatching(/queued|running|succeeded/), expect.any(Number)],
+      [expect.stringMatching(/pending|queued|running|succeeded/), expect.any(Number)],
+    ]);
     const done = await ended(id);
     expect(done.state).toBe('succeeded');
     expect(done.error).toBeNull();

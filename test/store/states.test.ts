@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { IllegalTransitionError } from '../../src/errors.js';
-import { assertTransition, canTransition, RUN_TRANSITIONS, sourcesOf, STAGE_TRANSITIONS, TERMINAL_STAGE_STATES } from '../../src/planner/states.js';
+import {
+  assertTransition,
+  canTransition,
+  RUN_TRANSITIONS,
+  sourcesOf,
+  STAGE_TRANSITIONS,
+  TERMINAL_STAGE_STATES,
+} from '../../src/planner/states.js';
 
 describe('the state table', () => {
   it('allows the protocol transitions and nothing out of a finished stage but an explicit retry', () => {

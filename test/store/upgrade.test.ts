@@ -27,37 +27,79 @@ const journal = JSON.parse(readFileSync(join(MIGRATIONS_FOLDER, 'meta/_journal.j
 
 const io = defineToolClass({ name: 'upgrade-io', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
 const n = z.object({ n: z.number() });
-const first = defineTool({ name: 'upgrade_first', description: 'first', class: io, input: n, output: n, run: async (i) => ({ n: i.n + 1 }) });
-const second = defineTool({ name: 'upgrade_second', description: 'second', class: io, input: n, output: n, run: async (i) => ({ n: i.n * 10 }) });
+const first = defineTool({
+  name: 'upgrade_first',
+  description: 'first',
+  class: io,
+  input: n,
+  output: n,
+  run: async (i) => ({ n: i.n + 1 }),
+});
+const second = defineTool({
+  name: 'upgrade_second',
+  description: 'second',
+  class: io,
+  input: n,
+  output: n,
+  run: async (i) => ({ n: i.n * 10 }),
+});
 const wf = defineWorkflow({ name: 'upgrade', input: n, steps: [{ tool: first }, { tool: second }] });
 
 /** What the previous release wrote for a run of `wf` in a given phase (its columns only, nothing newer). */
 async function oldRelease(c: pg.Client, i: number, phase: 'queued' | 'expired_lease' | 'live_lease' | 'second_queued'): Promise<string> {
   const id = `00000000-0000-7000-8000-${String(i).padStart(12, '0')}`;
   const runState = phase === 'queued' ? 'queued' : 'running';
-  await c.query(`INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, created_at, updated_at)
-    VALUES ($1, 'upgrade', $2, $3, $4, ratchet.db_now(), ratchet.db_now())`, [id, wf.hash, JSON.stringify({ n: i }), runState]);
+  await c.query(
+    `INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, created_at, updated_at)
+    VALUES ($1, 'upgrade', $2, $3, $4, ratchet.db_now(), ratchet.db_now())`,
+    [id, wf.hash, JSON.stringify({ n: i }), runState],
+  );
   /** One stage row; `more` adds columns (name -> SQL value, parameters from $8 on). */
-  const stage = (seq: number, tool: string, state: string, stageInput: string | null, more: Record<string, string> = {}, values: unknown[] = []) =>
-    c.query(`INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
-        max_attempts, idempotency_key, input, available_at${Object.keys(more).map((k) => `, ${k}`).join('')})
-      VALUES ($1, $2, $3, $4, $4, 'upgrade-io', $5, 3000, 5000, 30000, 3, $6, $7, ratchet.db_now()${Object.values(more).map((v) => `, ${v}`).join('')})`,
-    [id, wf.hash, seq, tool, state, `${id}:${seq}:${tool}`, stageInput, ...values]);
+  const stage = (
+    seq: number,
+    tool: string,
+    state: string,
+    stageInput: string | null,
+    more: Record<string, string> = {},
+    values: unknown[] = [],
+  ) =>
+    c.query(
+      `INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+        max_attempts, idempotency_key, input, available_at${Object.keys(more)
+          .map((k) => `, ${k}`)
+          .join('')})
+      VALUES ($1, $2, $3, $4, $4, 'upgrade-io', $5, 3000, 5000, 30000, 3, $6, $7, ratchet.db_now()${Object.values(more)
+        .map((v) => `, ${v}`)
+        .join('')})`,
+      [id, wf.hash, seq, tool, state, `${id}:${seq}:${tool}`, stageInput, ...values],
+    );
   const input = JSON.stringify({ n: i });
   if (phase === 'queued') {
     await stage(1, 'upgrade_first', 'queued', input);
     await stage(2, 'upgrade_second', 'pending', null);
   } else if (phase === 'second_queued') {
-    await stage(1, 'upgrade_first', 'succeeded', input,
-      { result: '$8::jsonb', attempt: '1', finished_at: 'ratchet.db_now()' }, [JSON.stringify({ n: i + 1 })]);
+    await stage(1, 'upgrade_first', 'succeeded', input, { result: '$8::jsonb', attempt: '1', finished_at: 'ratchet.db_now()' }, [
+      JSON.stringify({ n: i + 1 }),
+    ]);
     await stage(2, 'upgrade_second', 'queued', input); // a step without an input function gets the run's input
   } else {
     // A worker of the old release holds (or held) the first stage's lease, and is gone.
     const leaseMs = phase === 'expired_lease' ? -1000 : 2000;
-    await stage(1, 'upgrade_first', 'running', input, {
-      owner_id: '$8', fence: `nextval('ratchet.fence_seq')`, attempt: '1', lease_until: `ratchet.db_now() + $9::int * interval '1 millisecond'`,
-      heartbeat_at: 'ratchet.db_now()', claimed_at: 'ratchet.db_now()',
-    }, ['old-release:4242:deadbeef', leaseMs]);
+    await stage(
+      1,
+      'upgrade_first',
+      'running',
+      input,
+      {
+        owner_id: '$8',
+        fence: `nextval('ratchet.fence_seq')`,
+        attempt: '1',
+        lease_until: `ratchet.db_now() + $9::int * interval '1 millisecond'`,
+        heartbeat_at: 'ratchet.db_now()',
+        claimed_at: 'ratchet.db_now()',
+      },
+      ['old-release:4242:deadbeef', leaseMs],
+    );
     await stage(2, 'upgrade_second', 'pending', null);
   }
   return id;
@@ -79,7 +121,10 @@ describe('upgrading from the previous release with runs in flight', () => {
     expect(journal.entries.length, 'this release adds migrations after the previous one').toBeGreaterThan(last!.idx + 1);
     db = await createTestDatabase('upgrade', { empty: true });
     cpSync(MIGRATIONS_FOLDER, dir, { recursive: true });
-    writeFileSync(join(dir, 'meta/_journal.json'), JSON.stringify({ ...journal, entries: journal.entries.filter((e) => e.idx <= last!.idx) }));
+    writeFileSync(
+      join(dir, 'meta/_journal.json'),
+      JSON.stringify({ ...journal, entries: journal.entries.filter((e) => e.idx <= last!.idx) }),
+    );
     const c = new pg.Client({ connectionString: db.url });
     await c.connect();
     const ids: string[] = [];
@@ -107,10 +152,14 @@ describe('upgrading from the previous release with runs in flight', () => {
 
     await r.worker({ pollIntervalMs: 50, sweepIntervalMs: 100 }).start();
     await r.store.clock.advance(5000); // the live leases of the dead old worker lapse
-    await until('every run succeeded', async () => {
-      const rows = await db!.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE state = 'succeeded'`);
-      return rows[0]!.n === ids.length;
-    }, 45_000);
+    await until(
+      'every run succeeded',
+      async () => {
+        const rows = await db!.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE state = 'succeeded'`);
+        return rows[0]!.n === ids.length;
+      },
+      45_000,
+    );
     for (const [k, id] of ids.entries()) {
       const run = await r.getRun(id);
       expect(run!.result, id).toEqual({ n: (k + 1) * 10 }); // the second step's output on the run's input
@@ -130,7 +179,9 @@ const UNSAFE: [RegExp, string][] = [
 ];
 
 describe('migrations are forward-only and safe under running older workers', () => {
-  const files = readdirSync(MIGRATIONS_FOLDER).filter((f) => f.endsWith('.sql') && f >= FORWARD_ONLY_SINCE).sort();
+  const files = readdirSync(MIGRATIONS_FOLDER)
+    .filter((f) => f.endsWith('.sql') && f >= FORWARD_ONLY_SINCE)
+    .sort();
 
   it('every migration since the rule has a file, and the journal lists them in order', () => {
     expect(files.length).toBeGreaterThan(0);
@@ -140,11 +191,14 @@ describe('migrations are forward-only and safe under running older workers', () 
   });
 
   it.each(files)('%s drops, renames and retypes nothing; a new column is nullable or has a default', (f) => {
-    const statements = readFileSync(join(MIGRATIONS_FOLDER, f), 'utf8').replace(/--[^\n]*$/gm, '').split('--> statement-breakpoint');
+    const statements = readFileSync(join(MIGRATIONS_FOLDER, f), 'utf8')
+      .replace(/--[^\n]*$/gm, '')
+      .split('--> statement-breakpoint');
     for (const s of statements) {
       for (const [pattern, why] of UNSAFE) expect(pattern.test(s), `${f}: ${why}:\n${s.trim()}`).toBe(false);
       for (const add of s.match(/ADD\s+COLUMN[^,;]*/gi) ?? []) {
-        if (/NOT\s+NULL/i.test(add)) expect(/DEFAULT/i.test(add), `${f}: a NOT NULL column without a default breaks older writers:\n${add}`).toBe(true);
+        if (/NOT\s+NULL/i.test(add))
+          expect(/DEFAULT/i.test(add), `${f}: a NOT NULL column without a default breaks older writers:\n${add}`).toBe(true);
       }
     }
   });

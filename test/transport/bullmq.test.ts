@@ -9,14 +9,20 @@ import { transportConformance } from './conformance.js';
 
 const prefix = () => `ratchet-test-${randomBytes(4).toString('hex')}`;
 const redis = new URL(REDIS_URL);
-const queueFor = (p: string, cls: string) => new Queue(`class-${cls}`, { prefix: p, connection: { host: redis.hostname, port: Number(redis.port) } });
+const queueFor = (p: string, cls: string) =>
+  new Queue(`class-${cls}`, { prefix: p, connection: { host: redis.hostname, port: Number(redis.port) } });
 
-transportConformance('bullmq', async () => createBullmqTransport({ redisUrl: REDIS_URL, prefix: prefix(), logger: silentLogger(), dueIn: async () => 0 }));
+transportConformance('bullmq', async () =>
+  createBullmqTransport({ redisUrl: REDIS_URL, prefix: prefix(), logger: silentLogger(), dueIn: async () => 0 }),
+);
 
 describe('BullMQ specifics', () => {
   const queues: Queue[] = [];
   afterAll(async () => {
-    for (const q of queues) { await q.obliterate({ force: true }).catch(() => {}); await q.close(); }
+    for (const q of queues) {
+      await q.obliterate({ force: true }).catch(() => {});
+      await q.close();
+    }
   });
 
   it('one queue per class, job id <stage>-<attempt>, ids only in the data, repeats collapse', async () => {
@@ -42,14 +48,24 @@ describe('BullMQ specifics', () => {
     const p = prefix();
     let dueChecks = 0;
     // The database says the stage is due only from the second look on (its clock is ahead of Redis's timer).
-    const t = createBullmqTransport({ redisUrl: REDIS_URL, prefix: p, logger: silentLogger(), dueIn: async () => (dueChecks++ === 0 ? 400 : 0) });
+    const t = createBullmqTransport({
+      redisUrl: REDIS_URL,
+      prefix: p,
+      logger: silentLogger(),
+      dueIn: async () => (dueChecks++ === 0 ? 400 : 0),
+    });
     const q = queueFor(p, 'io');
     queues.push(q);
     try {
       const woken: number[] = [];
       let release!: () => void;
-      const claimTried = new Promise<void>((r) => { release = r; });
-      await t.subscribe('io', async () => { woken.push(Date.now()); await claimTried; });
+      const claimTried = new Promise<void>((r) => {
+        release = r;
+      });
+      await t.subscribe('io', async () => {
+        woken.push(Date.now());
+        await claimTried;
+      });
       await new Promise((r) => setTimeout(r, 200));
       const sent = Date.now();
       t.notify('io', { stageId: '7', attempt: 1 }, 50); // a retry's delay, shorter than the database says

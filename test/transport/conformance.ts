@@ -25,8 +25,12 @@ export function transportConformance(name: string, make: () => Promise<Transport
       const t = await mk();
       const got: StageReady[] = [];
       const other: StageReady[] = [];
-      await t.subscribe('alpha', async (r) => { if (r) got.push(r); });
-      await t.subscribe('beta', async (r) => { if (r) other.push(r); });
+      await t.subscribe('alpha', async (r) => {
+        if (r) got.push(r);
+      });
+      await t.subscribe('beta', async (r) => {
+        if (r) other.push(r);
+      });
       await new Promise((r) => setTimeout(r, 200)); // subscribers ready
       t.notify('alpha', { stageId: '101', attempt: 1 });
       await until(() => got.length > 0);
@@ -39,7 +43,9 @@ export function transportConformance(name: string, make: () => Promise<Transport
     it('holds a delayed wake-up until its delay has passed', async () => {
       const t = await mk();
       const at: number[] = [];
-      await t.subscribe('alpha', async () => { at.push(Date.now()); });
+      await t.subscribe('alpha', async () => {
+        at.push(Date.now());
+      });
       await new Promise((r) => setTimeout(r, 200));
       const sent = Date.now();
       t.notify('alpha', { stageId: '102', attempt: 2 }, 700);
@@ -50,7 +56,9 @@ export function transportConformance(name: string, make: () => Promise<Transport
     it('stops delivering after unsubscribe, and notify never throws, even after close', async () => {
       const t = await mk();
       const got: StageReady[] = [];
-      const unsubscribe = t.subscribe('alpha', async (r) => { if (r) got.push(r); });
+      const unsubscribe = t.subscribe('alpha', async (r) => {
+        if (r) got.push(r);
+      });
       await new Promise((r) => setTimeout(r, 200));
       await unsubscribe();
       t.notify('alpha', { stageId: '103', attempt: 1 });

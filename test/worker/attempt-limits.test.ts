@@ -19,17 +19,28 @@ const note = (tool: string, what: string) => (seen[tool] ??= []).push(what);
 
 /** timeout 4 s < maxDuration 5 s: a 3 s reconcile then a run that does not end passes 5 s first. */
 const bounded = defineToolClass({
-  name: 'bounded', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '4s', maxDuration: '5s',
+  name: 'bounded',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '4s',
+  maxDuration: '5s',
   retry: { maxAttempts: 2, backoff: { initial: '50ms', jitter: 0 } },
 });
 const overrun = defineTool({
-  name: 'overrun', description: 'reconcile 3 s, then a run that waits for its signal', class: bounded, input: empty, output: empty,
+  name: 'overrun',
+  description: 'reconcile 3 s, then a run that waits for its signal',
+  class: bounded,
+  input: empty,
+  output: empty,
   run: async (_i, ctx) => {
     if (ctx.attempt === 1) {
       ctx.beginEffect('create');
       throw new TransientError('connection reset after the request was sent', { code: 'connection_reset' });
     }
-    const reason = await new Promise<string>((resolve) => ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }));
+    const reason = await new Promise<string>((resolve) =>
+      ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
+    );
     note('overrun', reason);
     throw ctx.signal.reason;
   },
@@ -41,7 +52,12 @@ const overrun = defineTool({
 
 /** timeout 1.5 s each for reconcile and run. */
 const brisk = defineToolClass({
-  name: 'brisk', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '1500ms', maxDuration: '30s',
+  name: 'brisk',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '1500ms',
+  maxDuration: '30s',
   retry: { maxAttempts: 3, backoff: { initial: '50ms', jitter: 0 } },
 });
 const effectThenFail = (ctx: { attempt: number; beginEffect(id: string): void }) => {
@@ -49,7 +65,11 @@ const effectThenFail = (ctx: { attempt: number; beginEffect(id: string): void })
   throw new TransientError('connection reset after the request was sent', { code: 'connection_reset' });
 };
 const slowBoth = defineTool({
-  name: 'slow_both', description: 'reconcile 1 s, run 1 s: each within 1.5 s, together past it', class: brisk, input: empty, output: z.object({ attempt: z.number() }),
+  name: 'slow_both',
+  description: 'reconcile 1 s, run 1 s: each within 1.5 s, together past it',
+  class: brisk,
+  input: empty,
+  output: z.object({ attempt: z.number() }),
   run: async (_i, ctx) => {
     if (ctx.attempt === 1) effectThenFail(ctx);
     await sleep(1000);
@@ -61,7 +81,10 @@ const slowBoth = defineTool({
   },
 });
 const hangingReconcile = defineTool({
-  name: 'hanging_reconcile', description: 'reconcile ignores its signal on attempt 2, answers on attempt 3', class: brisk, input: empty,
+  name: 'hanging_reconcile',
+  description: 'reconcile ignores its signal on attempt 2, answers on attempt 3',
+  class: brisk,
+  input: empty,
   output: z.object({ via: z.string(), attempt: z.number() }),
   run: async (_i, ctx) => {
     effectThenFail(ctx);
@@ -80,7 +103,11 @@ describe('timeout per call, maxDuration per attempt', () => {
   let r: Ratchet;
   beforeAll(async () => {
     db = await createTestDatabase('attempt_limits');
-    r = await createRatchet({ databaseUrl: db.url, workflows: [wf('overrun', overrun), wf('slow-both', slowBoth), wf('hanging-reconcile', hangingReconcile)], logger: silentLogger() });
+    r = await createRatchet({
+      databaseUrl: db.url,
+      workflows: [wf('overrun', overrun), wf('slow-both', slowBoth), wf('hanging-reconcile', hangingReconcile)],
+      logger: silentLogger(),
+    });
     await r.worker({ pollIntervalMs: 50 }).start();
   });
   afterAll(async () => {

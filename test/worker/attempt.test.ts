@@ -14,11 +14,34 @@ import { runGuarded } from '../../src/worker/run-guarded.js';
  */
 const events = { push: () => {} } as unknown as EventWriter;
 const stage = (id: string): ClaimedStage => ({
-  id, runId: '00000000-0000-7000-8000-000000000000', seq: 1, name: 's', tool: 't', toolClass: 'c', state: 'running', fence: id,
-  attempt: 1, maxAttempts: 3, input: {}, idempotencyKey: 'k', leaseUntil: new Date(Date.now() + 60_000), leaseMs: 60_000,
-  timeoutMs: 60_000, maxDurationMs: 120_000, claimedAt: new Date(), firstClaimedAt: new Date(), error: null, previousState: 'queued',
-  previousFence: null, dbNow: new Date(), workflow: 'w', definitionHash: 'h', runInput: {}, runDeadline: null,
-  confirmedUntil: performance.now() + 59_000, sentAt: performance.now(),
+  id,
+  runId: '00000000-0000-7000-8000-000000000000',
+  seq: 1,
+  name: 's',
+  tool: 't',
+  toolClass: 'c',
+  state: 'running',
+  fence: id,
+  attempt: 1,
+  maxAttempts: 3,
+  input: {},
+  idempotencyKey: 'k',
+  leaseUntil: new Date(Date.now() + 60_000),
+  leaseMs: 60_000,
+  timeoutMs: 60_000,
+  maxDurationMs: 120_000,
+  claimedAt: new Date(),
+  firstClaimedAt: new Date(),
+  error: null,
+  previousState: 'queued',
+  previousFence: null,
+  dbNow: new Date(),
+  workflow: 'w',
+  definitionHash: 'h',
+  runInput: {},
+  runDeadline: null,
+  confirmedUntil: performance.now() + 59_000,
+  sentAt: performance.now(),
 });
 const never = () => new Promise<never>(() => {}); // a tool deaf to its signal
 
@@ -27,7 +50,10 @@ describe('Attempt: aborts escalate past ownership_unknown', () => {
     it(`${reason} after ownership_unknown ends the attempt: the call is no longer waited for`, async () => {
       const a = new Attempt(stage('1'), 1000, events, silentLogger());
       try {
-        const call = runGuarded(a, never, 'the tool', 60_000).then(() => null, (e: unknown) => e);
+        const call = runGuarded(a, never, 'the tool', 60_000).then(
+          () => null,
+          (e: unknown) => e,
+        );
         a.abort('ownership_unknown');
         expect(a.finalReason).toBeNull(); // only informs the tool
         expect(a.timedOut()).toBe(false);
@@ -40,7 +66,16 @@ describe('Attempt: aborts escalate past ownership_unknown', () => {
         expect(() => a.beginEffect('late')).toThrow(expect.objectContaining({ code: reason }));
         // A later call is refused without starting; a second final reason changes nothing.
         let started = false;
-        await expect(runGuarded(a, async () => { started = true; }, 'later', 60_000)).rejects.toMatchObject({ code: reason });
+        await expect(
+          runGuarded(
+            a,
+            async () => {
+              started = true;
+            },
+            'later',
+            60_000,
+          ),
+        ).rejects.toMatchObject({ code: reason });
         expect(started).toBe(false);
         a.abort('shutdown');
         expect(a.finalReason).toBe(reason);
@@ -58,7 +93,10 @@ describe('Attempt: aborts escalate past ownership_unknown', () => {
       const finals: string[] = [];
       a.onFinal((e) => finals.push(e.reason));
       const t0 = performance.now();
-      await expect(runGuarded(a, never, 'run', 100)).rejects.toMatchObject({ code: 'timeout', message: 'run passed its time limit of 100 ms' });
+      await expect(runGuarded(a, never, 'run', 100)).rejects.toMatchObject({
+        code: 'timeout',
+        message: 'run passed its time limit of 100 ms',
+      });
       expect(performance.now() - t0).toBeGreaterThanOrEqual(95);
       expect(finals).toEqual(['timeout']);
     } finally {

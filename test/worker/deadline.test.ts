@@ -23,17 +23,34 @@ const long = defineToolClass({ name: 'dl_long', lease: '1h', heartbeat: '1s', ji
 const reasons: string[] = [];
 const empty = z.object({}).passthrough();
 const failOnce = defineTool({
-  name: 'fail_once', description: 'a 503 on attempt 1', class: later, input: empty, output: empty,
+  name: 'fail_once',
+  description: 'a 503 on attempt 1',
+  class: later,
+  input: empty,
+  output: empty,
   run: async (_i, ctx) => {
     if (ctx.attempt === 1) throw new TransientError('upstream 503', { code: 'upstream_503' });
     return {};
   },
 });
-const unserved = defineTool({ name: 'unserved', description: 'no worker serves its class', class: orphan, input: empty, output: empty, run: async () => ({}) });
+const unserved = defineTool({
+  name: 'unserved',
+  description: 'no worker serves its class',
+  class: orphan,
+  input: empty,
+  output: empty,
+  run: async () => ({}),
+});
 const waitAbort = defineTool({
-  name: 'wait_abort', description: 'runs until its signal aborts', class: long, input: empty, output: empty,
+  name: 'wait_abort',
+  description: 'runs until its signal aborts',
+  class: long,
+  input: empty,
+  output: empty,
   run: async (_i, ctx) => {
-    const reason = await new Promise<string>((resolve) => ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }));
+    const reason = await new Promise<string>((resolve) =>
+      ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
+    );
     reasons.push(reason);
     throw ctx.signal.reason;
   },
@@ -104,15 +121,12 @@ describe('run deadlines', () => {
     const count = async () => Number((await db.query('SELECT count(*)::int AS n FROM ratchet.runs'))[0]!.n);
     const before = await count();
     const stages = [{ name: 's', tool: 't', toolClass: 'c', leaseMs: 3000, timeoutMs: 1000, maxDurationMs: 2000, maxAttempts: 1 }];
-    const bad = [
-      { deadline: new Date(), deadlineInMs: 1000 },
-      { deadlineInMs: -1 },
-      { deadlineInMs: 2 ** 31 },
-      { deadlineInMs: 1.5 },
-    ];
+    const bad = [{ deadline: new Date(), deadlineInMs: 1000 }, { deadlineInMs: -1 }, { deadlineInMs: 2 ** 31 }, { deadlineInMs: 1.5 }];
     for (const d of bad) {
-      await expect(r.store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages, ...d }))
-        .rejects.toMatchObject({ code: 'invalid_input', details: { path: expect.stringMatching(/^createRun\.deadlineInMs/) } });
+      await expect(r.store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages, ...d })).rejects.toMatchObject({
+        code: 'invalid_input',
+        details: { path: expect.stringMatching(/^createRun\.deadlineInMs/) },
+      });
     }
     await expect(r.submit('dl-orphan', {}, { deadline: 'soon' })).rejects.toMatchObject({ code: 'invalid_input' });
     expect(await count()).toBe(before);
@@ -142,7 +156,9 @@ describe('run deadlines', () => {
   it("aborts a long stage's attempt with run_deadline and expires its run", async () => {
     const worker = await startWorker(['dl_long']);
     const { id } = await r.submit('dl-long', {}, { deadline: '10m' });
-    await until('the stage running', 10_000, async () => ((await r.getRun(id))?.stages[0]?.state === 'running' ? (await r.getRun(id))! : null));
+    await until('the stage running', 10_000, async () =>
+      (await r.getRun(id))?.stages[0]?.state === 'running' ? (await r.getRun(id))! : null,
+    );
     await new Promise((res) => setTimeout(res, 300));
     await r.store.clock.advance(11 * 60_000); // past the deadline; the 1 h lease still holds
     const run = await until('the run expired', SWEEP_MS * 2 + 3000, state(id, 'expired'));

@@ -23,10 +23,24 @@ const SLACK_MS = 3000;
 
 function captureLogger(): { logger: Logger; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
-  return { logger: pino({ level: 'info' }, { write: (l: string) => { lines.push(JSON.parse(l) as Record<string, unknown>); } }), lines };
+  return {
+    logger: pino(
+      { level: 'info' },
+      {
+        write: (l: string) => {
+          lines.push(JSON.parse(l) as Record<string, unknown>);
+        },
+      },
+    ),
+    lines,
+  };
 }
 
-async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | null | undefined | false> | T | null | undefined | false): Promise<T> {
+async function until<T>(
+  what: string,
+  timeoutMs: number,
+  probe: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+): Promise<T> {
   const end = performance.now() + timeoutMs;
   for (;;) {
     const v = await probe();
@@ -67,7 +81,14 @@ describe('aborts escalate past ownership_unknown', () => {
   async function start(classes: string[], logger: Logger, concurrency = 2): Promise<{ r: Ratchet; w: Worker; runner: ThreadRunner }> {
     proxy = await startTcpProxy({ target: { host: '127.0.0.1', port: Number(new URL(db.url).port) } });
     runner = createThreadRunner({ abandonGraceMs: GRACE_MS, logger });
-    r = await createRatchet({ databaseUrl: proxy.url(db.url), workflowsDir, logger, threadRunner: runner, queryTimeoutMs: 2000, poolSize: 4 });
+    r = await createRatchet({
+      databaseUrl: proxy.url(db.url),
+      workflowsDir,
+      logger,
+      threadRunner: runner,
+      queryTimeoutMs: 2000,
+      poolSize: 4,
+    });
     w = r.worker({ classes, pollIntervalMs: 100, concurrency });
     await w.start();
     return { r, w, runner };
@@ -78,7 +99,11 @@ describe('aborts escalate past ownership_unknown', () => {
     const { logger, lines } = captureLogger();
     const { r, w, runner } = await start(['deaf_thread'], logger);
     const { id } = await r.submit('deaf-thread', {});
-    const first = await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_thread_tool'), 30_000, 'the tool running');
+    const first = await witness.waitFor(
+      () => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_thread_tool'),
+      30_000,
+      'the tool running',
+    );
     const called = performance.now(); // the call started a little earlier: the bounds below are generous by that much
     expect(first.threadId).toBeGreaterThan(0); // it runs in a tool thread
     expect(w.slotsInUse('deaf_thread')).toBe(1);
@@ -100,7 +125,11 @@ describe('aborts escalate past ownership_unknown', () => {
     const { logger, lines } = captureLogger();
     const { r, w } = await start(['deaf_inline'], logger);
     await r.submit('deaf-inline', {});
-    await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_inline_tool'), 30_000, 'the tool running');
+    await witness.waitFor(
+      () => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_inline_tool'),
+      30_000,
+      'the tool running',
+    );
     const called = performance.now();
     proxy.setMode('blackhole');
     await until('ownership_unknown', 5000, () => lines.some((l) => l.event === 'ownership_unknown'));
@@ -113,7 +142,11 @@ describe('aborts escalate past ownership_unknown', () => {
     const { logger, lines } = captureLogger();
     const { r, w } = await start(['hold'], logger, 1);
     const { id } = await r.submit('deaf-hold', {}); // timeout 60 s: only the lost lease can end attempt 1 soon
-    await witness.waitFor(() => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_hold_tool'), 30_000, 'the tool running');
+    await witness.waitFor(
+      () => witness.observations.find((o) => o.kind === 'deaf_alive' && o.tool === 'deaf_hold_tool'),
+      30_000,
+      'the tool running',
+    );
     proxy.setMode('blackhole');
     await until('ownership_unknown', 5000, () => lines.some((l) => l.event === 'ownership_unknown'));
     await new Promise((res) => setTimeout(res, 3500)); // past the 3 s lease

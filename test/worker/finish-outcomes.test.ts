@@ -17,41 +17,102 @@ import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
  * maxElapsed measured up to the failure's decision, and the tool's effect key kept and shown.
  */
 const fin = defineToolClass({
-  name: 'fin', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '10s', maxDuration: '30s',
+  name: 'fin',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '10s',
+  maxDuration: '30s',
   retry: { maxAttempts: 3, backoff: { initial: '50ms', jitter: 0 } },
 });
-const finOnce = defineToolClass({ name: 'fin_once', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '10s', maxDuration: '30s', retry: { maxAttempts: 1 } });
+const finOnce = defineToolClass({
+  name: 'fin_once',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '10s',
+  maxDuration: '30s',
+  retry: { maxAttempts: 1 },
+});
 const elapsed = defineToolClass({
-  name: 'fin_elapsed', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '10s', maxDuration: '30s',
+  name: 'fin_elapsed',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '10s',
+  maxDuration: '30s',
   retry: { maxAttempts: 5, backoff: { initial: '100ms', jitter: 0 }, maxElapsed: '1s' },
 });
 
 const calls: Record<string, number[]> = {};
 const note = (tool: string, attempt: number) => (calls[tool] ??= []).push(attempt);
 const anyIn = z.object({}).passthrough();
-const tool = (name: string, cls: typeof fin, run: (attempt: number) => Promise<unknown> | unknown, out: z.ZodType = anyIn) => defineTool({
-  name, description: name, class: cls, input: anyIn, output: out,
-  run: async (_i, ctx) => { note(name, ctx.attempt); return run(ctx.attempt); },
-});
+const tool = (name: string, cls: typeof fin, run: (attempt: number) => Promise<unknown> | unknown, out: z.ZodType = anyIn) =>
+  defineTool({
+    name,
+    description: name,
+    class: cls,
+    input: anyIn,
+    output: out,
+    run: async (_i, ctx) => {
+      note(name, ctx.attempt);
+      return run(ctx.attempt);
+    },
+  });
 
 let gate: () => void = () => {};
 const keyed = defineTool({
-  name: 'keyed_effect', description: 'derives its key from the order; waits at a gate after beginEffect', class: fin,
-  input: z.object({ order: z.number() }), output: z.object({ ok: z.boolean() }),
+  name: 'keyed_effect',
+  description: 'derives its key from the order; waits at a gate after beginEffect',
+  class: fin,
+  input: z.object({ order: z.number() }),
+  output: z.object({ ok: z.boolean() }),
   idempotencyKey: (i) => `order:${i.order}:create`,
   run: async (_i, ctx) => {
     ctx.beginEffect('create-request-1');
-    await new Promise<void>((resolve) => { gate = resolve; });
+    await new Promise<void>((resolve) => {
+      gate = resolve;
+    });
     return { ok: true };
   },
 });
 
 const workflows = [
-  defineWorkflow({ name: 'lost_fast', input: anyIn, steps: [{ tool: tool('lf_first', fin, () => ({})) }, { tool: tool('lf_second', finOnce, () => ({})) }] }),
-  defineWorkflow({ name: 'lost_retry', input: anyIn, steps: [{ tool: tool('lr_flaky', fin, (a) => { if (a === 1) throw new TransientError('503 once'); return {}; }) }] }),
+  defineWorkflow({
+    name: 'lost_fast',
+    input: anyIn,
+    steps: [{ tool: tool('lf_first', fin, () => ({})) }, { tool: tool('lf_second', finOnce, () => ({})) }],
+  }),
+  defineWorkflow({
+    name: 'lost_retry',
+    input: anyIn,
+    steps: [
+      {
+        tool: tool('lr_flaky', fin, (a) => {
+          if (a === 1) throw new TransientError('503 once');
+          return {};
+        }),
+      },
+    ],
+  }),
   defineWorkflow({ name: 'conflicted', input: anyIn, steps: [{ tool: tool('conflicted', fin, () => ({})) }] }),
-  defineWorkflow({ name: 'unstorable', input: anyIn, steps: [{ tool: tool('unstorable', fin, () => ({ text: 'fine' }), z.object({ text: z.string() })) }] }),
-  defineWorkflow({ name: 'elapsed', input: anyIn, steps: [{ tool: tool('slow_fail', elapsed, async () => { await new Promise((r) => setTimeout(r, 1500)); throw new TransientError('still down'); }) }] }),
+  defineWorkflow({
+    name: 'unstorable',
+    input: anyIn,
+    steps: [{ tool: tool('unstorable', fin, () => ({ text: 'fine' }), z.object({ text: z.string() })) }],
+  }),
+  defineWorkflow({
+    name: 'elapsed',
+    input: anyIn,
+    steps: [
+      {
+        tool: tool('slow_fail', elapsed, async () => {
+          await new Promise((r) => setTimeout(r, 1500));
+          throw new TransientError('still down');
+        }),
+      },
+    ],
+  }),
   defineWorkflow({ name: 'keyed', input: z.object({ order: z.number() }), steps: [{ tool: keyed }] }),
 ];
 
@@ -115,7 +176,10 @@ describe('finishes under real operations (PostgreSQL, one process)', () => {
     expect(w.ended.rejected).toBe(rejected);
     expect(dropped).toBe(1);
     expect(run.state).toBe('succeeded');
-    expect(run.stages.map((s) => [s.state, s.attempt])).toEqual([['succeeded', 1], ['succeeded', 1]]);
+    expect(run.stages.map((s) => [s.state, s.attempt])).toEqual([
+      ['succeeded', 1],
+      ['succeeded', 1],
+    ]);
     expect(calls.lf_second).toEqual([1]);
     const ev = await r.events(id);
     expect(ev.map((e) => e.type)).not.toContain('result_rejected');
@@ -210,7 +274,10 @@ describe('finishes under real operations (PostgreSQL, one process)', () => {
     expect(run.stages[0]!.effectKey).toBe('order:42:create');
 
     const ev = await r.events(id);
-    expect(ev.find((e) => e.type === 'tool_request_started')!.data).toMatchObject({ requestId: 'create-request-1', effectKey: 'order:42:create' });
+    expect(ev.find((e) => e.type === 'tool_request_started')!.data).toMatchObject({
+      requestId: 'create-request-1',
+      effectKey: 'order:42:create',
+    });
     expect(ev.find((e) => e.type === 'stage_succeeded')!.data).toMatchObject({ effectKey: 'order:42:create' });
 
     let server: ApiServer | undefined;
@@ -218,7 +285,7 @@ describe('finishes under real operations (PostgreSQL, one process)', () => {
       server = await createServer({ ratchet: r, tokens: ['t0123456789abcdef'], port: 0 });
       const res = await fetch(`${server.url}/v1/runs/${id}`, { headers: { authorization: 'Bearer t0123456789abcdef' } });
       expect(res.status).toBe(200);
-      const body = await res.json() as Parameters<typeof formatRun>[0];
+      const body = (await res.json()) as Parameters<typeof formatRun>[0];
       expect(body.stages[0]).toMatchObject({ effectKey: 'order:42:create', idempotencyKey: `${id}:1:keyed_effect` });
       expect(formatRun(body)).toContain('key order:42:create');
     } finally {

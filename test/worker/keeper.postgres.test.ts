@@ -22,7 +22,17 @@ const workflowsDir = fileURLToPath(new URL('../fixtures/runtime-workflows/', imp
 
 function captureLogger(): { logger: Logger; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
-  return { logger: pino({ level: 'debug' }, { write: (l: string) => { lines.push(JSON.parse(l) as Record<string, unknown>); } }), lines };
+  return {
+    logger: pino(
+      { level: 'debug' },
+      {
+        write: (l: string) => {
+          lines.push(JSON.parse(l) as Record<string, unknown>);
+        },
+      },
+    ),
+    lines,
+  };
 }
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -48,7 +58,10 @@ describe('lease keeper on PostgreSQL', () => {
     const { logger, lines } = captureLogger();
     // The pool's own answer limit stays at its 10 s default: far past the 3 s lease.
     const viaProxy = await createRatchet({ databaseUrl: proxy.url(db.url), workflowsDir, logger, poolSize: 4 });
-    const w = new Worker({ store: viaProxy.store, registry: viaProxy.registry, transport: viaProxy.transport, logger, metrics }, { classes: ['hold'], pollIntervalMs: 100 });
+    const w = new Worker(
+      { store: viaProxy.store, registry: viaProxy.registry, transport: viaProxy.transport, logger, metrics },
+      { classes: ['hold'], pollIntervalMs: 100 },
+    );
     try {
       await w.start();
       const ids: string[] = [];
@@ -61,7 +74,9 @@ describe('lease keeper on PostgreSQL', () => {
       await sleep(4500); // past the 3 s lease: only extensions made after the cut keep it
 
       const rows = await db.query<{ heartbeat_at: Date; lease_until: Date; now: Date; state: string; attempt: number }>(
-        'SELECT s.heartbeat_at, s.lease_until, ratchet.db_now() AS now, s.state, s.attempt FROM ratchet.stages s WHERE s.run_id = ANY($1::uuid[])', [ids]);
+        'SELECT s.heartbeat_at, s.lease_until, ratchet.db_now() AS now, s.state, s.attempt FROM ratchet.stages s WHERE s.run_id = ANY($1::uuid[])',
+        [ids],
+      );
       expect(rows).toHaveLength(3);
       for (const row of rows) {
         expect(row.state).toBe('running');
@@ -75,7 +90,11 @@ describe('lease keeper on PostgreSQL', () => {
       expect(failures.find((v) => v.labels.reason === 'timeout')?.value ?? 0).toBeGreaterThanOrEqual(1);
 
       for (const id of ids) await direct.cancel(id);
-      await witness.waitFor(() => witness.observations.filter((o) => o.kind === 'hold_aborted' && o.reason === 'cancelled').length === 3, 15_000, 'tools cancelled');
+      await witness.waitFor(
+        () => witness.observations.filter((o) => o.kind === 'hold_aborted' && o.reason === 'cancelled').length === 3,
+        15_000,
+        'tools cancelled',
+      );
     } finally {
       proxy.setMode('reset');
       proxy.setMode('pass');
@@ -90,16 +109,22 @@ describe('lease keeper on PostgreSQL', () => {
     const metrics = createMetrics();
     const { logger, lines } = captureLogger();
     const { id: runId } = await store.createRun({
-      workflow: 'w', definitionHash: 'h', input: {},
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
       stages: [{ name: 's', tool: 't', toolClass: 'race', leaseMs: 3000, timeoutMs: 60_000, maxDurationMs: 120_000, maxAttempts: 3 }],
     });
     const [stage] = await store.claim({ owner: 'me', toolClass: 'race', limit: 1 });
     // The keeper's one dependency, held at a gate: its statement is sent (the attempt is in the
     // tick) but reaches the database only after the attempt's own finish has committed.
     let entered!: () => void;
-    const inTick = new Promise<void>((r) => { entered = r; });
+    const inTick = new Promise<void>((r) => {
+      entered = r;
+    });
     let open!: () => void;
-    const gate = new Promise<void>((r) => { open = r; });
+    const gate = new Promise<void>((r) => {
+      open = r;
+    });
     const answers: ExtendResult[][] = [];
     const gated: LeaseExtender = {
       async extend(...args: Parameters<LeaseExtender['extend']>) {
@@ -117,7 +142,9 @@ describe('lease keeper on PostgreSQL', () => {
     try {
       await inTick;
       attempt.finishing = true;
-      const [verdict] = await store.finish('me', [{ stageId: stage!.id, fence: stage!.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} } }]);
+      const [verdict] = await store.finish('me', [
+        { stageId: stage!.id, fence: stage!.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded', result: {} } },
+      ]);
       expect(verdict!.accepted).toBe(true);
       open();
       for (let i = 0; i < 100 && answers.length === 0; i++) await sleep(20);

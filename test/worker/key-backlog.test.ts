@@ -15,8 +15,11 @@ const cls = defineToolClass({ name: 'tenant_work', lease: '5s', heartbeat: '1s',
 const live = new Map<string, number>();
 const peak = new Map<string, number>();
 const step = defineTool({
-  name: 'tenant_step', description: 'holds its slot a little', class: cls,
-  input: z.object({ tenant: z.string(), n: z.number() }), output: z.object({ n: z.number() }),
+  name: 'tenant_step',
+  description: 'holds its slot a little',
+  class: cls,
+  input: z.object({ tenant: z.string(), n: z.number() }),
+  output: z.object({ n: z.number() }),
   run: async (i) => {
     live.set(i.tenant, (live.get(i.tenant) ?? 0) + 1);
     peak.set(i.tenant, Math.max(peak.get(i.tenant) ?? 0, live.get(i.tenant)!));
@@ -26,8 +29,10 @@ const step = defineTool({
   },
 });
 const job = defineWorkflow({
-  name: 'tenant_job', input: z.object({ tenant: z.string(), n: z.number() }),
-  concurrencyKey: { key: (i) => i.tenant, limit: 2 }, steps: [{ tool: step }],
+  name: 'tenant_job',
+  input: z.object({ tenant: z.string(), n: z.number() }),
+  concurrencyKey: { key: (i) => i.tenant, limit: 2 },
+  steps: [{ tool: step }],
 });
 
 describe('per-key concurrency under a backlog', () => {
@@ -43,7 +48,8 @@ describe('per-key concurrency under a backlog', () => {
   });
 
   it("tenant B's 20 stages all finish while tenant A (limit 2) still has more than 1,500 of its 2,000 waiting", async () => {
-    for (let i = 0; i < 2000; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => r.submit('tenant_job', { tenant: 'a', n: i + j })));
+    for (let i = 0; i < 2000; i += 50)
+      await Promise.all(Array.from({ length: 50 }, (_, j) => r.submit('tenant_job', { tenant: 'a', n: i + j })));
     for (let i = 0; i < 20; i++) await r.submit('tenant_job', { tenant: 'b', n: i });
     await r.worker({ concurrency: 8, pollIntervalMs: 50 }).start();
 

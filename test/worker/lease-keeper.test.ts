@@ -7,11 +7,34 @@ import { LeaseKeeper, MIN_TICK_LIMIT_MS, tickLimitOf } from '../../src/worker/le
 
 const events = { push: () => {} } as unknown as EventWriter;
 const stage = (id: string): ClaimedStage => ({
-  id, runId: '00000000-0000-7000-8000-000000000000', seq: 1, name: 's', tool: 't', toolClass: 'c', state: 'running', fence: id,
-  attempt: 1, maxAttempts: 3, input: {}, idempotencyKey: 'k', leaseUntil: new Date(Date.now() + 60_000), leaseMs: 60_000,
-  timeoutMs: 60_000, maxDurationMs: 60_000, claimedAt: new Date(), firstClaimedAt: new Date(), error: null, previousState: 'queued',
-  previousFence: null, dbNow: new Date(), workflow: 'w', definitionHash: 'h', runInput: {}, runDeadline: null,
-  confirmedUntil: performance.now() + 59_000, sentAt: performance.now(),
+  id,
+  runId: '00000000-0000-7000-8000-000000000000',
+  seq: 1,
+  name: 's',
+  tool: 't',
+  toolClass: 'c',
+  state: 'running',
+  fence: id,
+  attempt: 1,
+  maxAttempts: 3,
+  input: {},
+  idempotencyKey: 'k',
+  leaseUntil: new Date(Date.now() + 60_000),
+  leaseMs: 60_000,
+  timeoutMs: 60_000,
+  maxDurationMs: 60_000,
+  claimedAt: new Date(),
+  firstClaimedAt: new Date(),
+  error: null,
+  previousState: 'queued',
+  previousFence: null,
+  dbNow: new Date(),
+  workflow: 'w',
+  definitionHash: 'h',
+  runInput: {},
+  runDeadline: null,
+  confirmedUntil: performance.now() + 59_000,
+  sentAt: performance.now(),
 });
 
 /** The lease keeper against a fake extender (its one dependency). */
@@ -21,7 +44,15 @@ describe('LeaseKeeper', () => {
     const extender = {
       async extend({ leases }: { owner: string; leases: Lease[] }): Promise<ExtendResult[]> {
         calls.push({ at: performance.now(), leases });
-        return leases.map((l) => ({ stageId: l.stageId, fence: l.fence, verdict: 'extended', state: 'running', leaseUntil: new Date(Date.now() + 60_000), dbNow: new Date(), confirmedUntil: performance.now() + 59_000 }));
+        return leases.map((l) => ({
+          stageId: l.stageId,
+          fence: l.fence,
+          verdict: 'extended',
+          state: 'running',
+          leaseUntil: new Date(Date.now() + 60_000),
+          dbNow: new Date(),
+          confirmedUntil: performance.now() + 59_000,
+        }));
       },
     };
     const keeper = new LeaseKeeper(extender, 'me', silentLogger());
@@ -43,7 +74,16 @@ describe('LeaseKeeper', () => {
 
   it('never extends an attempt that is finishing or ended', async () => {
     const seen: string[] = [];
-    const keeper = new LeaseKeeper({ async extend({ leases }) { seen.push(...leases.map((l) => l.stageId)); return []; } }, 'me', silentLogger());
+    const keeper = new LeaseKeeper(
+      {
+        async extend({ leases }) {
+          seen.push(...leases.map((l) => l.stageId));
+          return [];
+        },
+      },
+      'me',
+      silentLogger(),
+    );
     keeper.start();
     const a = new Attempt(stage('3'), 50, events, silentLogger());
     const b = new Attempt(stage('4'), 50, events, silentLogger());
@@ -58,7 +98,7 @@ describe('LeaseKeeper', () => {
   });
 });
 
-describe('a tick\'s time limit', () => {
+describe("a tick's time limit", () => {
   it('is the least confirmed lease time left, floored at MIN_TICK_LIMIT_MS, capped at one interval', () => {
     expect(tickLimitOf([10_000 + 2_000, 10_000 + 800], 10_000, 1_000)).toBe(800);
     expect(tickLimitOf([10_000 + 5_000], 10_000, 1_000)).toBe(1_000);

@@ -9,20 +9,43 @@ import { Worker } from '../../src/worker/worker.js';
 const timing = { lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '2s', maxDuration: '10s' } as const;
 const served = defineToolClass({ name: 'served', ...timing });
 const orphan = defineToolClass({ name: 'orphan', ...timing });
-const a = defineTool({ name: 'a', description: 'a', class: served, input: z.object({}).passthrough(), output: z.object({}).passthrough(), run: async () => ({}) });
-const b = defineTool({ name: 'b', description: 'b', class: orphan, input: z.object({}).passthrough(), output: z.object({}).passthrough(), run: async () => ({}) });
+const a = defineTool({
+  name: 'a',
+  description: 'a',
+  class: served,
+  input: z.object({}).passthrough(),
+  output: z.object({}).passthrough(),
+  run: async () => ({}),
+});
+const b = defineTool({
+  name: 'b',
+  description: 'b',
+  class: orphan,
+  input: z.object({}).passthrough(),
+  output: z.object({}).passthrough(),
+  run: async () => ({}),
+});
 
 /** Prometheus metrics, and a class no worker serves reported as such. */
 describe('metrics', () => {
   let r: Ratchet;
   const metrics = createMetrics();
   beforeAll(async () => {
-    r = await createRatchet({ dataDir: ':memory:', logger: silentLogger(), workflows: [defineWorkflow({ name: 'two', input: z.object({}).passthrough(), steps: [{ tool: a }, { tool: b }] })] });
+    r = await createRatchet({
+      dataDir: ':memory:',
+      logger: silentLogger(),
+      workflows: [defineWorkflow({ name: 'two', input: z.object({}).passthrough(), steps: [{ tool: a }, { tool: b }] })],
+    });
   });
-  afterAll(async () => { await r.close(); });
+  afterAll(async () => {
+    await r.close();
+  });
 
   it('counts claims and durations per class, and reports a class that no worker serves', async () => {
-    const w = new Worker({ store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics }, { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100 });
+    const w = new Worker(
+      { store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics },
+      { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100 },
+    );
     await w.start();
     try {
       const { id } = await r.submit('two', {});
@@ -44,7 +67,10 @@ describe('metrics', () => {
   });
 
   it('fails stages of an unserved class only when asked to (failUnservedAfterMs), never by default', async () => {
-    const w = new Worker({ store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics }, { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100 });
+    const w = new Worker(
+      { store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics },
+      { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100 },
+    );
     await w.start();
     const { id } = await r.submit('two', {});
     try {
@@ -53,11 +79,17 @@ describe('metrics', () => {
     } finally {
       await w.stop({ graceMs: 0 });
     }
-    const strict = new Worker({ store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics }, { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100, failUnservedAfterMs: 1000 });
+    const strict = new Worker(
+      { store: r.store, registry: r.registry, transport: r.transport, logger: r.logger, metrics },
+      { classes: ['served'], pollIntervalMs: 50, sweepIntervalMs: 100, failUnservedAfterMs: 1000 },
+    );
     await strict.start();
     try {
       let run = (await r.getRun(id))!;
-      for (let i = 0; i < 100 && run.state !== 'failed'; i++) { await new Promise((res) => setTimeout(res, 50)); run = (await r.getRun(id))!; }
+      for (let i = 0; i < 100 && run.state !== 'failed'; i++) {
+        await new Promise((res) => setTimeout(res, 50));
+        run = (await r.getRun(id))!;
+      }
       expect(run.state).toBe('failed');
       expect(run.error).toMatchObject({ code: 'no_worker', toolClass: 'orphan' });
     } finally {

@@ -13,7 +13,17 @@ import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
  */
 const cls = defineToolClass({ name: 'prio_cls', lease: '5s', heartbeat: '1s', jitter: '100ms', timeout: '10s', maxDuration: '30s' });
 const empty = z.object({}).passthrough();
-const work = defineTool({ name: 'prio_work', description: 'a short piece of work', class: cls, input: empty, output: empty, run: async () => { await new Promise((r) => setTimeout(r, 5)); return {}; } });
+const work = defineTool({
+  name: 'prio_work',
+  description: 'a short piece of work',
+  class: cls,
+  input: empty,
+  output: empty,
+  run: async () => {
+    await new Promise((r) => setTimeout(r, 5));
+    return {};
+  },
+});
 const workflows = [
   defineWorkflow({ name: 'prio', input: empty, steps: [{ tool: work }] }),
   defineWorkflow({ name: 'prio_urgent', input: empty, priority: 30, steps: [{ tool: work }] }),
@@ -48,7 +58,8 @@ describe('priorities end to end', () => {
       await w.stop({ graceMs: 1000 });
     }
     const rows = await db.query<{ id: string; priority: number; claimed: string }>(
-      `SELECT r.id, r.priority, s.first_claimed_at AS claimed FROM ratchet.runs r JOIN ratchet.stages s ON s.run_id = r.id WHERE r.state = 'succeeded' ORDER BY s.first_claimed_at, s.id`);
+      `SELECT r.id, r.priority, s.first_claimed_at AS claimed FROM ratchet.runs r JOIN ratchet.stages s ON s.run_id = r.id WHERE r.state = 'succeeded' ORDER BY s.first_claimed_at, s.id`,
+    );
     expect(rows).toHaveLength(70);
     const lastHigh = Math.max(...rows.map((x, i) => (x.priority === 20 ? i : -1)));
     const lowsBefore = rows.slice(0, lastHigh).filter((x) => x.priority === 0).length;
@@ -56,7 +67,7 @@ describe('priorities end to end', () => {
     expect(new Set(high)).toEqual(new Set(rows.filter((x) => x.priority === 20).map((x) => x.id)));
   });
 
-  it('a workflow\'s default priority applies without one; the submitter\'s overrides it; a bad one writes nothing', async () => {
+  it("a workflow's default priority applies without one; the submitter's overrides it; a bad one writes nothing", async () => {
     const byDefault = await r.submit('prio_urgent', {});
     const given = await r.submit('prio_urgent', {}, { priority: -5 });
     expect((await r.store.getRun(byDefault.id))!.priority).toBe(30);

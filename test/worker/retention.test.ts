@@ -8,10 +8,21 @@ import { until } from '../api/helpers.js';
 import { DAY_MS, insertRuns } from '../helpers/finished-runs.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
-const quick = defineToolClass({ name: 'retention-quick', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
+const quick = defineToolClass({
+  name: 'retention-quick',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '5s',
+  maxDuration: '30s',
+});
 const input = z.object({ ok: z.boolean() });
 const maybe = defineTool({
-  name: 'maybe', description: 'succeeds or fails as told', class: quick, input, output: input,
+  name: 'maybe',
+  description: 'succeeds or fails as told',
+  class: quick,
+  input,
+  output: input,
   run: async (i) => {
     if (!i.ok) throw new PermanentError('told to fail', { code: 'told' });
     return i;
@@ -25,7 +36,12 @@ describe('retention policy (createRatchet({ retention })) applied by the sweeper
   let r: Ratchet;
   beforeAll(async () => {
     db = await createTestDatabase('retention');
-    r = await createRatchet({ databaseUrl: db.url, workflows: [wf], logger: silentLogger(), retention: { succeeded: '7d', failed: '30d' } });
+    r = await createRatchet({
+      databaseUrl: db.url,
+      workflows: [wf],
+      logger: silentLogger(),
+      retention: { succeeded: '7d', failed: '30d' },
+    });
   });
   afterAll(async () => {
     await r?.store.clock.setOffset(0);
@@ -33,8 +49,13 @@ describe('retention policy (createRatchet({ retention })) applied by the sweeper
     await db?.drop();
   });
 
-  const byState = async () => Object.fromEntries((await db.query(
-    `SELECT workflow || ':' || state AS k, count(*)::int AS n FROM ratchet.runs GROUP BY 1`)).map((x) => [x.k as string, x.n as number]));
+  const byState = async () =>
+    Object.fromEntries(
+      (await db.query(`SELECT workflow || ':' || state AS k, count(*)::int AS n FROM ratchet.runs GROUP BY 1`)).map((x) => [
+        x.k as string,
+        x.n as number,
+      ]),
+    );
   const eventsOf = async (ids: string[]) =>
     (await db.query(`SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = ANY($1::uuid[])`, [ids]))[0]!.n as number;
 
@@ -46,8 +67,21 @@ describe('retention policy (createRatchet({ retention })) applied by the sweeper
     await until('runs ended', async () => (await Promise.all([...ok, ...bad].map((x) => ended(x.id)))).every(Boolean));
     // Beside them, old rows the policy does not name: cancelled runs (no age given: kept) and unfinished ones.
     await insertRuns(db, { count: 4, createdAgoMs: 90 * DAY_MS, states: ['cancelled'], workflow: 'other' });
-    await insertRuns(db, { count: 4, createdAgoMs: 90 * DAY_MS, finished: false, states: ['queued', 'running'], workflow: 'other', toolClass: 'nobody' });
-    expect(await byState()).toEqual({ 'maybe:succeeded': 3, 'maybe:failed': 2, 'other:cancelled': 4, 'other:queued': 2, 'other:running': 2 });
+    await insertRuns(db, {
+      count: 4,
+      createdAgoMs: 90 * DAY_MS,
+      finished: false,
+      states: ['queued', 'running'],
+      workflow: 'other',
+      toolClass: 'nobody',
+    });
+    expect(await byState()).toEqual({
+      'maybe:succeeded': 3,
+      'maybe:failed': 2,
+      'other:cancelled': 4,
+      'other:queued': 2,
+      'other:running': 2,
+    });
     const okIds = ok.map((x) => x.id);
     const badIds = bad.map((x) => x.id);
     expect(await eventsOf(okIds)).toBeGreaterThan(0);
@@ -64,14 +98,17 @@ describe('retention policy (createRatchet({ retention })) applied by the sweeper
     expect(await eventsOf(badIds)).toBe(0);
     expect(await byState()).toEqual({ 'other:cancelled': 4, 'other:queued': 2, 'other:running': 2 });
     const [orphans] = await db.query(
-      `SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`);
+      `SELECT count(*)::int AS n FROM ratchet.events e WHERE NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = e.run_id)`,
+    );
     expect(orphans!.n).toBe(0);
   });
 
   it('refuses a bad policy before opening anything', async () => {
     for (const retention of [{ succeeded: 'never' }, { running: '1d' }, { failed: 0 }, { succeeded: '-1d' }]) {
-      await expect(createRatchet({ dataDir: ':memory:', workflows: [wf], retention: retention as never }), JSON.stringify(retention))
-        .rejects.toBeInstanceOf(InvalidInputError);
+      await expect(
+        createRatchet({ dataDir: ':memory:', workflows: [wf], retention: retention as never }),
+        JSON.stringify(retention),
+      ).rejects.toBeInstanceOf(InvalidInputError);
     }
   });
 });

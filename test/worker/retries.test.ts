@@ -7,15 +7,23 @@ import { silentLogger } from '../../src/logger.js';
 
 /** Retry, timeout, permanent failure, exhaustion, cancel and graceful stop, in one process on PGlite. */
 const quick = defineToolClass({
-  name: 'quick', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '400ms', maxDuration: '30s',
+  name: 'quick',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '400ms',
+  maxDuration: '30s',
   retry: { maxAttempts: 3, backoff: { initial: '50ms', factor: 2, max: '200ms', jitter: 0 } },
 });
 const calls: Record<string, { attempt: number; reason?: string }[]> = {};
 const note = (tool: string, attempt: number, reason?: string) => (calls[tool] ??= []).push({ attempt, reason });
 
 const slowThenFast = defineTool({
-  name: 'slow_then_fast', description: 'hangs past its timeout on attempt 1', class: quick,
-  input: z.object({}).passthrough(), output: z.object({ attempt: z.number() }),
+  name: 'slow_then_fast',
+  description: 'hangs past its timeout on attempt 1',
+  class: quick,
+  input: z.object({}).passthrough(),
+  output: z.object({ attempt: z.number() }),
   run: async (_i, ctx) => {
     note('slow_then_fast', ctx.attempt);
     if (ctx.attempt === 1) {
@@ -27,29 +35,52 @@ const slowThenFast = defineTool({
   },
 });
 const permanent = defineTool({
-  name: 'permanent', description: 'bad input, never retried', class: quick,
-  input: z.object({}).passthrough(), output: z.object({}),
-  run: async (_i, ctx) => { note('permanent', ctx.attempt); throw new PermanentError('the invoice number is malformed', { code: 'bad_invoice' }); },
+  name: 'permanent',
+  description: 'bad input, never retried',
+  class: quick,
+  input: z.object({}).passthrough(),
+  output: z.object({}),
+  run: async (_i, ctx) => {
+    note('permanent', ctx.attempt);
+    throw new PermanentError('the invoice number is malformed', { code: 'bad_invoice' });
+  },
 });
 const flaky = defineTool({
-  name: 'always_flaky', description: 'always a 503', class: quick,
-  input: z.object({}).passthrough(), output: z.object({}),
-  run: async (_i, ctx) => { note('always_flaky', ctx.attempt); throw new TransientError(`upstream 503 on attempt ${ctx.attempt}`, { code: 'upstream_503' }); },
+  name: 'always_flaky',
+  description: 'always a 503',
+  class: quick,
+  input: z.object({}).passthrough(),
+  output: z.object({}),
+  run: async (_i, ctx) => {
+    note('always_flaky', ctx.attempt);
+    throw new TransientError(`upstream 503 on attempt ${ctx.attempt}`, { code: 'upstream_503' });
+  },
 });
 const long = defineToolClass({ name: 'long', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '20s', maxDuration: '30s' });
 const waitForCancel = defineTool({
-  name: 'wait_for_cancel', description: 'runs until its signal aborts', class: long,
-  input: z.object({}).passthrough(), output: z.object({}),
+  name: 'wait_for_cancel',
+  description: 'runs until its signal aborts',
+  class: long,
+  input: z.object({}).passthrough(),
+  output: z.object({}),
   run: async (_i, ctx) => {
-    const reason = await new Promise<string>((resolve) => ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }));
+    const reason = await new Promise<string>((resolve) =>
+      ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
+    );
     note('wait_for_cancel', ctx.attempt, reason);
     throw ctx.signal.reason;
   },
 });
 const after = defineTool({
-  name: 'after', description: 'must never run after a cancel', class: long,
-  input: z.object({}).passthrough(), output: z.object({}),
-  run: async (_i, ctx) => { note('after', ctx.attempt); return {}; },
+  name: 'after',
+  description: 'must never run after a cancel',
+  class: long,
+  input: z.object({}).passthrough(),
+  output: z.object({}),
+  run: async (_i, ctx) => {
+    note('after', ctx.attempt);
+    return {};
+  },
 });
 
 const wf = (name: string, ...tools: ToolStepOptions['tool'][]) =>
@@ -59,12 +90,15 @@ describe('retries, timeouts and permanent errors', () => {
   let r: Ratchet;
   beforeAll(async () => {
     r = await createRatchet({
-      dataDir: ':memory:', logger: silentLogger(),
+      dataDir: ':memory:',
+      logger: silentLogger(),
       workflows: [wf('timeout', slowThenFast), wf('permanent', permanent), wf('exhaust', flaky), wf('cancel', waitForCancel, after)],
     });
     await r.worker({ pollIntervalMs: 50 }).start();
   });
-  afterAll(async () => { await r.close(); });
+  afterAll(async () => {
+    await r.close();
+  });
 
   const settle = async (id: string, timeoutMs = 20_000): Promise<RunView> => {
     const until = Date.now() + timeoutMs;
@@ -101,11 +135,18 @@ describe('retries, timeouts and permanent errors', () => {
     const run = await settle(id);
     expect(run.state).toBe('failed');
     expect(calls.always_flaky!.map((c) => c.attempt)).toEqual([1, 2, 3]);
-    expect(run.error).toMatchObject({ code: 'attempts_exhausted', attempts: 3, lastError: { code: 'upstream_503', message: 'upstream 503 on attempt 3' } });
+    expect(run.error).toMatchObject({
+      code: 'attempts_exhausted',
+      attempts: 3,
+      lastError: { code: 'upstream_503', message: 'upstream 503 on attempt 3' },
+    });
     const ev = await r.events(id);
     const retries = ev.filter((e) => e.type === 'retry_scheduled');
     expect(retries.map((e) => (e.data as { delayMs: number }).delayMs)).toEqual([50, 100]);
-    expect(retries.map((e) => (e.data as { error: { message: string } }).error.message)).toEqual(['upstream 503 on attempt 1', 'upstream 503 on attempt 2']);
+    expect(retries.map((e) => (e.data as { error: { message: string } }).error.message)).toEqual([
+      'upstream 503 on attempt 1',
+      'upstream 503 on attempt 2',
+    ]);
     expect(ev.filter((e) => e.type === 'job_claimed').map((e) => e.attempt)).toEqual([1, 2, 3]);
     expect(ev.find((e) => e.type === 'stage_failed')!.data).toMatchObject({ decision: 'attempts_exhausted' });
   });
@@ -128,7 +169,11 @@ describe('retries, timeouts and permanent errors', () => {
   });
 
   it('bad input to submit is a typed error naming the path, and writes nothing', async () => {
-    const strict = await createRatchet({ dataDir: ':memory:', logger: silentLogger(), workflows: [defineWorkflow({ name: 'strict', input: z.object({ invoiceId: z.string() }), steps: [{ tool: permanent }] })] });
+    const strict = await createRatchet({
+      dataDir: ':memory:',
+      logger: silentLogger(),
+      workflows: [defineWorkflow({ name: 'strict', input: z.object({ invoiceId: z.string() }), steps: [{ tool: permanent }] })],
+    });
     try {
       const count = async () => (await strict.store.db.query('SELECT (SELECT count(*) FROM ratchet.runs)::int AS n'))[0]!.n;
       await expect(strict.submit('strict', { invoiceId: 42 })).rejects.toMatchObject({ code: 'invalid_input', path: 'input.invoiceId' });
@@ -145,13 +190,36 @@ describe('retries, timeouts and permanent errors', () => {
 describe('a next step whose input is not JSON', () => {
   it('fails the next step (and the run) with step_input_failed after the stage succeeded, instead of retrying the tool', async () => {
     let runs = 0;
-    const counted = defineTool({ name: 'counted', description: 'counts its runs', class: long, input: z.object({}).passthrough(), output: z.object({}).passthrough(), run: async () => { runs++; return {}; } });
-    const r2 = await createRatchet({ dataDir: ':memory:', logger: silentLogger(), workflows: [defineWorkflow({ name: 'bad_next', input: z.object({}).passthrough(), steps: [{ tool: counted }, { tool: after, input: () => ({ when: new Date() }) }] })] });
+    const counted = defineTool({
+      name: 'counted',
+      description: 'counts its runs',
+      class: long,
+      input: z.object({}).passthrough(),
+      output: z.object({}).passthrough(),
+      run: async () => {
+        runs++;
+        return {};
+      },
+    });
+    const r2 = await createRatchet({
+      dataDir: ':memory:',
+      logger: silentLogger(),
+      workflows: [
+        defineWorkflow({
+          name: 'bad_next',
+          input: z.object({}).passthrough(),
+          steps: [{ tool: counted }, { tool: after, input: () => ({ when: new Date() }) }],
+        }),
+      ],
+    });
     try {
       await r2.worker({ pollIntervalMs: 50 }).start();
       const { id } = await r2.submit('bad_next', {});
       let run = (await r2.getRun(id))!;
-      for (let i = 0; i < 200 && run.state !== 'failed'; i++) { await new Promise((res) => setTimeout(res, 25)); run = (await r2.getRun(id))!; }
+      for (let i = 0; i < 200 && run.state !== 'failed'; i++) {
+        await new Promise((res) => setTimeout(res, 25));
+        run = (await r2.getRun(id))!;
+      }
       expect(run.state).toBe('failed');
       expect(run.error).toMatchObject({ code: 'step_input_failed' });
       expect(run.stages.map((s) => s.state)).toEqual(['succeeded', 'failed']);
@@ -164,7 +232,7 @@ describe('a next step whose input is not JSON', () => {
 });
 
 describe('a changed definition', () => {
-  it('a worker without the run\'s version leaves it (no attempt spent, explain names the hash); one with it finishes it', async () => {
+  it("a worker without the run's version leaves it (no attempt spent, explain names the hash); one with it finishes it", async () => {
     const dir = `${process.env.TMPDIR ?? '/tmp'}/ratchet-defchange-${process.pid}`;
     const input = z.object({}).passthrough();
     const v1 = defineWorkflow({ name: 'doc', input, steps: [{ tool: after }] });
@@ -193,7 +261,10 @@ describe('a changed definition', () => {
       try {
         await both.worker({ pollIntervalMs: 50 }).start();
         let run = (await both.getRun(id))!;
-        for (let i = 0; i < 200 && run.state !== 'succeeded'; i++) { await new Promise((res) => setTimeout(res, 25)); run = (await both.getRun(id))!; }
+        for (let i = 0; i < 200 && run.state !== 'succeeded'; i++) {
+          await new Promise((res) => setTimeout(res, 25));
+          run = (await both.getRun(id))!;
+        }
         expect(run.state).toBe('succeeded');
         expect(run.stages.map((s) => [s.name, s.attempt])).toEqual([['after', 1]]); // v1's one step, first attempt
         expect((await both.submit('doc', {})).id).not.toBe(id);

@@ -12,20 +12,30 @@ import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
  * error in a middle stage. Expired and cancelled runs are resubmitted instead. On PostgreSQL.
  */
 const cls = defineToolClass({
-  name: 'again', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '10s', maxDuration: '30s',
+  name: 'again',
+  lease: '3s',
+  heartbeat: '1s',
+  jitter: '200ms',
+  timeout: '10s',
+  maxDuration: '30s',
   retry: { maxAttempts: 2, backoff: { initial: '20ms', jitter: 0 } },
 });
 const runs: Record<string, number> = {};
 const open = { input: true, flaky: false, middle: false };
 const anyIn = z.object({}).passthrough();
-const counted = (name: string, ok: () => boolean, Err: typeof TransientError | typeof PermanentError = TransientError) => defineTool({
-  name, description: name, class: cls, input: anyIn, output: anyIn,
-  run: async (i) => {
-    runs[name] = (runs[name] ?? 0) + 1;
-    if (!ok()) throw new Err(`${name} is not ready`, { code: `${name}_down` });
-    return { from: name, got: i };
-  },
-});
+const counted = (name: string, ok: () => boolean, Err: typeof TransientError | typeof PermanentError = TransientError) =>
+  defineTool({
+    name,
+    description: name,
+    class: cls,
+    input: anyIn,
+    output: anyIn,
+    run: async (i) => {
+      runs[name] = (runs[name] ?? 0) + 1;
+      if (!ok()) throw new Err(`${name} is not ready`, { code: `${name}_down` });
+      return { from: name, got: i };
+    },
+  });
 const first = counted('first', () => true);
 const second = counted('second', () => true);
 const flaky = counted('flaky', () => open.flaky);
@@ -34,11 +44,18 @@ const last = counted('last', () => true);
 
 const workflows = [
   defineWorkflow({
-    name: 'input_throws', input: anyIn,
-    steps: [{ tool: first }, { tool: second, input: ({ results }) => {
-      if (!open.input) throw new Error('the lookup table is not loaded');
-      return { previous: results.first };
-    } }],
+    name: 'input_throws',
+    input: anyIn,
+    steps: [
+      { tool: first },
+      {
+        tool: second,
+        input: ({ results }) => {
+          if (!open.input) throw new Error('the lookup table is not loaded');
+          return { previous: results.first };
+        },
+      },
+    ],
   }),
   defineWorkflow({ name: 'exhausted', input: anyIn, steps: [{ tool: flaky }] }),
   defineWorkflow({ name: 'middle_fails', input: anyIn, steps: [{ tool: first, name: 'one' }, { tool: middle }, { tool: last }] }),
@@ -73,7 +90,10 @@ describe('retry of runs failed in different ways (PostgreSQL)', () => {
     expect(failed.state).toBe('failed');
     expect(failed.error).toMatchObject({ code: 'step_input_failed' });
     expect(failed.stages.map((s) => s.state)).toEqual(['succeeded', 'failed']);
-    expect(failed.stages[1]!.lastError).toMatchObject({ code: 'step_input_failed', message: expect.stringContaining('the lookup table is not loaded') });
+    expect(failed.stages[1]!.lastError).toMatchObject({
+      code: 'step_input_failed',
+      message: expect.stringContaining('the lookup table is not loaded'),
+    });
     expect(runs.second).toBeUndefined();
 
     open.input = true;
@@ -102,7 +122,11 @@ describe('retry of runs failed in different ways (PostgreSQL)', () => {
     open.middle = true;
     expect(await r.retry(id)).toMatchObject({ retried: true, stage: { seq: 2 } });
     const done = await ended(id);
-    expect(done.stages.map((s) => [s.state, s.attempt])).toEqual([['succeeded', 1], ['succeeded', 1], ['succeeded', 1]]);
+    expect(done.stages.map((s) => [s.state, s.attempt])).toEqual([
+      ['succeeded', 1],
+      ['succeeded', 1],
+      ['succeeded', 1],
+    ]);
   });
 
   it('an expired run is not retried (resubmit it); a failed run past its deadline neither', async () => {

@@ -15,26 +15,63 @@ import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
  * (no retry_scheduled carrying the store's error). The lease then runs out and is reclaimed.
  */
 const quick = defineToolClass({
-  name: 'reads_quick', lease: '1s', heartbeat: '300ms', jitter: '50ms', timeout: '10s', maxDuration: '30s',
+  name: 'reads_quick',
+  lease: '1s',
+  heartbeat: '300ms',
+  jitter: '50ms',
+  timeout: '10s',
+  maxDuration: '30s',
   retry: { maxAttempts: 3, backoff: { initial: '50ms', jitter: 0 } },
 });
 const empty = z.object({}).passthrough();
 const calls: Record<string, number[]> = {};
-const first = defineTool({ name: 'reads_first', description: 'first', class: quick, input: empty, output: z.object({ n: z.number() }), run: async (_i, ctx) => { (calls.first ??= []).push(ctx.attempt); return { n: 1 }; } });
-const second = defineTool({ name: 'reads_second', description: 'second', class: quick, input: empty, output: empty, run: async () => ({}) });
+const first = defineTool({
+  name: 'reads_first',
+  description: 'first',
+  class: quick,
+  input: empty,
+  output: z.object({ n: z.number() }),
+  run: async (_i, ctx) => {
+    (calls.first ??= []).push(ctx.attempt);
+    return { n: 1 };
+  },
+});
+const second = defineTool({
+  name: 'reads_second',
+  description: 'second',
+  class: quick,
+  input: empty,
+  output: empty,
+  run: async () => ({}),
+});
 const third = defineTool({ name: 'reads_third', description: 'third', class: quick, input: empty, output: empty, run: async () => ({}) });
 const reconciled = defineTool({
-  name: 'reads_reconciled', description: 'sends an effect and fails on attempt 1', class: quick, input: empty, output: empty,
+  name: 'reads_reconciled',
+  description: 'sends an effect and fails on attempt 1',
+  class: quick,
+  input: empty,
+  output: empty,
   run: async (_i, ctx) => {
     (calls.reconciled ??= []).push(ctx.attempt);
-    if (ctx.attempt === 1) { ctx.beginEffect('create'); throw new TransientError('reset after sending'); }
+    if (ctx.attempt === 1) {
+      ctx.beginEffect('create');
+      throw new TransientError('reset after sending');
+    }
     return {};
   },
   reconcile: async () => ({ done: false }),
 });
 const workflows = [
   // Step 3's input reads step 1's result from the store (the finish of step 2 knows only its own output).
-  defineWorkflow({ name: 'reads_results', input: empty, steps: [{ tool: first }, { tool: second }, { tool: third, input: ({ results }) => ({ n: (results as { reads_first: { n: number } }).reads_first.n }) }] }),
+  defineWorkflow({
+    name: 'reads_results',
+    input: empty,
+    steps: [
+      { tool: first },
+      { tool: second },
+      { tool: third, input: ({ results }) => ({ n: (results as { reads_first: { n: number } }).reads_first.n }) },
+    ],
+  }),
   defineWorkflow({ name: 'reads_effect', input: empty, steps: [{ tool: reconciled }] }),
 ];
 
@@ -66,7 +103,10 @@ describe('store reads between the claim and the finish (PostgreSQL)', () => {
   it('an XX000 on the earlier-results read ends the attempt as unknown, not as the tool failing', async () => {
     const real = r.store.stageResults.bind(r.store);
     let thrown = 0;
-    r.store.stageResults = async (runId) => { if (thrown++ === 0) throw internal(); return real(runId); };
+    r.store.stageResults = async (runId) => {
+      if (thrown++ === 0) throw internal();
+      return real(runId);
+    };
     try {
       const unknownBefore = w.ended.unknown;
       const { id } = await r.submit('reads_results', {});
@@ -85,7 +125,10 @@ describe('store reads between the claim and the finish (PostgreSQL)', () => {
   it('an XX000 on the effect record before reconcile ends the attempt as unknown, not spent as a tool failure', async () => {
     const real = r.store.effectStarted.bind(r.store);
     let thrown = 0;
-    r.store.effectStarted = async (...a) => { if (thrown++ === 0) throw internal(); return real(...a); };
+    r.store.effectStarted = async (...a) => {
+      if (thrown++ === 0) throw internal();
+      return real(...a);
+    };
     try {
       const unknownBefore = w.ended.unknown;
       const { id } = await r.submit('reads_effect', {});

@@ -17,7 +17,9 @@ let ratchet: Ratchet;
 let worker: Worker;
 
 /** Points the tools at `s` (they read the URL at call time). */
-const use = (s: Services) => { process.env[SERVICES_URL_ENV] = s.url; };
+const use = (s: Services) => {
+  process.env[SERVICES_URL_ENV] = s.url;
+};
 
 async function finished(id: string, timeoutMs = 30_000): Promise<RunView> {
   const until = Date.now() + timeoutMs;
@@ -52,8 +54,19 @@ afterAll(async () => {
 
 describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
   it('loads the example workflows and the agent with their own tool classes', () => {
-    expect(ratchet.registry.list().map((w) => w.name).sort()).toEqual(['invoice-agent', 'publish-report', 'reconcile-invoice']);
-    expect(ratchet.registry.toolClasses().map((c) => c.name)).toEqual(['invoice-compute', 'invoice-http', 'model', 'report-compute', 'report-http']);
+    expect(
+      ratchet.registry
+        .list()
+        .map((w) => w.name)
+        .sort(),
+    ).toEqual(['invoice-agent', 'publish-report', 'reconcile-invoice']);
+    expect(ratchet.registry.toolClasses().map((c) => c.name)).toEqual([
+      'invoice-compute',
+      'invoice-http',
+      'model',
+      'report-compute',
+      'report-http',
+    ]);
   });
 
   it('reconcile-invoice: fetch, extract, file one case through the fenced receiver', async () => {
@@ -61,13 +74,25 @@ describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
     const run = await runToEnd('reconcile-invoice', { invoiceId: 'inv-42' });
     expect(run.state, JSON.stringify(run.error)).toBe('succeeded');
     expect(run.stages.map((s) => [s.tool, s.state, s.attempt])).toEqual([
-      ['fetch_statement', 'succeeded', 1], ['extract_fields', 'succeeded', 1], ['create_case', 'succeeded', 1],
+      ['fetch_statement', 'succeeded', 1],
+      ['extract_fields', 'succeeded', 1],
+      ['create_case', 'succeeded', 1],
     ]);
     expect(run.result).toMatchObject({ key: 'invoice:inv-42:create-case', outcome: expect.any(String), replayed: false });
 
     const { cases, requests } = await services.effects();
-    expect(cases).toEqual([expect.objectContaining({ key: 'invoice:inv-42:create-case', invoiceId: 'inv-42', fence: run.stages[2]!.fence })]);
-    expect(requests).toEqual([expect.objectContaining({ path: '/cases', key: 'invoice:inv-42:create-case', fence: run.stages[2]!.fence, status: 201, replayed: false })]);
+    expect(cases).toEqual([
+      expect.objectContaining({ key: 'invoice:inv-42:create-case', invoiceId: 'inv-42', fence: run.stages[2]!.fence }),
+    ]);
+    expect(requests).toEqual([
+      expect.objectContaining({
+        path: '/cases',
+        key: 'invoice:inv-42:create-case',
+        fence: run.stages[2]!.fence,
+        status: 201,
+        replayed: false,
+      }),
+    ]);
   });
 
   it('a resubmitted run for the same invoice derives the same key and makes no second case', async () => {
@@ -81,7 +106,10 @@ describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
 
     const { cases, requests } = await services.effects();
     expect(cases).toHaveLength(1);
-    expect(requests.filter((r) => r.path === '/cases').map((r) => [r.status, r.replayed])).toEqual([[201, false], [201, true]]);
+    expect(requests.filter((r) => r.path === '/cases').map((r) => [r.status, r.replayed])).toEqual([
+      [201, false],
+      [201, true],
+    ]);
   });
 
   it('publish-report: gather, normalise, draft, review, publish once', async () => {
@@ -89,11 +117,17 @@ describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
     const run = await runToEnd('publish-report', { reportId: 'q2-sales', period: '2024-Q2', regions: ['emea', 'amer', 'apac'] });
     expect(run.state, JSON.stringify(run.error)).toBe('succeeded');
     expect(run.stages.map((s) => [s.tool, s.state])).toEqual([
-      ['gather', 'succeeded'], ['normalise', 'succeeded'], ['draft', 'succeeded'], ['review', 'succeeded'], ['publish', 'succeeded'],
+      ['gather', 'succeeded'],
+      ['normalise', 'succeeded'],
+      ['draft', 'succeeded'],
+      ['review', 'succeeded'],
+      ['publish', 'succeeded'],
     ]);
     expect(run.result).toMatchObject({ reportId: 'q2-sales', key: 'report:q2-sales:publish', replayed: false });
     const { reports } = await services.effects();
-    expect(reports).toEqual([{ key: 'report:q2-sales:publish', reportId: 'q2-sales', title: 'Sales report 2024-Q2', fence: run.stages[4]!.fence }]);
+    expect(reports).toEqual([
+      { key: 'report:q2-sales:publish', reportId: 'q2-sales', title: 'Sales report 2024-Q2', fence: run.stages[4]!.fence },
+    ]);
   });
 
   it('a statement that does not exist fails the run at once (a 404 is permanent), filing nothing', async () => {
@@ -102,7 +136,11 @@ describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
     const run = await runToEnd('reconcile-invoice', { invoiceId: 'missing-7' });
     expect(run.state).toBe('failed');
     expect(run.error).toMatchObject({ code: 'unknown_statement', kind: 'permanent' });
-    expect(run.stages.map((s) => [s.state, s.attempt])).toEqual([['failed', 1], ['cancelled', 0], ['cancelled', 0]]);
+    expect(run.stages.map((s) => [s.state, s.attempt])).toEqual([
+      ['failed', 1],
+      ['cancelled', 0],
+      ['cancelled', 0],
+    ]);
     expect((await services.effects()).cases).toHaveLength(before);
   });
 
@@ -120,7 +158,11 @@ describe('faults, with the services on in-memory PGlite (the pool adapter)', () 
       use(flaky);
       const run = await runToEnd('reconcile-invoice', { invoiceId: 'inv-77' });
       expect(run.state, JSON.stringify(run.error)).toBe('succeeded');
-      expect(run.stages.map((s) => [s.tool, s.attempt])).toEqual([['fetch_statement', 2], ['extract_fields', 1], ['create_case', 2]]);
+      expect(run.stages.map((s) => [s.tool, s.attempt])).toEqual([
+        ['fetch_statement', 2],
+        ['extract_fields', 1],
+        ['create_case', 2],
+      ]);
       expect(run.result).toMatchObject({ key: 'invoice:inv-77:create-case', replayed: true });
 
       const { cases, requests } = await flaky.effects();

@@ -29,7 +29,8 @@ async function send(url: string, init: RequestInit, ctx: Ctx): Promise<HttpAnswe
     throw new TransientError(`${init.method ?? 'GET'} ${url} failed: ${(err as Error).message}`, { code: 'network_error', cause: err });
   }
   const replayed = res.headers.get('idempotent-replayed') === 'true';
-  if (text === '' || !(res.headers.get('content-type') ?? '').includes('json')) return { status: res.status, body: text === '' ? null : text, replayed };
+  if (text === '' || !(res.headers.get('content-type') ?? '').includes('json'))
+    return { status: res.status, body: text === '' ? null : text, replayed };
   try {
     return { status: res.status, body: JSON.parse(text) as unknown, replayed };
   } catch (err) {
@@ -48,7 +49,8 @@ export function expectOk(answer: HttpAnswer, what: string): HttpAnswer {
   if (status >= 200 && status < 300) return answer;
   const code = errorCode(body);
   const message = `${what}: HTTP ${status}${code ? ` ${code}` : ''}`;
-  if (status === 409 && code === 'stale_fence') throw new PermanentError(`${message} (a newer attempt holds this key)`, { code: 'stale_fence' });
+  if (status === 409 && code === 'stale_fence')
+    throw new PermanentError(`${message} (a newer attempt holds this key)`, { code: 'stale_fence' });
   if (status >= 500 || status === 408 || status === 429 || (status === 409 && code === 'in_progress')) {
     throw new TransientError(message, { code: code ?? `http_${status}` });
   }
@@ -68,7 +70,11 @@ export async function getFromService(path: string, ctx: Ctx, opts: { allowMissin
  * before it is sent — it throws when this attempt no longer owns (or cannot confirm it owns)
  * the stage, so nothing irreversible starts without a lease.
  */
-export async function fencedPost(path: string, body: unknown, ctx: Pick<ToolContext, 'signal' | 'fence' | 'idempotencyKey' | 'beginEffect'>): Promise<HttpAnswer> {
+export async function fencedPost(
+  path: string,
+  body: unknown,
+  ctx: Pick<ToolContext, 'signal' | 'fence' | 'idempotencyKey' | 'beginEffect'>,
+): Promise<HttpAnswer> {
   const payload = JSON.stringify(body);
   const requestId = randomUUID();
   const headers = {

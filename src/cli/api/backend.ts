@@ -8,7 +8,10 @@ import { DataDirLockedError } from '../../errors.js';
 import { bearerToken, cliLogger, serverUrl, storeTarget, workflowsDir, type GlobalOptions } from './options.js';
 
 /** What status / list / events / explain / cancel / retry need, from a server or from the store. */
-export type Backend = Pick<RunService, 'get' | 'list' | 'events' | 'explain' | 'cancel' | 'retry'> & { readonly where: string; close(): Promise<void> };
+export type Backend = Pick<RunService, 'get' | 'list' | 'events' | 'explain' | 'cancel' | 'retry'> & {
+  readonly where: string;
+  close(): Promise<void>;
+};
 
 /**
  * A server when a URL is given (--url / RATCHET_URL), through ratchet/client; else the store
@@ -23,10 +26,15 @@ export async function openBackend(o: GlobalOptions & { workflowsDir?: string }, 
     return {
       where: url,
       get: (id) => client.get(id),
-      list: async (q = {}) => client.list({
-        ...(q.state ? { state: q.state.split(',') as never } : {}), workflow: q.workflow, createdAfter: q.createdAfter, createdBefore: q.createdBefore,
-        cursor: q.cursor, ...(q.limit ? { limit: Number(q.limit) } : {}),
-      }),
+      list: async (q = {}) =>
+        client.list({
+          ...(q.state ? { state: q.state.split(',') as never } : {}),
+          workflow: q.workflow,
+          createdAfter: q.createdAfter,
+          createdBefore: q.createdBefore,
+          cursor: q.cursor,
+          ...(q.limit ? { limit: Number(q.limit) } : {}),
+        }),
       events: (id, q = {}) => client.events(id, { after: q.after, ...(q.limit ? { limit: Number(q.limit) } : {}) }),
       explain: (id) => client.explain(id),
       cancel: (id) => client.cancel(id),
@@ -42,20 +50,33 @@ export async function openBackend(o: GlobalOptions & { workflowsDir?: string }, 
     ratchet = await createRatchet({ ...target, workflows, logger: cliLogger() });
   } catch (err) {
     if (err instanceof DataDirLockedError) {
-      throw new DataDirLockedError(err.dataDir, `${err.holder}; if that is \`ratchet dev\` or \`ratchet serve\`, ask it instead: --url http://127.0.0.1:7700 (or RATCHET_URL)`);
+      throw new DataDirLockedError(
+        err.dataDir,
+        `${err.holder}; if that is \`ratchet dev\` or \`ratchet serve\`, ask it instead: --url http://127.0.0.1:7700 (or RATCHET_URL)`,
+      );
     }
     throw err;
   }
   const service = createRunService(ratchet);
   return {
-    where: ratchet.store.kind === 'postgres' ? 'PostgreSQL' : `embedded PGlite${ratchet.store.dataDir ? ` at ${ratchet.store.dataDir}` : ''}`,
-    get: service.get, list: service.list, events: service.events, explain: service.explain, cancel: service.cancel, retry: service.retry,
+    where:
+      ratchet.store.kind === 'postgres' ? 'PostgreSQL' : `embedded PGlite${ratchet.store.dataDir ? ` at ${ratchet.store.dataDir}` : ''}`,
+    get: service.get,
+    list: service.list,
+    events: service.events,
+    explain: service.explain,
+    cancel: service.cancel,
+    retry: service.retry,
     close: () => ratchet.close(),
   };
 }
 
 /** Opens a backend, runs `fn`, always closes it. */
-export async function withBackend<T>(o: GlobalOptions & { workflowsDir?: string }, fn: (b: Backend) => Promise<T>, opts: { workflows?: boolean } = {}): Promise<T> {
+export async function withBackend<T>(
+  o: GlobalOptions & { workflowsDir?: string },
+  fn: (b: Backend) => Promise<T>,
+  opts: { workflows?: boolean } = {},
+): Promise<T> {
   const b = await openBackend(o, opts);
   try {
     return await fn(b);

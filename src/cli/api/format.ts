@@ -9,7 +9,9 @@ export const errorText = (e: unknown): string => {
 };
 
 export function formatRun(r: RunJson): string {
-  const lines = [`run ${r.id} ${r.workflow} ${r.state}  created ${r.createdAt}${r.finishedAt ? `  finished ${r.finishedAt}` : ''}${r.deadline ? `  deadline ${r.deadline}` : ''}`];
+  const lines = [
+    `run ${r.id} ${r.workflow} ${r.state}  created ${r.createdAt}${r.finishedAt ? `  finished ${r.finishedAt}` : ''}${r.deadline ? `  deadline ${r.deadline}` : ''}`,
+  ];
   for (const s of r.stages) {
     let line = `  stage ${s.seq} ${s.name.padEnd(18)} ${s.state.padEnd(9)} attempt ${s.attempt}/${s.maxAttempts}  fence ${s.fence ?? '-'}`;
     if (s.effectKey) line += `  key ${s.effectKey}`;
@@ -18,7 +20,8 @@ export function formatRun(r: RunJson): string {
     if (s.lastError && s.state !== 'succeeded') line += `  (${errorText(s.lastError)})`;
     lines.push(line);
   }
-  if (r.usage && r.usage.modelCalls > 0) lines.push(`model usage: ${r.usage.inputTokens} tokens in, ${r.usage.outputTokens} out, ${r.usage.modelCalls} calls`);
+  if (r.usage && r.usage.modelCalls > 0)
+    lines.push(`model usage: ${r.usage.inputTokens} tokens in, ${r.usage.outputTokens} out, ${r.usage.modelCalls} calls`);
   if (r.state === 'succeeded') lines.push(`result: ${JSON.stringify(r.result)}`);
   else if (r.error) lines.push(`error: ${errorText(r.error)}`);
   return lines.join('\n');
@@ -26,15 +29,20 @@ export function formatRun(r: RunJson): string {
 
 export function formatRunList(l: RunListJson): string {
   if (l.runs.length === 0) return 'no runs';
-  const lines = l.runs.map((r) => `${r.id}  ${r.workflow.padEnd(20)} ${r.state.padEnd(9)} ${r.createdAt}${r.error ? `  ${errorText(r.error)}` : ''}`);
+  const lines = l.runs.map(
+    (r) => `${r.id}  ${r.workflow.padEnd(20)} ${r.state.padEnd(9)} ${r.createdAt}${r.error ? `  ${errorText(r.error)}` : ''}`,
+  );
   if (l.nextCursor) lines.push(`more: --cursor ${l.nextCursor}`);
   return lines.join('\n');
 }
 
 export function formatEvents(e: EventListJson): string {
   if (e.events.length === 0) return 'no events';
-  const lines = e.events.map((ev) => `${ev.at}  ${ev.type.padEnd(22)} ${ev.stageId ? `stage ${ev.stageId}` : '        '}` +
-    `${ev.attempt !== null ? `  attempt ${ev.attempt}` : ''}${ev.fence ? `  fence ${ev.fence}` : ''}`);
+  const lines = e.events.map(
+    (ev) =>
+      `${ev.at}  ${ev.type.padEnd(22)} ${ev.stageId ? `stage ${ev.stageId}` : '        '}` +
+      `${ev.attempt !== null ? `  attempt ${ev.attempt}` : ''}${ev.fence ? `  fence ${ev.fence}` : ''}`,
+  );
   if (e.nextCursor) lines.push(`more: --after ${e.nextCursor}`);
   return lines.join('\n');
 }

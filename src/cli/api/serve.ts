@@ -1,6 +1,11 @@
 import type { Logger } from 'pino';
 import {
-  checkListenOptions, createServer, DEFAULT_API_HOST, DEFAULT_API_PORT, DEFAULT_BODY_LIMIT, type ApiServer,
+  checkListenOptions,
+  createServer,
+  DEFAULT_API_HOST,
+  DEFAULT_API_PORT,
+  DEFAULT_BODY_LIMIT,
+  type ApiServer,
 } from '../../api/server.js';
 import { createRatchet, type Ratchet } from '../../engine.js';
 import type { Worker } from '../../worker/worker.js';
@@ -18,7 +23,10 @@ const pick = (...values: (string | undefined)[]): string | undefined => values.f
 /** Accepted tokens: --token (or RATCHET_TOKEN), plus RATCHET_TOKENS (comma-separated) for rotation. */
 export function serverTokens(o: GlobalOptions): string[] {
   const one = pick(o.token, process.env.RATCHET_TOKEN);
-  const many = (process.env.RATCHET_TOKENS ?? '').split(',').map((t) => t.trim()).filter(Boolean);
+  const many = (process.env.RATCHET_TOKENS ?? '')
+    .split(',')
+    .map((t) => t.trim())
+    .filter(Boolean);
   return [...new Set([...(one ? [one] : []), ...many])];
 }
 
@@ -27,7 +35,12 @@ export function listenOptions(o: ServeOptions): { host: string; port: number; bo
   return {
     host: pick(o.host, process.env.RATCHET_HOST) ?? DEFAULT_API_HOST,
     port: intOption(pick(o.port, process.env.RATCHET_PORT) ?? String(DEFAULT_API_PORT), '--port', 0, 65535),
-    bodyLimit: intOption(pick(o.bodyLimit, process.env.RATCHET_BODY_LIMIT) ?? String(DEFAULT_BODY_LIMIT), '--body-limit', 64, 100 * 1024 * 1024),
+    bodyLimit: intOption(
+      pick(o.bodyLimit, process.env.RATCHET_BODY_LIMIT) ?? String(DEFAULT_BODY_LIMIT),
+      '--body-limit',
+      64,
+      100 * 1024 * 1024,
+    ),
     tokens: serverTokens(o),
   };
 }
@@ -53,12 +66,21 @@ export async function serveUntilSignal(o: ServeOptions, logger: Logger, opts: { 
     }
     server = await createServer({ ratchet, ...listen, logger });
     const ready = {
-      type: 'api_listening', url: server.url, auth: listen.tokens.length > 0, backend: ratchet.store.kind, dataDir: ratchet.store.dataDir,
-      workflows: ratchet.registry.list().map((w) => w.name), worker: worker ? { owner: worker.owner, classes: worker.classes } : null,
+      type: 'api_listening',
+      url: server.url,
+      auth: listen.tokens.length > 0,
+      backend: ratchet.store.kind,
+      dataDir: ratchet.store.dataDir,
+      workflows: ratchet.registry.list().map((w) => w.name),
+      worker: worker ? { owner: worker.owner, classes: worker.classes } : null,
     };
-    process.stdout.write(o.json ? `${JSON.stringify(ready)}\n` : `task API on ${server.url} (${listen.tokens.length > 0 ? 'bearer token required' : 'no token: loopback only'}), ` +
-      `${ratchet.store.kind === 'pglite' ? `embedded PGlite${ratchet.store.dataDir ? ` at ${ratchet.store.dataDir}` : ''}` : 'PostgreSQL'}` +
-      `${worker ? `, worker serving ${worker.classes.join(', ') || 'no classes'}` : ''}; workflows: ${ready.workflows.join(', ') || 'none'}\n`);
+    process.stdout.write(
+      o.json
+        ? `${JSON.stringify(ready)}\n`
+        : `task API on ${server.url} (${listen.tokens.length > 0 ? 'bearer token required' : 'no token: loopback only'}), ` +
+            `${ratchet.store.kind === 'pglite' ? `embedded PGlite${ratchet.store.dataDir ? ` at ${ratchet.store.dataDir}` : ''}` : 'PostgreSQL'}` +
+            `${worker ? `, worker serving ${worker.classes.join(', ') || 'no classes'}` : ''}; workflows: ${ready.workflows.join(', ') || 'none'}\n`,
+    );
     await new Promise<void>((resolve) => {
       const stop = (signal: string) => {
         logger.info({ event: 'server_stopping', signal }, 'stopping');

@@ -11,10 +11,10 @@ const DEV_GRACE_MS = 5000;
  * 127.0.0.1:7700. Ctrl-C stops it gracefully.
  */
 export function registerDevCommand(program: Command): void {
-  withServeOptions(program.command('dev')
-    .description('embedded database, a worker and the task API in one process'))
-    .action(async (_o: unknown, cmd: Command) => {
+  withServeOptions(program.command('dev').description('embedded database, a worker and the task API in one process')).action(
+    async (_o: unknown, cmd: Command) => {
       const [{ serveUntilSignal }, { cliLogger }] = await Promise.all([import('../api/serve.js'), import('../api/options.js')]);
       await serveUntilSignal(cmd.optsWithGlobals<ServeOptions>(), cliLogger('warn'), { worker: true, graceMs: DEV_GRACE_MS });
-    });
+    },
+  );
 }

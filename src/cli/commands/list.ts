@@ -1,11 +1,19 @@
 import type { Command } from 'commander';
 import type { GlobalOptions } from '../api/options.js';
 
-interface ListOptions extends GlobalOptions { state?: string; workflow?: string; createdAfter?: string; createdBefore?: string; cursor?: string; limit: string }
+interface ListOptions extends GlobalOptions {
+  state?: string;
+  workflow?: string;
+  createdAfter?: string;
+  createdBefore?: string;
+  cursor?: string;
+  limit: string;
+}
 
 /** `ratchet list`: runs, newest first, with filters and a cursor for the next page. */
 export function registerListCommand(program: Command): void {
-  program.command('list')
+  program
+    .command('list')
     .description('runs, newest first (filters: --state, --workflow, --created-after, --created-before; pages: --limit, --cursor)')
     .option('--state <states>', 'comma-separated states, e.g. failed,cancelled')
     .option('--workflow <name>', 'only this workflow')
@@ -15,15 +23,25 @@ export function registerListCommand(program: Command): void {
     .option('--cursor <cursor>', 'the next page (printed after a full page)')
     .action(async (_o: unknown, cmd: Command) => {
       const [{ withBackend }, { formatRunList }, { printer }, { listQuerySchema }, { parseInput }] = await Promise.all([
-        import('../api/backend.js'), import('../api/format.js'), import('../api/options.js'),
-        import('../../api/schemas.js'), import('../../store/validate.js'),
+        import('../api/backend.js'),
+        import('../api/format.js'),
+        import('../api/options.js'),
+        import('../../api/schemas.js'),
+        import('../../store/validate.js'),
       ]);
       const o = cmd.optsWithGlobals<ListOptions>();
-      const q = parseInput(listQuerySchema, {
-        ...(o.state ? { state: o.state } : {}), ...(o.workflow ? { workflow: o.workflow } : {}),
-        ...(o.createdAfter ? { createdAfter: o.createdAfter } : {}), ...(o.createdBefore ? { createdBefore: o.createdBefore } : {}),
-        ...(o.cursor ? { cursor: o.cursor } : {}), limit: o.limit,
-      }, 'list');
+      const q = parseInput(
+        listQuerySchema,
+        {
+          ...(o.state ? { state: o.state } : {}),
+          ...(o.workflow ? { workflow: o.workflow } : {}),
+          ...(o.createdAfter ? { createdAfter: o.createdAfter } : {}),
+          ...(o.createdBefore ? { createdBefore: o.createdBefore } : {}),
+          ...(o.cursor ? { cursor: o.cursor } : {}),
+          limit: o.limit,
+        },
+        'list',
+      );
       const page = await withBackend(o, (b) => b.list(q));
       printer(o)(page, () => formatRunList(page));
     });

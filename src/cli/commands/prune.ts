@@ -7,7 +7,8 @@ import type { PruneArgs } from '../prune/prune.js';
  * not apply). Bad arguments: exit 2, nothing deleted.
  */
 export function registerPruneCommand(program: Command): void {
-  program.command('prune')
+  program
+    .command('prune')
     .description('delete finished runs older than --older-than, with their stages and events, in bounded batches (never an unfinished run)')
     .option('--older-than <age>', 'how long ago the runs finished, e.g. 30d, 12h (required)')
     .option('--state <states>', 'comma-separated finished states (default: succeeded,failed,cancelled,expired)')

@@ -3,8 +3,11 @@ import type { GlobalOptions } from '../api/options.js';
 
 /** `ratchet retry <id>`: a failed run goes on from its failed stage (fresh attempt budget). Exit 7 for a run that is not failed. */
 export function registerRetryCommand(program: Command): void {
-  program.command('retry')
-    .description('retry a failed run from its failed stage (exit 3 unknown id, 7 not failed: resubmit expired or cancelled runs with `run`)')
+  program
+    .command('retry')
+    .description(
+      'retry a failed run from its failed stage (exit 3 unknown id, 7 not failed: resubmit expired or cancelled runs with `run`)',
+    )
     .argument('<id>', 'the run id')
     .action(async (id: string, _o: unknown, cmd: Command) => {
       const [{ withBackend }, { printer }] = await Promise.all([import('../api/backend.js'), import('../api/options.js')]);

@@ -33,9 +33,11 @@ const STOP_GRACE_MS = 5000;
 async function watchTimings(o: RunOptions): Promise<{ timeoutMs: number; intervalMs: number }> {
   const { resolveDuration } = await import('../../definitions/duration.js');
   const timeout = resolveDuration(o.timeout);
-  if ('problem' in timeout || timeout.ms <= 0) throw new InvalidInputError(`--timeout: ${'problem' in timeout ? timeout.problem : 'must be > 0'}`, 'timeout');
+  if ('problem' in timeout || timeout.ms <= 0)
+    throw new InvalidInputError(`--timeout: ${'problem' in timeout ? timeout.problem : 'must be > 0'}`, 'timeout');
   const intervalMs = Number(o.poll);
-  if (!Number.isInteger(intervalMs) || intervalMs < 10 || intervalMs > 60_000) throw new InvalidInputError('--poll must be whole milliseconds in 10..60000', 'poll');
+  if (!Number.isInteger(intervalMs) || intervalMs < 10 || intervalMs > 60_000)
+    throw new InvalidInputError('--poll must be whole milliseconds in 10..60000', 'poll');
   return { timeoutMs: timeout.ms, intervalMs };
 }
 
@@ -79,11 +81,17 @@ async function run(name: string, o: RunOptions): Promise<void> {
     worker = ratchet.worker();
     await worker.start();
     const started = Date.now();
-    const submitted = await ratchet.submit(name, input, { ...(o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {}), ...priorityOption(o.priority) });
+    const submitted = await ratchet.submit(name, input, {
+      ...(o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {}),
+      ...priorityOption(o.priority),
+    });
     report.submitted({ ...submitted, workflow: name, backend: backendOf(ratchet.store) });
     const r = ratchet;
     const outcome = await watchRun((id) => r.getRun(id), submitted.id, {
-      intervalMs, timeoutMs, signal: interrupt.signal, onStage: (stage) => report.stage(submitted.id, stage),
+      intervalMs,
+      timeoutMs,
+      signal: interrupt.signal,
+      onStage: (stage) => report.stage(submitted.id, stage),
     });
     if (outcome.kind === 'finished') {
       report.finished(outcome.run, Date.now() - started);
@@ -117,13 +125,17 @@ async function runOnServer(name: string, input: unknown, o: RunOptions, timeoutM
 }
 
 export function registerRunCommand(program: Command): void {
-  program.command('run')
+  program
+    .command('run')
     .description('run a workflow to its end in this process (an in-process worker), showing each stage as it advances')
     .argument('<workflow>', 'the workflow name')
     .option('--input <json|@file>', 'the run input: JSON, or @file with JSON (@- reads stdin)', '{}')
     .option('--workflows-dir <dir>', 'the folder of workflow files', 'workflows')
     .option('--idempotency-key <key>', 'submit key: the same key and input give back the same run')
-    .option('--priority <n>', 'the run\'s priority, -100..100: higher is claimed first within a tool class (default: the workflow\'s, else 0)')
+    .option(
+      '--priority <n>',
+      "the run's priority, -100..100: higher is claimed first within a tool class (default: the workflow's, else 0)",
+    )
     .option('--timeout <duration>', 'stop watching after this long (the run is left as it is)', '10m')
     .option('--poll <ms>', 'how often to read the run, in ms', '200')
     .option('--with-services', 'start the example services (examples/services.ts) in this process first', false)

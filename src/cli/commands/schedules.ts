@@ -2,8 +2,17 @@ import type { Command } from 'commander';
 import type { GlobalOptions } from '../api/options.js';
 import type { ScheduleBody, ScheduleJson } from '../../api/schedule-schemas.js';
 
-interface ScheduleFlags extends GlobalOptions { workflowsDir?: string }
-interface AddFlags extends ScheduleFlags { cron: string; workflow: string; timezone?: string; input?: string; overlap?: string; catchUp?: string }
+interface ScheduleFlags extends GlobalOptions {
+  workflowsDir?: string;
+}
+interface AddFlags extends ScheduleFlags {
+  cron: string;
+  workflow: string;
+  timezone?: string;
+  input?: string;
+  overlap?: string;
+  catchUp?: string;
+}
 
 /** What the schedules commands need, from a server (--url) or from the store directly. */
 interface ScheduleBackend {
@@ -19,10 +28,19 @@ async function openScheduleBackend(o: ScheduleFlags, withWorkflows: boolean): Pr
   if (url) {
     const { createClient } = await import('../../client/client.js');
     const client = createClient({ baseUrl: url, token: bearerToken(o) });
-    return { list: () => client.listSchedules(), put: (b) => client.putSchedule(b), delete: (n) => client.deleteSchedule(n), close: async () => {} };
+    return {
+      list: () => client.listSchedules(),
+      put: (b) => client.putSchedule(b),
+      delete: (n) => client.deleteSchedule(n),
+      close: async () => {},
+    };
   }
   const [{ existsSync }, { loadWorkflows }, { createRatchet }, { scheduleToJson }, { ApiError }] = await Promise.all([
-    import('node:fs'), import('../../definitions/loader.js'), import('../../engine.js'), import('../../api/schedule-schemas.js'), import('../../api/errors.js'),
+    import('node:fs'),
+    import('../../definitions/loader.js'),
+    import('../../engine.js'),
+    import('../../api/schedule-schemas.js'),
+    import('../../api/errors.js'),
   ]);
   const dir = workflowsDir(o.workflowsDir);
   const workflows = withWorkflows && existsSync(dir) ? await loadWorkflows(dir) : [];
@@ -34,7 +52,7 @@ async function openScheduleBackend(o: ScheduleFlags, withWorkflows: boolean): Pr
       return { schedule: scheduleToJson(res.schedule), created: res.created };
     },
     delete: async (name) => {
-      if (!await r.schedules.delete(name)) throw new ApiError(404, 'unknown_schedule', `no schedule named "${name}"`, { path: 'name' });
+      if (!(await r.schedules.delete(name))) throw new ApiError(404, 'unknown_schedule', `no schedule named "${name}"`, { path: 'name' });
       return { name, deleted: true as const };
     },
     close: () => r.close(),
@@ -52,15 +70,30 @@ async function withSchedules<T>(o: ScheduleFlags, withWorkflows: boolean, fn: (b
 
 function formatSchedules(list: ScheduleJson[]): string {
   if (list.length === 0) return 'no schedules';
-  const rows = list.map((s) => [s.name, `${s.cron} (${s.timezone})`, s.workflow, s.nextTickAt ?? 'never', `overlap=${s.overlap} catchUp=${s.catchUp}`, s.source]);
+  const rows = list.map((s) => [
+    s.name,
+    `${s.cron} (${s.timezone})`,
+    s.workflow,
+    s.nextTickAt ?? 'never',
+    `overlap=${s.overlap} catchUp=${s.catchUp}`,
+    s.source,
+  ]);
   const head = ['NAME', 'CRON', 'WORKFLOW', 'NEXT TICK', 'POLICY', 'SOURCE'];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  return [head, ...rows].map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n');
+  return [head, ...rows]
+    .map((r) =>
+      r
+        .map((c, i) => c.padEnd(widths[i]!))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** `ratchet schedules`: list cron schedules; `schedules add` creates or replaces one; `schedules delete` removes one. */
 export function registerSchedulesCommand(program: Command): void {
-  const schedules = program.command('schedules')
+  const schedules = program
+    .command('schedules')
     .description('cron schedules: list them (add / delete below); ticks fire in workers')
     .action(async (_o: unknown, cmd: Command) => {
       const { printer } = await import('../api/options.js');
@@ -68,12 +101,13 @@ export function registerSchedulesCommand(program: Command): void {
       const list = await withSchedules(o, false, (b) => b.list());
       printer(o)({ schedules: list }, () => formatSchedules(list));
     });
-  schedules.command('add <name>')
+  schedules
+    .command('add <name>')
     .description('create or replace a schedule (its tick history stays)')
     .requiredOption('--cron <expr>', 'cron expression: 5 fields, or 6 with seconds first')
     .requiredOption('--workflow <name>', 'the workflow each tick starts')
     .option('--timezone <iana>', 'the time zone the cron is read in (default UTC)')
-    .option('--input <json>', 'each run\'s input: JSON, or @file (default {})')
+    .option('--input <json>', "each run's input: JSON, or @file (default {})")
     .option('--overlap <skip|allow>', 'skip (default): start nothing while the previous run is going')
     .option('--catch-up <none|N>', 'missed ticks fired after an outage besides the latest (default none)')
     .option('--workflows-dir <dir>', 'where the workflows are (without --url)')
@@ -82,14 +116,19 @@ export function registerSchedulesCommand(program: Command): void {
       const o = cmd.optsWithGlobals<AddFlags>();
       const catchUp = o.catchUp === undefined ? undefined : /^\d+$/.test(o.catchUp) ? Number(o.catchUp) : o.catchUp;
       const body = {
-        name, cron: o.cron, workflow: o.workflow, ...(o.timezone ? { timezone: o.timezone } : {}),
-        input: o.input === undefined ? {} : await readRunInput(o.input), ...(o.overlap ? { overlap: o.overlap } : {}),
+        name,
+        cron: o.cron,
+        workflow: o.workflow,
+        ...(o.timezone ? { timezone: o.timezone } : {}),
+        input: o.input === undefined ? {} : await readRunInput(o.input),
+        ...(o.overlap ? { overlap: o.overlap } : {}),
         ...(catchUp !== undefined ? { catchUp } : {}),
       } as ScheduleBody;
       const res = await withSchedules(o, true, (b) => b.put(body));
       printer(o)(res, () => `${res.created ? 'created' : 'replaced'} schedule ${name}: next tick ${res.schedule.nextTickAt ?? 'never'}`);
     });
-  schedules.command('delete <name>')
+  schedules
+    .command('delete <name>')
     .description('delete a schedule (runs it started stay)')
     .action(async (name: string, _o: unknown, cmd: Command) => {
       const { printer } = await import('../api/options.js');

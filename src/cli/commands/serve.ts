@@ -8,10 +8,10 @@ import { withServeOptions } from '../api/serve-options.js';
  * processes (`ratchet worker`). Refuses a non-loopback --host without a token.
  */
 export function registerServeCommand(program: Command): void {
-  withServeOptions(program.command('serve')
-    .description('serve the task API (HTTP): submit, status, list, events, explain, cancel, retry'))
-    .action(async (_o: unknown, cmd: Command) => {
-      const [{ serveUntilSignal }, { cliLogger }] = await Promise.all([import('../api/serve.js'), import('../api/options.js')]);
-      await serveUntilSignal(cmd.optsWithGlobals<ServeOptions>(), cliLogger('info'), { worker: false, graceMs: 0 });
-    });
+  withServeOptions(
+    program.command('serve').description('serve the task API (HTTP): submit, status, list, events, explain, cancel, retry'),
+  ).action(async (_o: unknown, cmd: Command) => {
+    const [{ serveUntilSignal }, { cliLogger }] = await Promise.all([import('../api/serve.js'), import('../api/options.js')]);
+    await serveUntilSignal(cmd.optsWithGlobals<ServeOptions>(), cliLogger('info'), { worker: false, graceMs: 0 });
+  });
 }

@@ -1,7 +1,12 @@
 import type { Command } from 'commander';
 import type { GlobalOptions } from '../api/options.js';
 
-interface WatchOptions extends GlobalOptions { timeout: string; after?: string; stages: boolean; workflowsDir?: string }
+interface WatchOptions extends GlobalOptions {
+  timeout: string;
+  after?: string;
+  stages: boolean;
+  workflowsDir?: string;
+}
 
 /**
  * `ratchet watch <id>`: a run's events as they are committed, until its terminal event — from a
@@ -12,7 +17,8 @@ interface WatchOptions extends GlobalOptions { timeout: string; after?: string; 
  * passed first (the run goes on), 3 unknown run, 130 interrupted.
  */
 export function registerWatchCommand(program: Command): void {
-  program.command('watch')
+  program
+    .command('watch')
     .description("follow a run's events live until it ends (exit 0 succeeded, 5 failed / cancelled / expired, 6 --timeout)")
     .argument('<id>', 'the run id')
     .option('--timeout <duration>', 'stop watching after this long (the run goes on)', '10m')

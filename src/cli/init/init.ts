@@ -3,9 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, relative, resolve } from 'node:path';
 import { InvalidInputError } from '../../errors.js';
-import {
-  STARTER_INPUT, STARTER_TSCONFIG, STARTER_WORKFLOW, STARTER_WORKFLOW_FILE, STARTER_WORKFLOWS_PACKAGE,
-} from './starter.js';
+import { STARTER_INPUT, STARTER_TSCONFIG, STARTER_WORKFLOW, STARTER_WORKFLOW_FILE, STARTER_WORKFLOWS_PACKAGE } from './starter.js';
 
 export interface InitResult {
   dir: string;
@@ -18,7 +16,11 @@ export interface InitResult {
 }
 
 /** A file init writes: `required` ones refuse the whole init when they exist; the others are kept as they are. */
-interface Planned { path: string; text: string; required: boolean }
+interface Planned {
+  path: string;
+  text: string;
+  required: boolean;
+}
 
 const PLAN: readonly Planned[] = [
   { path: join('workflows', `${STARTER_WORKFLOW}.ts`), text: STARTER_WORKFLOW_FILE, required: true },
@@ -53,8 +55,11 @@ export async function initProject(dirArg: string): Promise<InitResult> {
   const blocking = exists.filter((f) => f.required);
   if (blocking.length > 0) {
     const files = blocking.map((f) => join(dirArg, f.path)).join(', ');
-    throw new InvalidInputError(`${files} already exists: ratchet init never overwrites a file (remove it, or init another folder)`, 'dir',
-      { reason: 'file_exists', files: blocking.map((f) => f.path) });
+    throw new InvalidInputError(
+      `${files} already exists: ratchet init never overwrites a file (remove it, or init another folder)`,
+      'dir',
+      { reason: 'file_exists', files: blocking.map((f) => f.path) },
+    );
   }
   const created: string[] = [];
   for (const f of PLAN) {

@@ -83,12 +83,21 @@ export default defineWorkflow({
 `;
 
 /** Type-checks the workflows with \`npx tsc\` (the engine loads them through tsx: no build step). */
-export const STARTER_TSCONFIG = `${JSON.stringify({
-  compilerOptions: {
-    target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, skipLibCheck: true, noEmit: true,
+export const STARTER_TSCONFIG = `${JSON.stringify(
+  {
+    compilerOptions: {
+      target: 'ES2022',
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      strict: true,
+      skipLibCheck: true,
+      noEmit: true,
+    },
+    include: ['workflows'],
   },
-  include: ['workflows'],
-}, null, 2)}\n`;
+  null,
+  2,
+)}\n`;
 
 /** Makes the .ts files under workflows/ ES modules whatever the project's own package.json says (tsx and tsc read it). */
 export const STARTER_WORKFLOWS_PACKAGE = `${JSON.stringify({ type: 'module' }, null, 2)}\n`;

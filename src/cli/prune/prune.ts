@@ -1,7 +1,13 @@
 import { z } from 'zod';
 import { DataDirLockedError, InvalidInputError } from '../../errors.js';
 import {
-  ageSchema, DEFAULT_PRUNE_BATCH, FINISHED_RUN_STATES, MAX_PRUNE_BATCH, openStore, type FinishedRunState, type PruneResult,
+  ageSchema,
+  DEFAULT_PRUNE_BATCH,
+  FINISHED_RUN_STATES,
+  MAX_PRUNE_BATCH,
+  openStore,
+  type FinishedRunState,
+  type PruneResult,
 } from '../../store/index.js';
 import { parseInput } from '../../store/validate.js';
 import { cliLogger, printer, storeTarget, type GlobalOptions } from '../api/options.js';
@@ -15,29 +21,47 @@ export interface PruneArgs extends GlobalOptions {
 
 const argsSchema = z.object({
   'older-than': ageSchema,
-  state: z.string().optional().transform((v, ctx): FinishedRunState[] => {
-    if (v === undefined) return [...FINISHED_RUN_STATES];
-    const states = [...new Set(v.split(',').map((s) => s.trim()).filter(Boolean))];
-    const bad = states.filter((s) => !(FINISHED_RUN_STATES as readonly string[]).includes(s));
-    if (states.length === 0 || bad.length > 0) {
-      const what = bad.length > 0 ? `${bad.join(', ')}: not a finished state` : 'no state given';
-      ctx.issues.push({ code: 'custom', input: v, message: `${what}; prune deletes only finished runs: ${FINISHED_RUN_STATES.join(', ')}` });
+  state: z
+    .string()
+    .optional()
+    .transform((v, ctx): FinishedRunState[] => {
+      if (v === undefined) return [...FINISHED_RUN_STATES];
+      const states = [
+        ...new Set(
+          v
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean),
+        ),
+      ];
+      const bad = states.filter((s) => !(FINISHED_RUN_STATES as readonly string[]).includes(s));
+      if (states.length === 0 || bad.length > 0) {
+        const what = bad.length > 0 ? `${bad.join(', ')}: not a finished state` : 'no state given';
+        ctx.issues.push({
+          code: 'custom',
+          input: v,
+          message: `${what}; prune deletes only finished runs: ${FINISHED_RUN_STATES.join(', ')}`,
+        });
+        return z.NEVER;
+      }
+      return states as FinishedRunState[];
+    }),
+  'batch-size': z
+    .string()
+    .optional()
+    .transform((v, ctx): number => {
+      if (v === undefined) return DEFAULT_PRUNE_BATCH;
+      const n = Number(v);
+      if (/^\d+$/.test(v.trim()) && n >= 1 && n <= MAX_PRUNE_BATCH) return n;
+      ctx.issues.push({ code: 'custom', input: v, message: `must be a whole number in 1..${MAX_PRUNE_BATCH}` });
       return z.NEVER;
-    }
-    return states as FinishedRunState[];
-  }),
-  'batch-size': z.string().optional().transform((v, ctx): number => {
-    if (v === undefined) return DEFAULT_PRUNE_BATCH;
-    const n = Number(v);
-    if (/^\d+$/.test(v.trim()) && n >= 1 && n <= MAX_PRUNE_BATCH) return n;
-    ctx.issues.push({ code: 'custom', input: v, message: `must be a whole number in 1..${MAX_PRUNE_BATCH}` });
-    return z.NEVER;
-  }),
+    }),
 });
 
 const summary = (r: PruneResult, olderThan: string, states: string[]) => {
   const what = `${r.runs} runs (${r.stages} stages, ${r.events} events): ${states.join(', ')} that finished more than ${olderThan} ago`;
-  return r.dryRun ? `would prune ${what}; nothing deleted (--dry-run)`
+  return r.dryRun
+    ? `would prune ${what}; nothing deleted (--dry-run)`
     : `pruned ${what}, in ${r.batches} batch${r.batches === 1 ? '' : 'es'}${r.complete ? '' : ' (stopped early: more remain)'}`;
 };
 
@@ -63,11 +87,22 @@ export async function pruneCommand(o: PruneArgs): Promise<void> {
   try {
     const olderThan = Object.fromEntries(args.state.map((s) => [s, args['older-than']]));
     const r = await store.prune({ olderThan, batchSize: args['batch-size'], dryRun: o.dryRun });
-    printer(o)({
-      dryRun: r.dryRun, olderThan: o.olderThan, olderThanMs: args['older-than'], states: args.state,
-      runs: r.runs, stages: r.stages, events: r.events, batches: r.batches, complete: r.complete, byState: r.byState,
-      durationMs: Date.now() - started,
-    }, () => summary(r, o.olderThan!, args.state));
+    printer(o)(
+      {
+        dryRun: r.dryRun,
+        olderThan: o.olderThan,
+        olderThanMs: args['older-than'],
+        states: args.state,
+        runs: r.runs,
+        stages: r.stages,
+        events: r.events,
+        batches: r.batches,
+        complete: r.complete,
+        byState: r.byState,
+        durationMs: Date.now() - started,
+      },
+      () => summary(r, o.olderThan!, args.state),
+    );
   } finally {
     await store.close();
   }

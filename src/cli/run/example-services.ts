@@ -22,10 +22,14 @@ const EXAMPLE_SERVICES = new URL('../../../examples/services.ts', import.meta.ur
  */
 export async function startExampleServices(): Promise<{ url: string; storage: string; close(): Promise<void> }> {
   if (!existsSync(fileURLToPath(EXAMPLE_SERVICES))) {
-    throw new InvalidInputError('--with-services starts the example services of a clone of the Ratchet repository (examples/services.ts); ' +
-      'the installed package does not include them', 'with-services', { reason: 'no_example_services' });
+    throw new InvalidInputError(
+      '--with-services starts the example services of a clone of the Ratchet repository (examples/services.ts); ' +
+        'the installed package does not include them',
+      'with-services',
+      { reason: 'no_example_services' },
+    );
   }
-  const mod = await import(EXAMPLE_SERVICES.href) as ExampleServicesModule;
+  const mod = (await import(EXAMPLE_SERVICES.href)) as ExampleServicesModule;
   const services = await mod.startServices({ onError: (err) => process.stderr.write(`example services: ${(err as Error).message}\n`) });
   process.env[mod.SERVICES_URL_ENV] = services.url;
   return services;

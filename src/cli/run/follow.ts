@@ -6,12 +6,22 @@ import { errorText } from '../api/format.js';
 /** What an event says about its stage's state, for the `stage` lines of `run --wait` (null: nothing visible changed). */
 export function stageStateOf(e: EventJson): string | null {
   switch (e.type) {
-    case 'job_claimed': case 'lease_reclaimed': return 'running';
-    case 'stage_succeeded': return 'succeeded';
-    case 'stage_failed': case 'attempts_exhausted': case 'stage_duration_exceeded': return e.type === 'stage_duration_exceeded' ? null : 'failed';
-    case 'retry_scheduled': case 'lease_released': return 'queued';
-    case 'stage_cancelled': return 'cancelled';
-    default: return null;
+    case 'job_claimed':
+    case 'lease_reclaimed':
+      return 'running';
+    case 'stage_succeeded':
+      return 'succeeded';
+    case 'stage_failed':
+    case 'attempts_exhausted':
+    case 'stage_duration_exceeded':
+      return e.type === 'stage_duration_exceeded' ? null : 'failed';
+    case 'retry_scheduled':
+    case 'lease_released':
+      return 'queued';
+    case 'stage_cancelled':
+      return 'cancelled';
+    default:
+      return null;
   }
 }
 
@@ -32,8 +42,11 @@ export function createFollower(out: FollowOutput, getRun: () => Promise<RunJson>
   return {
     async event(e: EventJson): Promise<void> {
       if (mode === 'events') {
-        emit(e as unknown as Record<string, unknown>, `${e.at}  ${e.type.padEnd(22)} ${e.stageId ? `stage ${e.stageId}` : '        '}` +
-          `${e.attempt !== null ? `  attempt ${e.attempt}` : ''}${e.fence ? `  fence ${e.fence}` : ''}`);
+        emit(
+          e as unknown as Record<string, unknown>,
+          `${e.at}  ${e.type.padEnd(22)} ${e.stageId ? `stage ${e.stageId}` : '        '}` +
+            `${e.attempt !== null ? `  attempt ${e.attempt}` : ''}${e.fence ? `  fence ${e.fence}` : ''}`,
+        );
         return;
       }
       const state = stageStateOf(e);
@@ -41,10 +54,23 @@ export function createFollower(out: FollowOutput, getRun: () => Promise<RunJson>
       if (!stages.has(e.stageId)) for (const s of (await getRun()).stages) stages.set(s.id, s);
       const s = stages.get(e.stageId);
       if (!s) return;
-      const err = (e.data as { error?: unknown; lastError?: unknown } | null)?.error ?? (e.data as { lastError?: unknown } | null)?.lastError;
-      emit({ type: 'stage', runId: e.runId, seq: s.seq, name: s.name, tool: s.tool, state, attempt: e.attempt ?? s.attempt, fence: e.fence, ...(err ? { lastError: err } : {}) },
+      const err =
+        (e.data as { error?: unknown; lastError?: unknown } | null)?.error ?? (e.data as { lastError?: unknown } | null)?.lastError;
+      emit(
+        {
+          type: 'stage',
+          runId: e.runId,
+          seq: s.seq,
+          name: s.name,
+          tool: s.tool,
+          state,
+          attempt: e.attempt ?? s.attempt,
+          fence: e.fence,
+          ...(err ? { lastError: err } : {}),
+        },
         `  stage ${s.seq} ${s.tool.padEnd(18)} ${state.padEnd(9)} attempt ${e.attempt ?? s.attempt}  fence ${e.fence ?? '-'}` +
-        (err && state !== 'succeeded' ? `  (${errorText(err)})` : ''));
+          (err && state !== 'succeeded' ? `  (${errorText(err)})` : ''),
+      );
     },
     isTerminal: (e: EventJson) => TERMINAL_EVENTS.includes(e.type),
   };

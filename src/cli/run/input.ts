@@ -11,7 +11,10 @@ export async function readRunInput(arg: string): Promise<unknown> {
     try {
       text = path === '-' ? await readStdin() : await readFile(path, 'utf8');
     } catch (err) {
-      throw new InvalidInputError(`cannot read the input file ${path}: ${(err as Error).message}`, 'input', { reason: 'unreadable_input', file: path });
+      throw new InvalidInputError(`cannot read the input file ${path}: ${(err as Error).message}`, 'input', {
+        reason: 'unreadable_input',
+        file: path,
+      });
     }
   }
   try {

@@ -14,10 +14,20 @@ import { EXIT } from '../exit-codes.js';
 import { createFollower } from './follow.js';
 import { followWatch } from './remote.js';
 
-export interface WatchCommandOptions extends GlobalOptions { timeout: string; after?: string; stages: boolean }
+export interface WatchCommandOptions extends GlobalOptions {
+  timeout: string;
+  after?: string;
+  stages: boolean;
+}
 
 /** The database directly: the same stream the server sends, read in this process. */
-async function* fromStore(o: WatchCommandOptions, id: string, deadlineMs: number, signal: AbortSignal, getRun: { fn?: () => Promise<RunJson>; final?: RunJson }): AsyncGenerator<EventJson, WatchEnd> {
+async function* fromStore(
+  o: WatchCommandOptions,
+  id: string,
+  deadlineMs: number,
+  signal: AbortSignal,
+  getRun: { fn?: () => Promise<RunJson>; final?: RunJson },
+): AsyncGenerator<EventJson, WatchEnd> {
   const ratchet = await createRatchet({ ...storeTarget(o), workflows: [], logger: cliLogger() });
   const hub = createEventHub(ratchet.store.db);
   const ac = new AbortController();
@@ -35,7 +45,11 @@ async function* fromStore(o: WatchCommandOptions, id: string, deadlineMs: number
         if (item.kind !== 'event') continue;
         const e = eventToJson(item.event);
         last = e.id;
-        terminal = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'].includes(e.type) ? e.type : e.type === 'run_retried' ? null : terminal;
+        terminal = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'].includes(e.type)
+          ? e.type
+          : e.type === 'run_retried'
+            ? null
+            : terminal;
         yield e;
       }
     }
@@ -52,7 +66,8 @@ async function* fromStore(o: WatchCommandOptions, id: string, deadlineMs: number
 
 export async function watchCommand(id: string, o: WatchCommandOptions): Promise<void> {
   const timeout = resolveDuration(o.timeout);
-  if ('problem' in timeout || timeout.ms <= 0) throw new InvalidInputError(`--timeout: ${'problem' in timeout ? timeout.problem : 'must be > 0'}`, 'timeout');
+  if ('problem' in timeout || timeout.ms <= 0)
+    throw new InvalidInputError(`--timeout: ${'problem' in timeout ? timeout.problem : 'must be > 0'}`, 'timeout');
   if (o.after !== undefined && !/^\d{1,19}$/.test(o.after)) throw new InvalidInputError('--after must be an event id', 'after');
   const interrupt = new AbortController();
   const onSignal = () => interrupt.abort();
@@ -65,20 +80,38 @@ export async function watchCommand(id: string, o: WatchCommandOptions): Promise<
     const local: { fn?: () => Promise<RunJson>; final?: RunJson } = {};
     const getRun = () => (client ? client.get(id) : local.fn!());
     const watch = client
-      ? client.watch(id, { deadline: timeout.ms, signal: interrupt.signal, ...(o.after ? { after: o.after } : {}), poll: { initialInterval: 250, maxInterval: 5000 } })
+      ? client.watch(id, {
+          deadline: timeout.ms,
+          signal: interrupt.signal,
+          ...(o.after ? { after: o.after } : {}),
+          poll: { initialInterval: 250, maxInterval: 5000 },
+        })
       : fromStore(o, id, timeout.ms, interrupt.signal, local);
     const follow = createFollower({ json: o.json, write: (l) => process.stdout.write(l) }, getRun, o.stages ? 'stages' : 'events');
     const w = await followWatch(watch, (e) => follow.event(e));
-    const run: RunJson | null = client ? await client.get(id).catch(() => null) : local.final ?? null;
+    const run: RunJson | null = client ? await client.get(id).catch(() => null) : (local.final ?? null);
     const state = run?.state ?? null;
     if (w.outcome !== 'ended') {
-      out({ type: 'watch_end', runId: id, outcome: w.outcome, state, lastEventId: w.lastEventId },
-        `stopped watching run ${id} (${w.outcome === 'aborted' ? 'interrupted' : '--timeout passed'}); it is ${state ?? 'unknown'} and goes on`);
+      out(
+        { type: 'watch_end', runId: id, outcome: w.outcome, state, lastEventId: w.lastEventId },
+        `stopped watching run ${id} (${w.outcome === 'aborted' ? 'interrupted' : '--timeout passed'}); it is ${state ?? 'unknown'} and goes on`,
+      );
       process.exitCode = w.outcome === 'aborted' ? EXIT.interrupted : EXIT.runTimeout;
       return;
     }
-    out({ type: 'watch_end', runId: id, outcome: 'ended', state, result: state === 'succeeded' ? run!.result : null, error: run?.error ?? null, lastEventId: w.lastEventId, via: w.via },
-      `run ${id} ${state ?? 'ended'}${state === 'succeeded' ? `: ${JSON.stringify(run!.result)}` : run?.error ? `: ${errorText(run.error)}` : ''}`);
+    out(
+      {
+        type: 'watch_end',
+        runId: id,
+        outcome: 'ended',
+        state,
+        result: state === 'succeeded' ? run!.result : null,
+        error: run?.error ?? null,
+        lastEventId: w.lastEventId,
+        via: w.via,
+      },
+      `run ${id} ${state ?? 'ended'}${state === 'succeeded' ? `: ${JSON.stringify(run!.result)}` : run?.error ? `: ${errorText(run.error)}` : ''}`,
+    );
     process.exitCode = state === 'succeeded' ? EXIT.ok : EXIT.runFailed;
   } finally {
     process.off('SIGINT', onSignal);

@@ -19,15 +19,16 @@ export interface WatchOptions {
   signal?: AbortSignal;
 }
 
-const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
-  const t = setTimeout(done, ms);
-  function done() {
-    clearTimeout(t);
-    signal?.removeEventListener('abort', done);
-    resolve();
-  }
-  signal?.addEventListener('abort', done, { once: true });
-});
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
 
 /**
  * Polls a run until it is terminal, reporting each stage as it advances. A poll sees states,
