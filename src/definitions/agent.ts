@@ -8,6 +8,7 @@ import { isTool, isToolClass, zodSchemaField } from './guards.js';
 import { WORKFLOW_NAME, workflowVersionSchema } from './workflow.js';
 import type { AgentSpec, Duration, Tool, ToolClass, Workflow } from './types.js';
 import { definitionPath, parseDefinition } from './validate.js';
+import { AGENT_SLEEP_TOOL_NAME, DEFAULT_AGENT_SLEEP_MAX_MS, allowSleepSchema } from './waits.js';
 
 /** The stage tool name of a model call (not a valid tool name, so it can never clash with one). */
 export const MODEL_STAGE_TOOL = '$model';
@@ -36,6 +37,7 @@ export const agentOptionsSchema = z.strictObject({
   maxToolErrors: z.int().min(0).max(1000).default(DEFAULT_MAX_TOOL_ERRORS),
   deadline: positiveDurationSchema.optional(),
   priority: prioritySchema.optional(),
+  allowSleep: allowSleepSchema.optional(),
 });
 
 export interface AgentOptions<I> {
@@ -62,6 +64,11 @@ export interface AgentOptions<I> {
   /** Tool failures told to the model in one run, at most (default 5); one more fails the run with too_many_tool_errors. */
   maxToolErrors?: number;
   deadline?: Duration;
+  /**
+   * Offer the model the built-in `sleep` tool (issue 10): its call waits without a lease, like a
+   * sleep step. true: up to 7 days per call; `{ max }`: up to that. Default: not offered.
+   */
+  allowSleep?: boolean | { max: Duration };
 }
 
 function agentHash(name: string, version: number, agent: AgentSpec): string {
@@ -79,6 +86,7 @@ function agentHash(name: string, version: number, agent: AgentSpec): string {
     ...(agent.parallelToolCalls ? {} : { parallelToolCalls: false }),
     ...(agent.onToolError === 'tell_model' ? {} : { onToolError: agent.onToolError }),
     ...(agent.maxToolErrors === DEFAULT_MAX_TOOL_ERRORS ? {} : { maxToolErrors: agent.maxToolErrors }),
+    ...(agent.sleep ? { sleep: { maxMs: agent.sleep.maxMs } } : {}),
   };
   return createHash('sha256').update(canonicalJson(structure)).digest('hex');
 }
@@ -103,6 +111,17 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
       );
     names.set(t.name, i);
   });
+  const sleepIdx = names.get(AGENT_SLEEP_TOOL_NAME);
+  if (o.allowSleep && sleepIdx !== undefined) {
+    throw new InvalidDefinitionError(
+      `tools[${sleepIdx}] is named "${AGENT_SLEEP_TOOL_NAME}", the built-in tool allowSleep offers; rename it or drop allowSleep`,
+      `${where}.tools[${sleepIdx}]`,
+    );
+  }
+  const sleep =
+    o.allowSleep === undefined || o.allowSleep === false
+      ? null
+      : Object.freeze({ maxMs: o.allowSleep === true ? DEFAULT_AGENT_SLEEP_MAX_MS : o.allowSleep.max });
   const agent: AgentSpec = Object.freeze({
     model: Object.freeze({
       name: o.model.name,
@@ -119,6 +138,7 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
     parallelToolCalls: o.parallelToolCalls,
     onToolError: o.onToolError,
     maxToolErrors: o.maxToolErrors,
+    sleep,
   });
   return Object.freeze({
     kind: 'workflow',

@@ -15,7 +15,7 @@ function show(value: unknown): string {
 }
 
 /** Milliseconds, or the reason `value` is not a usable duration. Never throws. */
-export function resolveDuration(value: unknown): { ms: number } | { problem: string } {
+export function resolveDuration(value: unknown, max = MAX_DURATION_MS): { ms: number } | { problem: string } {
   let result: number | undefined;
   if (typeof value === 'number') {
     result = value;
@@ -32,8 +32,13 @@ export function resolveDuration(value: unknown): { ms: number } | { problem: str
   if (!Number.isFinite(result)) return { problem: `duration ${show(value)} is not finite: expected ${EXPECTED}` };
   if (result < 0) return { problem: `duration ${show(value)} is negative: expected ${EXPECTED}` };
   if (!Number.isInteger(result)) return { problem: `duration ${show(value)} is ${result} ms, not a whole number of milliseconds` };
-  if (result > MAX_DURATION_MS) {
-    return { problem: `duration ${show(value)} is ${result} ms, more than ${MAX_DURATION_MS} ms (2^31-1, the longest timer Node honours)` };
+  if (result > max) {
+    return {
+      problem:
+        max === MAX_DURATION_MS
+          ? `duration ${show(value)} is ${result} ms, more than ${MAX_DURATION_MS} ms (2^31-1, the longest timer Node honours)`
+          : `duration ${show(value)} is ${result} ms, more than ${max} ms (the longest wait)`,
+    };
   }
   return { ms: result };
 }

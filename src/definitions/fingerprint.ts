@@ -46,6 +46,8 @@ export function toolFingerprint(t: Tool): Record<string, unknown> {
     hasIdempotencyKey: typeof t.idempotencyKey === 'function',
     // Only on workflow tools, so every other tool's fingerprint (and the hashes that contain it) stays what it was.
     ...(t.childWorkflow ? { childWorkflow: { name: t.childWorkflow.name, version: t.childWorkflow.version } } : {}),
+    // Only on gated tools (issue 10), likewise: whether a call waits for a person changes what a run does.
+    ...(t.approval ? { approval: { when: t.approval.when === true ? 'always' : 'function', timeoutMs: t.approval.timeoutMs } } : {}),
   };
 }
 
@@ -68,6 +70,17 @@ function graphFingerprint(s: Step): Record<string, unknown> {
     continueOnError: s.continueOnError,
     ...(s.map ? { map: { maxParallel: s.map.maxParallel, maxItems: s.map.maxItems, hasInput: typeof s.map.input === 'function' } } : {}),
     ...(s.workflow ? { childWorkflow: { name: s.workflow.name, version: s.workflow.version } } : {}),
+    ...(s.sleep ? { sleep: { ms: s.sleep.ms, hasUntil: typeof s.sleep.until === 'function' } } : {}),
+    ...(s.signal
+      ? {
+          signal: {
+            name: s.signal.name,
+            schema: schemaFingerprint(s.signal.schema, 'input'),
+            timeoutMs: s.signal.timeoutMs,
+            hasOnTimeout: typeof s.signal.onTimeout === 'function',
+          },
+        }
+      : {}),
   };
 }
 

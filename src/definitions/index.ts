@@ -23,8 +23,27 @@ export {
   MAP_DEFAULT_MAX_ITEMS,
   MAP_MAX_ITEMS_LIMIT,
 } from './workflow.js';
-export type { StepOptions, ToolStepOptions, MapStepOptions, ChildStepOptions, WorkflowOptions } from './workflow.js';
-export { CONTROL_CLASS, CONTROL_CLASS_NAME, CHILD_RUN_TOOL, CHILD_RUN_TOOL_NAME } from './builtin.js';
+export type {
+  StepOptions,
+  ToolStepOptions,
+  MapStepOptions,
+  ChildStepOptions,
+  SleepStepOptions,
+  SignalStepOptions,
+  WorkflowOptions,
+} from './workflow.js';
+export {
+  CONTROL_CLASS,
+  CONTROL_CLASS_NAME,
+  CHILD_RUN_TOOL,
+  CHILD_RUN_TOOL_NAME,
+  SLEEP_TOOL,
+  SLEEP_TOOL_NAME,
+  SIGNAL_TOOL,
+  SIGNAL_TOOL_NAME,
+  AGENT_SLEEP_TOOL,
+} from './builtin.js';
+export { MAX_WAIT_MS, DEFAULT_AGENT_SLEEP_MAX_MS, AGENT_SLEEP_TOOL_NAME, SIGNAL_NAME, waitDurationSchema } from './waits.js';
 export { resolveAfter, checkGraph } from './graph.js';
 export { defineWorkflowTool, workflowToolOptionsSchema } from './workflow-tool.js';
 export type { WorkflowToolOptions } from './workflow-tool.js';
@@ -47,6 +66,9 @@ export type {
   StepKind,
   MapSpec,
   ChildWorkflowSpec,
+  SleepSpec,
+  SignalSpec,
+  ApprovalSpec,
   Workflow,
   AgentSpec,
 } from './types.js';

@@ -3,8 +3,9 @@ import { InvalidDefinitionError } from '../errors.js';
 import { brandTool, functionField, isToolClass, zodSchemaField } from './guards.js';
 import { nonJsonParts } from './json-schema.js';
 import { mergeRetryPolicy, retryOptionsSchema, type RetryOptions } from './retry-policy.js';
-import type { ReconcileResult, Tool, ToolClass, ToolContext } from './types.js';
+import type { ApprovalSpec, Duration, ReconcileResult, Tool, ToolClass, ToolContext } from './types.js';
 import { definitionPath, parseDefinition } from './validate.js';
+import { approvalOptionSchema, waitDurationSchema } from './waits.js';
 
 /** OpenAI's rule for function names, so every tool can be offered to a model as is. */
 export const TOOL_NAME = /^[a-zA-Z][a-zA-Z0-9_-]{0,63}$/;
@@ -19,6 +20,8 @@ export const toolOptionsSchema = z.strictObject({
   reconcile: functionField.optional(),
   retry: retryOptionsSchema.optional(),
   idempotencyKey: functionField.optional(),
+  approval: approvalOptionSchema.optional(),
+  approvalTimeout: waitDurationSchema.optional(),
 });
 
 export interface ToolOptions<I, O> {
@@ -33,6 +36,14 @@ export interface ToolOptions<I, O> {
   retry?: RetryOptions;
   /** Ties the idempotency key to what the operation means, e.g. `invoice:42:create`. */
   idempotencyKey?: (input: I) => string;
+  /**
+   * An approval gate (issue 10): a call's stage waits in `awaiting_approval` for a person to
+   * approve (optionally with an edited input, checked by `input`) or reject it before the tool
+   * runs. true: every call; a function: the calls it answers true for.
+   */
+  approval?: true | ((input: I) => boolean);
+  /** No decision within this long: the call is refused as `approval_timeout` (default: it waits). Needs `approval`. */
+  approvalTimeout?: Duration;
 }
 
 /** A tool: a named, typed operation run by workers under its class's lease and policy. */
@@ -49,6 +60,13 @@ export function defineTool<I, O>(options: ToolOptions<I, O>): Tool<I, O> {
       { parts: bad },
     );
   }
+  if (o.approvalTimeout !== undefined && o.approval === undefined) {
+    throw new InvalidDefinitionError('approvalTimeout needs approval (true or a function of the input)', `${where}.approvalTimeout`);
+  }
+  const approval: ApprovalSpec | undefined =
+    o.approval === undefined
+      ? undefined
+      : Object.freeze({ when: o.approval as ApprovalSpec['when'], timeoutMs: o.approvalTimeout ?? null });
   const tool: Tool<I, O> = {
     kind: 'tool',
     name: o.name,
@@ -60,6 +78,7 @@ export function defineTool<I, O>(options: ToolOptions<I, O>): Tool<I, O> {
     retry: mergeRetryPolicy(o.class.retry, o.retry, `${where}.retry`),
     ...(options.reconcile ? { reconcile: options.reconcile } : {}),
     ...(options.idempotencyKey ? { idempotencyKey: options.idempotencyKey } : {}),
+    ...(approval ? { approval } : {}),
   };
   return Object.freeze(brandTool(tool));
 }

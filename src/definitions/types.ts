@@ -84,6 +84,39 @@ export interface Tool<I = unknown, O = unknown> {
    * (keyed by the calling stage) and answers with the child's result. Nothing calls run().
    */
   readonly childWorkflow?: ChildWorkflowSpec;
+  /**
+   * An approval gate (issue 10): the stage of a call waits in `awaiting_approval` for a person's
+   * decision before the tool runs. Absent: no approval (and the tool's hash stays what it was).
+   */
+  readonly approval?: ApprovalSpec;
+}
+
+/** A tool's approval gate: always, or when `when(input)` says so; an optional time limit on the decision. */
+export interface ApprovalSpec {
+  /** true: every call waits for a person; a function: the calls whose input it answers true for. */
+  readonly when: true | ((input: unknown) => boolean);
+  /** No decision within this long (by the database clock): the call is refused as `approval_timeout`. Null: it waits (for the run's deadline, or a cancel). */
+  readonly timeoutMs: number | null;
+}
+
+/** A sleep step: its stage waits (no lease, no worker) until a time by the database clock. */
+export interface SleepSpec {
+  /** A fixed sleep from the moment the step's turn comes; null when `until` decides. */
+  readonly ms: number | null;
+  /** The time to wake at, from the run's input and earlier results (a past time wakes at once). */
+  readonly until?: (args: StepInputArgs) => Date;
+}
+
+/** A signal step: its stage waits (no lease, no worker) for `POST /v1/runs/:id/signals/:name`. */
+export interface SignalSpec {
+  /** The signal's name (in the URL); unique among the workflow's signal steps. */
+  readonly name: string;
+  /** The payload's schema: a signal whose body it refuses is a 422, nothing kept. The payload is the stage's output. */
+  readonly schema: z.ZodType;
+  /** No signal within this long from the wait's start: `signal_timeout` (or `onTimeout`). */
+  readonly timeoutMs: number;
+  /** On timeout, the stage's output instead of failing (from the run's input and earlier results; must be JSON). */
+  readonly onTimeout?: (args: StepInputArgs) => unknown;
 }
 
 export interface StepInputArgs<I = unknown> {
@@ -94,7 +127,8 @@ export interface StepInputArgs<I = unknown> {
 }
 
 /** What a step is: one tool call, a map over a list (one stage per item), or a child run of another workflow. */
-export type StepKind = 'tool' | 'map' | 'workflow';
+/** Waits (issue 10): 'sleep' (a timer) and 'signal' (an outside event); neither runs user code in a worker while it waits. */
+export type StepKind = 'tool' | 'map' | 'workflow' | 'sleep' | 'signal';
 
 /** A map step: one stage per item of a list computed from earlier results, the outputs gathered in item order. */
 export interface MapSpec {
@@ -138,6 +172,8 @@ export interface Step {
   readonly continueOnError: boolean;
   readonly map?: MapSpec;
   readonly workflow?: ChildWorkflowSpec;
+  readonly sleep?: SleepSpec;
+  readonly signal?: SignalSpec;
 }
 
 export interface Workflow<I = unknown> {
@@ -207,4 +243,6 @@ export interface AgentSpec {
    */
   readonly onToolError: 'tell_model' | 'fail';
   readonly maxToolErrors: number;
+  /** The built-in `sleep` tool offered to the model, with the longest sleep it may ask for; null: not offered. */
+  readonly sleep: { readonly maxMs: number } | null;
 }

@@ -3,11 +3,24 @@ import { InvalidDefinitionError } from '../errors.js';
 import { positiveDurationSchema } from './duration.js';
 import { prioritySchema } from './priority.js';
 import { workflowHash } from './fingerprint.js';
-import { CHILD_RUN_TOOL } from './builtin.js';
+import { CHILD_RUN_TOOL, SIGNAL_TOOL, SLEEP_TOOL } from './builtin.js';
+import { waitDurationSchema, waitForSignalSchema } from './waits.js';
 import { checkGraph, resolveAfter } from './graph.js';
 import { functionField, isTool, isWorkflow, zodSchemaField } from './guards.js';
 import { TOOL_NAME } from './tool.js';
-import type { ChildWorkflowSpec, Duration, MapSpec, Step, StepInputArgs, Tool, ToolClass, Workflow } from './types.js';
+import { nonJsonParts } from './json-schema.js';
+import type {
+  ChildWorkflowSpec,
+  Duration,
+  MapSpec,
+  SignalSpec,
+  SleepSpec,
+  Step,
+  StepInputArgs,
+  Tool,
+  ToolClass,
+  Workflow,
+} from './types.js';
 import { definitionPath, parseDefinition } from './validate.js';
 
 /** Workflow and step names follow the tool-name rule (they appear in URLs, CLI arguments and `results`). */
@@ -52,6 +65,19 @@ export const childStepSchema = z.strictObject({
   workflow: z.union([z.string().regex(WORKFLOW_NAME, NAME_RULE), z.custom<Workflow>(isWorkflow, { message: 'not a workflow' })]),
   version: workflowVersionSchema.optional(),
   input: functionField.optional(),
+  ...graphFields,
+});
+
+/** `{ sleep: '10m' }` or `{ until: ({ input, results }) => Date }` (issue 10): exactly one of them. */
+export const sleepStepSchema = z.strictObject({
+  sleep: waitDurationSchema.optional(),
+  until: functionField.optional(),
+  ...graphFields,
+});
+
+/** `{ waitForSignal: { name, schema, timeout, onTimeout? } }` (issue 10). */
+export const signalStepSchema = z.strictObject({
+  waitForSignal: waitForSignalSchema,
   ...graphFields,
 });
 
@@ -109,7 +135,32 @@ export interface ChildStepOptions<I = unknown> extends GraphOptions<I> {
   input?: (args: StepInputArgs<I>) => unknown;
 }
 
-export type StepOptions<I = unknown> = ToolStepOptions<I> | MapStepOptions<I> | ChildStepOptions<I>;
+/** A step that waits, holding no lease: `sleep` a duration, or `until` a time (one of them; name defaults to "sleep"). */
+export interface SleepStepOptions<I = unknown> extends GraphOptions<I> {
+  /** An ms string ("10m", "7d") or milliseconds, counted from when the step's turn comes, by the database clock. */
+  sleep?: Duration;
+  /** The time to wake at, from the run's input and earlier results; a time already past wakes at once. */
+  until?: (args: StepInputArgs<I>) => Date;
+}
+
+/** A step that waits, holding no lease, for `POST /v1/runs/:id/signals/:name` (name defaults to the signal's). */
+export interface SignalStepOptions<I = unknown> extends GraphOptions<I> {
+  waitForSignal: {
+    name: string;
+    /** The payload's schema; the payload becomes the step's output. */
+    schema: z.ZodType;
+    /** No signal within this long: the stage fails with `signal_timeout`, unless `onTimeout` gives its output. */
+    timeout: Duration;
+    onTimeout?: (args: StepInputArgs<I>) => unknown;
+  };
+}
+
+export type StepOptions<I = unknown> =
+  | ToolStepOptions<I>
+  | MapStepOptions<I>
+  | ChildStepOptions<I>
+  | SleepStepOptions<I>
+  | SignalStepOptions<I>;
 
 export interface WorkflowOptions<I> {
   name: string;
@@ -128,19 +179,43 @@ export interface WorkflowOptions<I> {
 type ParsedStep =
   | { kind: 'tool'; o: z.output<typeof toolStepSchema> }
   | { kind: 'map'; o: z.output<typeof mapStepSchema> }
-  | { kind: 'workflow'; o: z.output<typeof childStepSchema> };
+  | { kind: 'workflow'; o: z.output<typeof childStepSchema> }
+  | { kind: 'sleep'; o: z.output<typeof sleepStepSchema> }
+  | { kind: 'signal'; o: z.output<typeof signalStepSchema> };
 
 /** Each step by the schema of its kind: `map` makes a map step, `workflow` a child-run step, else a tool step. */
 function parseStep(value: unknown, at: string): ParsedStep {
   const has = (key: string) => typeof value === 'object' && value !== null && key in value;
   if (has('map')) return { kind: 'map', o: parseDefinition(mapStepSchema, value, at) };
   if (has('workflow')) return { kind: 'workflow', o: parseDefinition(childStepSchema, value, at) };
+  if (has('waitForSignal')) {
+    const o = parseDefinition(signalStepSchema, value, at);
+    // The payload is stored as the stage's output (JSON) and handed to later steps from there.
+    const bad = nonJsonParts(o.waitForSignal.schema);
+    if (bad.length > 0) {
+      throw new InvalidDefinitionError(
+        `the signal's schema gives what JSON would change: ${bad.map((b) => `${b.type} at ${b.path}`).join(', ')} (the payload is stored as JSON)`,
+        `${at}.waitForSignal.schema`,
+        { parts: bad },
+      );
+    }
+    return { kind: 'signal', o };
+  }
+  if (has('sleep') || has('until')) {
+    const o = parseDefinition(sleepStepSchema, value, at);
+    if ((o.sleep === undefined) === (o.until === undefined)) {
+      throw new InvalidDefinitionError('a sleep step takes exactly one of `sleep` (a duration) and `until` (a function)', `${at}.sleep`);
+    }
+    return { kind: 'sleep', o };
+  }
   return { kind: 'tool', o: parseDefinition(toolStepSchema, value, at) };
 }
 
 function defaultName(p: ParsedStep): string {
   if (p.kind === 'tool') return p.o.tool.name;
   if (p.kind === 'map') return p.o.map.tool.name;
+  if (p.kind === 'sleep') return 'sleep';
+  if (p.kind === 'signal') return p.o.waitForSignal.name;
   return typeof p.o.workflow === 'string' ? p.o.workflow : p.o.workflow.name;
 }
 
@@ -178,6 +253,23 @@ function buildSteps(parsed: readonly ParsedStep[], where: string): Step[] {
       });
       return Object.freeze({ ...common, kind: 'map', tool: m.tool, map });
     }
+    if (p.kind === 'sleep') {
+      const sleep: SleepSpec = Object.freeze({
+        ms: p.o.sleep ?? null,
+        ...(p.o.until ? { until: p.o.until as NonNullable<SleepSpec['until']> } : {}),
+      });
+      return Object.freeze({ ...common, kind: 'sleep', tool: SLEEP_TOOL, sleep });
+    }
+    if (p.kind === 'signal') {
+      const w = p.o.waitForSignal;
+      const signal: SignalSpec = Object.freeze({
+        name: w.name,
+        schema: w.schema,
+        timeoutMs: w.timeout,
+        ...(w.onTimeout ? { onTimeout: w.onTimeout as NonNullable<SignalSpec['onTimeout']> } : {}),
+      });
+      return Object.freeze({ ...common, kind: 'signal', tool: SIGNAL_TOOL, signal });
+    }
     const w = p.o.workflow;
     if (typeof w !== 'string' && p.o.version !== undefined) {
       throw new InvalidDefinitionError(
@@ -197,6 +289,7 @@ function buildSteps(parsed: readonly ParsedStep[], where: string): Step[] {
     });
   });
   checkNames(steps, where);
+  checkSignalNames(steps, where);
   checkGraph(nodes, after, where);
   return steps;
 }
@@ -204,6 +297,26 @@ function buildSteps(parsed: readonly ParsedStep[], where: string): Step[] {
 /** A plain sequence of tool calls: no graph feature used (its hash and plan stay what they were). */
 function isLinear(parsed: readonly ParsedStep[]): boolean {
   return parsed.every((p) => p.kind === 'tool' && p.o.after === undefined && p.o.when === undefined && p.o.continueOnError === undefined);
+}
+
+/**
+ * Refuses two signal steps waiting for one signal name: a signal is delivered to the run's one
+ * wait of that name (or kept for it), never left to a choice between two.
+ */
+function checkSignalNames(steps: readonly Step[], where: string): void {
+  const seen = new Map<string, number>();
+  steps.forEach((step, i) => {
+    if (!step.signal) return;
+    const earlier = seen.get(step.signal.name);
+    if (earlier !== undefined) {
+      throw new InvalidDefinitionError(
+        `signal "${step.signal.name}" is waited for by steps[${earlier}] and steps[${i}]; give each wait its own signal name`,
+        `${where}.steps[${i}].waitForSignal.name`,
+        { signal: step.signal.name },
+      );
+    }
+    seen.set(step.signal.name, i);
+  });
 }
 
 /** Refuses two steps with one name, and two different tools (or classes) with one name. */
