@@ -21,6 +21,14 @@ export const ERROR_CODES = [
   // the task API: a request that does not fit the run's state
   'not_retryable',
   'already_terminal',
+  // waits (issue 10): a decision on a stage that another decision (or a timeout) already ended
+  'already_decided',
+  // a signal name no waitForSignal step of the run's workflow waits for
+  'unknown_signal',
+  // approve / reject of a stage that does not wait for approval (or of a run with none, or several without --stage)
+  'not_awaiting_approval',
+  // one Signal-Id sent again with another name or payload
+  'signal_id_conflict',
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
@@ -53,6 +61,24 @@ export const GRAPH_ERROR_CODES = [
   'sibling_failed',
 ] as const;
 export type GraphErrorCode = (typeof GRAPH_ERROR_CODES)[number];
+
+/**
+ * Codes a waiting stage (issue 10) ends with when its wait ends without what it waited for:
+ * stored in the stage's (and a static run's) `error.code`.
+ */
+export const WAIT_ERROR_CODES = [
+  /** No signal within the step's timeout (and no onTimeout). */
+  'signal_timeout',
+  /** A step's onTimeout threw or returned what is not JSON. */
+  'on_timeout_failed',
+  /** A person rejected the call: an agent hears it as the tool's answer; a static run fails. */
+  'approval_rejected',
+  /** No decision within the tool's approvalTimeout: like a rejection, with no one's reason. */
+  'approval_timeout',
+  /** A sleep step's until() threw or did not return a valid Date. */
+  'sleep_until_failed',
+] as const;
+export type WaitErrorCode = (typeof WAIT_ERROR_CODES)[number];
 
 export class RatchetError extends Error {
   readonly code: ErrorCode;
@@ -205,5 +231,67 @@ export class RunAlreadyTerminalError extends RatchetError {
     readonly state: string,
   ) {
     super('already_terminal', `run ${runId} already ended ${state}: there is nothing to cancel`, { runId, state });
+  }
+}
+
+/** approve / reject of a stage whose approval was already decided (by a person, or by its timeout): 409, nothing changed. */
+export class AlreadyDecidedError extends RatchetError {
+  constructor(
+    readonly runId: string,
+    readonly stageId: string,
+    decision: { outcome: string; decidedBy: string | null; decidedAt: string | null },
+  ) {
+    super(
+      'already_decided',
+      `stage ${stageId} of run ${runId} was already decided: ${decision.outcome}` +
+        `${decision.decidedBy ? ` by ${decision.decidedBy}` : ''}${decision.decidedAt ? ` at ${decision.decidedAt}` : ''}`,
+      { runId, stageId, ...decision },
+    );
+  }
+}
+
+/** A signal for a name no waitForSignal step of the run's workflow waits for: 404, nothing kept. */
+export class UnknownSignalError extends RatchetError {
+  constructor(
+    readonly runId: string,
+    readonly signal: string,
+    known: readonly string[],
+  ) {
+    super(
+      'unknown_signal',
+      `run ${runId} waits for no signal named "${signal}"` +
+        (known.length > 0 ? ` (its workflow waits for: ${known.join(', ')})` : ' (its workflow has no waitForSignal step)'),
+      { runId, signal, known, path: 'name' },
+    );
+  }
+}
+
+/** approve / reject where nothing waits for approval (or several stages do and none was named): 409, nothing changed. */
+export class NotAwaitingApprovalError extends RatchetError {
+  constructor(
+    readonly runId: string,
+    readonly stageId: string | null,
+    reason: string,
+    details: Record<string, unknown> = {},
+  ) {
+    super('not_awaiting_approval', `${stageId ? `stage ${stageId} of run ${runId}` : `run ${runId}`}: ${reason}`, {
+      runId,
+      stageId,
+      ...details,
+    });
+  }
+}
+
+/** One Signal-Id sent again with another name or payload: 409, nothing changed (the first delivery stands). */
+export class SignalIdConflictError extends RatchetError {
+  constructor(
+    readonly runId: string,
+    readonly signalId: string,
+  ) {
+    super('signal_id_conflict', `Signal-Id ${signalId} was already used on run ${runId} with another name or payload`, {
+      runId,
+      signalId,
+      path: 'Signal-Id',
+    });
   }
 }

@@ -1,3 +1,4 @@
+import { refusalAnswer } from '../planner/waits.js';
 import type { AgentSpec } from '../definitions/types.js';
 import type { RunStageRow } from '../store/index.js';
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
@@ -58,6 +59,9 @@ export function buildMessages(agent: AgentSpec, runInput: unknown, stages: reado
  */
 export function toolAnswer(stage: Pick<RunStageRow, 'state' | 'result' | 'error'>): string {
   if (stage.state !== 'failed') return JSON.stringify(stage.result ?? null);
+  // A call a person rejected (or nobody approved in time) is a decision, not a tool failure (issue 10).
+  const refused = refusalAnswer((stage.error ?? {}) as { code?: unknown; details?: unknown });
+  if (refused) return JSON.stringify(refused);
   const e = (stage.error ?? {}) as { code?: unknown; message?: unknown; lastError?: { code?: unknown; message?: unknown } };
   const last = e.lastError ?? e;
   return JSON.stringify({

@@ -53,7 +53,12 @@ export function toolErrorsOver(agent: AgentSpec, failedToolCalls: number): Plann
   );
 }
 
-/** Failed tool calls in an agent run's history (model calls excluded). */
-export function failedToolCalls(history: readonly { tool: string; state: string }[]): number {
-  return history.filter((s) => s.tool !== MODEL_STAGE_TOOL && s.state === 'failed').length;
+/** Failed tool calls in an agent run's history (model calls excluded; so are calls a person refused: a decision, not a tool error). */
+export function failedToolCalls(history: readonly { tool: string; state: string; error?: unknown }[]): number {
+  return history.filter((s) => s.tool !== MODEL_STAGE_TOOL && s.state === 'failed' && !isRefusal(s.error)).length;
 }
+
+const isRefusal = (error: unknown): boolean => {
+  const code = (error as { code?: unknown } | null | undefined)?.code;
+  return code === 'approval_rejected' || code === 'approval_timeout';
+};

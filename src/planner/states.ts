@@ -21,14 +21,28 @@ import { IllegalTransitionError } from '../errors.js';
  *   a child-run stage for its child run (later: a signal, a timer). waiting -> queued is the end of
  *   what it waited for (the last item's finish, the child run's end): claimed again, it gathers
  *   the items or takes the child's result. waiting -> cancelled: its run was cancelled or failed.
+ *   Waits (issue 10) hold no lease either. `waiting` also carries sleeps and signal waits (the
+ *   kind, its start and its time limit are in ratchet.waits, src/store/waits.schema.ts): the
+ *   claim of a sleep or signal step decides the wait (running -> waiting, lease released);
+ *   waiting -> queued is its timer (the sleep's end, the signal's timeout) found by the sweeper
+ *   by the database clock, claimed again to end it (sleep: `{ sleptUntil }`; signal: onTimeout or
+ *   signal_timeout); waiting -> succeeded is a signal delivered to the waiting stage, its payload
+ *   the output, in the transaction that queues what follows.
+ *   `awaiting_approval` is a gated tool call waiting for a person: running -> awaiting_approval
+ *   is the claim of a static gated step (its input is computed at claim, then approval(input)
+ *   asked); pending -> awaiting_approval is an agent's gated call (its input known when planned)
+ *   made due. awaiting_approval -> queued is an approval (the tool then runs as any stage);
+ *   -> failed a rejection or the approval's timeout (approval_rejected / approval_timeout: an
+ *   agent hears it as the tool's answer, a static run fails); -> cancelled its run ended.
  * run: queued -> running -> succeeded | failed | cancelled; expired when its deadline passes;
  *   failed -> running is the explicit retry.
  */
 export const STAGE_TRANSITIONS = {
-  pending: ['queued', 'running', 'failed', 'cancelled'],
+  pending: ['queued', 'running', 'failed', 'cancelled', 'awaiting_approval'],
   queued: ['running', 'failed', 'cancelled'],
-  running: ['running', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped', 'waiting'],
-  waiting: ['queued', 'cancelled'],
+  running: ['running', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped', 'waiting', 'awaiting_approval'],
+  waiting: ['queued', 'cancelled', 'succeeded'],
+  awaiting_approval: ['queued', 'failed', 'cancelled'],
   succeeded: [],
   skipped: [],
   failed: ['queued'],
@@ -51,6 +65,8 @@ export const RUN_STATES = Object.keys(RUN_TRANSITIONS) as RunState[];
 /** Terminal for watchers: `failed` may still be retried explicitly, but nothing moves it on its own. */
 export const TERMINAL_RUN_STATES: RunState[] = ['succeeded', 'failed', 'cancelled', 'expired'];
 export const TERMINAL_STAGE_STATES: StageState[] = ['succeeded', 'failed', 'cancelled', 'skipped'];
+/** States of a stage that waits holding no lease and costing no worker (issue 10; child runs and map items too). */
+export const WAIT_STAGE_STATES: StageState[] = ['waiting', 'awaiting_approval'];
 
 type Table = Record<string, readonly string[]>;
 const tables = { stage: STAGE_TRANSITIONS as Table, run: RUN_TRANSITIONS as Table };

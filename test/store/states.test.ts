@@ -30,7 +30,7 @@ describe('the state table', () => {
     expect(STAGE_TRANSITIONS.skipped).toEqual([]);
     expect(TERMINAL_STAGE_STATES).toContain('skipped');
     expect(canTransition('stage', 'running', 'waiting')).toBe(true);
-    expect([...STAGE_TRANSITIONS.waiting].sort()).toEqual(['cancelled', 'queued']);
+    expect([...STAGE_TRANSITIONS.waiting].sort()).toEqual(['cancelled', 'queued', 'succeeded']); // succeeded: a signal delivered
     expect(canTransition('stage', 'waiting', 'running')).toBe(false); // never claimed while it waits
   });
   it('throws a typed error for an illegal transition', () => {
@@ -44,7 +44,7 @@ describe('the state table', () => {
   });
   it('derives the sources of a state from the table', () => {
     expect(sourcesOf('stage', 'running').sort()).toEqual(['pending', 'queued', 'running']);
-    expect(sourcesOf('stage', 'cancelled').sort()).toEqual(['pending', 'queued', 'running', 'waiting']);
+    expect(sourcesOf('stage', 'cancelled').sort()).toEqual(['awaiting_approval', 'pending', 'queued', 'running', 'waiting']);
     expect(sourcesOf('run', 'running').sort()).toEqual(['failed', 'queued']);
   });
 });
