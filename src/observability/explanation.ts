@@ -25,6 +25,9 @@ export const VERDICTS = [
   'queued_ready',
   'waiting_for_child',
   'waiting_for_items',
+  'waiting_for_signal',
+  'awaiting_approval',
+  'sleeping_until',
   'terminal',
   'no_active_stage',
   'unknown_run',
@@ -124,6 +127,35 @@ const evidence = {
       maxParallel: z.number().int().nullable(),
     })
     .strict(),
+  waiting_for_signal: z
+    .object({
+      signal: z.string(),
+      since: ts.describe('when the wait started'),
+      timeoutAt: ts.nullable().describe('when it times out (signal_timeout, or its onTimeout), by the database clock'),
+      timeoutMs: ms.nullable(),
+      waitingForMs: ms,
+      overdueMs: ms.nullable().describe('how long past its timeout it is (a sweeper ends it); null when not past'),
+      onTimeout: z.enum(['fail', 'on_timeout']),
+    })
+    .strict(),
+  awaiting_approval: z
+    .object({
+      tool: z.string(),
+      since: ts,
+      timeoutAt: ts.nullable().describe('when the call is refused as approval_timeout; null: it waits for a person'),
+      waitingForMs: ms,
+      overdueMs: ms.nullable(),
+      approveWith: z.string().describe('the CLI command a person uses'),
+    })
+    .strict(),
+  sleeping_until: z
+    .object({
+      until: ts,
+      since: ts,
+      remainingMs: ms.describe('0 when due (a sweeper queues it)'),
+      overdueMs: ms.nullable(),
+    })
+    .strict(),
   terminal: z
     .object({
       state: z.enum(RUN_STATES as [RunState, ...RunState[]]),
@@ -166,6 +198,9 @@ export const explanationSchema = z
     variant('queued_ready'),
     variant('waiting_for_child'),
     variant('waiting_for_items'),
+    variant('waiting_for_signal'),
+    variant('awaiting_approval'),
+    variant('sleeping_until'),
     variant('terminal'),
     variant('no_active_stage'),
     variant('unknown_run'),
