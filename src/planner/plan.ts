@@ -1,6 +1,7 @@
 import type { Workflow } from '../definitions/types.js';
 import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
 import type { StageSpec } from '../store/index.js';
+import { assertWaitsRunnable } from './waits.js';
 
 /** The run's concurrency key (from the workflow's key function), or none. */
 export function concurrencyOf(
@@ -28,6 +29,7 @@ export function concurrencyOf(
  * nothing written, rather than run as a sequence.
  */
 export function assertRunnable(workflow: Workflow): void {
+  assertWaitsRunnable(workflow);
   const childTool = workflow.agent?.tools.findIndex((t) => t.childWorkflow) ?? -1;
   if (!workflow.graph && childTool < 0) return;
   const what = workflow.graph

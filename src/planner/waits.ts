@@ -7,7 +7,7 @@ import type { Step, StepInputArgs, Tool, Workflow } from '../definitions/types.j
 /** What the approval decisions read of a tool (any tool: its input type does not matter here). */
 // biome-ignore lint/suspicious/noExplicitAny: a Tool<{ id: string }> is no Tool<unknown> (its functions take I)
 export type GatedTool = Pick<Tool<any, any>, 'name' | 'approval' | 'input'>;
-import type { WaitErrorCode } from '../errors.js';
+import { InvalidDefinitionError, type WaitErrorCode } from '../errors.js';
 import { isStorableText } from '../store/json.js';
 
 /**
@@ -330,4 +330,32 @@ function describe(v: unknown): string {
   if (v === null) return 'null';
   if (v instanceof Date) return 'an invalid Date';
   return typeof v === 'string' ? JSON.stringify(v).slice(0, 50) : typeof v;
+}
+
+/**
+ * Phase 1 of issue 10 defines and checks waits but the worker does not run them yet: a workflow
+ * that would wait (a sleep or signal step, a gated tool, an agent offered the sleep tool) is
+ * refused at submit with nothing written — above all a gated tool, which today's executor would
+ * run without asking anyone. Phase 2 (WAITS-NOTES.md) removes this check.
+ */
+export function assertWaitsRunnable(workflow: Workflow): void {
+  const refuse = (what: string, path: string) => {
+    throw new InvalidDefinitionError(`workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`, path, {
+      reason: 'waits_not_runnable',
+    });
+  };
+  if (workflow.agent) {
+    const gated = workflow.agent.tools.findIndex((t) => t.approval);
+    if (gated >= 0) refuse('an approval gate', `agent[${workflow.name}].tools[${gated}].approval`);
+    if (workflow.agent.sleep) refuse('the built-in sleep tool', `agent[${workflow.name}].allowSleep`);
+    return;
+  }
+  const i = workflow.steps.findIndex((s) => s.kind === 'sleep' || s.kind === 'signal' || s.tool.approval);
+  if (i >= 0) {
+    const s = workflow.steps[i]!;
+    refuse(
+      s.kind === 'sleep' ? 'a sleep step' : s.kind === 'signal' ? 'a waitForSignal step' : 'an approval gate',
+      `workflow[${workflow.name}].steps[${i}]`,
+    );
+  }
 }

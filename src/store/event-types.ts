@@ -29,5 +29,14 @@ export const EVENT_TYPES = [
   'stages_planned',
   'actions_refused',
   'reconciled',
+  // waits (issue 10): a stage that waits without a lease, and how its wait ends
+  'wait_started',
+  'wait_ended',
+  'signal_received',
+  'signal_kept',
+  'approval_requested',
+  'approval_granted',
+  'approval_rejected',
+  'approval_timed_out',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
