@@ -19,6 +19,7 @@ import {
   submitRoute,
 } from './routes.js';
 import { mountScheduleRoutes } from './schedules.js';
+import { mountWaitRoutes } from './waits.js';
 import { createRunService } from './service.js';
 import { toApiError } from './to-api-error.js';
 import { streamHandler } from './stream-route.js';
@@ -49,7 +50,9 @@ const validationHook: Hook<unknown, Env, string, unknown> = (result) => {
   const path =
     result.target === 'header' && issue.path[0] === 'idempotency-key'
       ? 'Idempotency-Key'
-      : issuePath(issue, TARGET_PATH[result.target] ?? []);
+      : result.target === 'header' && issue.path[0] === 'signal-id'
+        ? 'Signal-Id'
+        : issuePath(issue, TARGET_PATH[result.target] ?? []);
   throw new ApiError(
     400,
     'invalid_request',
@@ -79,7 +82,10 @@ const noBody: MiddlewareHandler = async (c, next) => {
 };
 
 /** Headers the API reads as one value, with the name its errors give. */
-const SINGLE_VALUE_HEADERS: readonly [string, string][] = [['idempotency-key', 'Idempotency-Key']];
+const SINGLE_VALUE_HEADERS: readonly [string, string][] = [
+  ['idempotency-key', 'Idempotency-Key'],
+  ['signal-id', 'Signal-Id'],
+];
 
 /**
  * A header sent on several lines is refused, never joined: the Request that @hono/node-server
@@ -192,6 +198,7 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   app.openapi(cancelRoute, async (c) => c.json(await service.cancel(c.req.valid('param').id), 200));
   app.openapi(retryRoute, async (c) => c.json(await service.retry(c.req.valid('param').id), 200));
   mountScheduleRoutes(app, opts.ratchet);
+  mountWaitRoutes(app, opts.ratchet, opts.tokens);
   app.get('/v1/runs/:id/stream', streamHandler({ ratchet: opts.ratchet, hub: opts.hub, heartbeatMs: opts.streamHeartbeatMs, logger: log }));
 
   // Prometheus text format, behind the same bearer auth (Prometheus sends it with `authorization`).

@@ -27,3 +27,15 @@ export function isLoopback(host: string): boolean {
   if (isIP(h) === 6) return h === '::1' || h === '0:0:0:0:0:0:0:1' || /^::ffff:127\./.test(h);
   return false;
 }
+
+/**
+ * Who a request comes from, for the events of a decision (issue 10): `token:` and the first 12
+ * hex digits of the presented token's SHA-256 — enough to tell configured tokens apart, nothing
+ * that reveals one. `anonymous` when the server runs without tokens (loopback only).
+ */
+export function tokenIdentity(authorization: string | undefined, tokens: readonly string[]): string {
+  if (tokens.length === 0) return 'anonymous';
+  const m = /^Bearer[ ]+(\S.*)$/i.exec(authorization ?? '');
+  const token = m?.[1]?.trim() ?? '';
+  return `token:${createHash('sha256').update(token, 'utf8').digest('hex').slice(0, 12)}`;
+}

@@ -42,6 +42,15 @@ export function toApiError(err: unknown, retryAfterSeconds: number): ApiError {
         return new ApiError(409, 'not_retryable', err.message, { details: err.details, cause: err });
       case 'already_terminal':
         return new ApiError(409, 'already_terminal', err.message, { details: err.details, cause: err });
+      case 'unknown_stage':
+        return new ApiError(404, 'unknown_stage', err.message, { path: 'stageId', details: err.details, cause: err });
+      case 'unknown_signal':
+        return new ApiError(404, 'unknown_signal', err.message, { path: 'name', details: withIssues, cause: err });
+      case 'already_decided':
+      case 'not_awaiting_approval':
+        return new ApiError(409, err.code, err.message, { details: err.details, cause: err });
+      case 'signal_id_conflict':
+        return new ApiError(409, 'signal_id_conflict', err.message, { path: 'Signal-Id', details: withIssues, cause: err });
       case 'database_unavailable':
         return toApiError(new DatabaseUnavailableError(err), retryAfterSeconds);
       default:

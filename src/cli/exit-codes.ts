@@ -4,12 +4,13 @@
  *   1 unexpected error
  *   2 bad usage or input (bad JSON, unknown workflow, input the workflow's schema refuses,
  *     a locked data directory): nothing was persisted
- *   3 unknown run (or schedule)
+ *   3 unknown run (or schedule, stage, signal name)
  *   4 database unavailable
  *   5 `run`: the run ended failed, cancelled or expired
  *   6 `run`: the run did not end within --timeout (it is left as it is, not cancelled)
  *   7 the request does not fit the run's state: retry of a run that is not failed, cancel of a
- *     run that already ended another way, an idempotency key used with another input
+ *     run that already ended another way, an idempotency key used with another input, a decision on
+ *     an approval already decided (or on a stage that awaits none), a Signal-Id reused with another payload
  *   8 the server refused the token (401)
  *   9 the server did not answer (unreachable, or no answer within the request timeout)
  *   130 `run`: interrupted (SIGINT / SIGTERM) before the run ended
@@ -43,6 +44,8 @@ export function exitCodeFor(code: string): number {
       return EXIT.invalidInput;
     case 'unknown_run':
     case 'unknown_schedule':
+    case 'unknown_stage':
+    case 'unknown_signal':
       return EXIT.unknownRun;
     case 'database_unavailable':
       return EXIT.databaseUnavailable;
@@ -50,6 +53,9 @@ export function exitCodeFor(code: string): number {
     case 'already_terminal':
     case 'idempotency_conflict':
     case 'illegal_transition':
+    case 'already_decided':
+    case 'not_awaiting_approval':
+    case 'signal_id_conflict':
       return EXIT.conflict;
     case 'unauthorized':
       return EXIT.unauthorized;

@@ -4,6 +4,9 @@ import type { Store } from '../store/index.js';
 import { classifyActive, classifyNoActiveStage, classifyTerminal, classifyUnknown, type StageEvidence } from './classify.js';
 import { DB_NOW_SQL, STAGE_EVIDENCE_SQL } from './explain.sql.js';
 import { WORKER_SEEN_WITHIN_MS, type Explanation } from './explanation.js';
+import { classifyWait } from './classify-waits.js';
+import { waitsOf } from '../store/approvals.js';
+import type { RunRow } from '../store/index.js';
 
 export interface ExplainDeps {
   store: Store;
@@ -23,7 +26,7 @@ export async function explainRun(deps: ExplainDeps, id: string): Promise<Explana
   if (!run) return classifyUnknown(id, await now());
   if (TERMINAL_RUN_STATES.includes(run.state)) return classifyTerminal(run, run.dbNow);
   const stage = run.stages.find((s) => s.state === 'running') ?? run.stages.find((s) => s.state === 'queued');
-  if (!stage) return classifyNoActiveStage(run, run.dbNow);
+  if (!stage) return (await explainWait(deps, run)) ?? classifyNoActiveStage(run, run.dbNow);
   const cls = deps.registry?.toolClasses().find((c) => c.name === stage.toolClass);
   const [r] = await deps.store.db.query(STAGE_EVIDENCE_SQL, [stage.id, WORKER_SEEN_WITHIN_MS, cls?.rateLimit?.perMs ?? 0]);
   if (!r) return classifyNoActiveStage(run, run.dbNow); // the stage row vanished (the run was deleted meanwhile)
@@ -44,4 +47,25 @@ export async function explainRun(deps: ExplainDeps, id: string): Promise<Explana
     backlogAhead: r.backlog_ahead as number,
   };
   return classifyActive(run, stage, evidence, cls);
+}
+
+/** A run whose telling stage waits without a lease for a signal, a person or a time (issue 10): its open ratchet.waits row. */
+async function explainWait(deps: ExplainDeps, run: RunRow): Promise<Explanation | null> {
+  const stage = run.stages.find((s) => s.state === 'awaiting_approval') ?? run.stages.find((s) => s.state === 'waiting');
+  if (!stage) return null;
+  const w = (await waitsOf(deps.store.db, run.id)).find((x) => x.stageId === stage.id && x.endedAt === null);
+  if (!w) return null; // a child run or map items (the run graph's own verdicts), or a wait that just ended
+  const step = deps.registry?.byHash(run.definitionHash)?.steps.find((s) => s.name === stage.name);
+  return classifyWait(
+    run,
+    stage,
+    {
+      kind: w.kind,
+      since: w.since,
+      until: w.until,
+      ...(w.signalName ? { signal: w.signalName } : {}),
+      ...(step?.signal ? { onTimeout: step.signal.onTimeout !== undefined, timeoutMs: step.signal.timeoutMs } : {}),
+    },
+    run.dbNow,
+  );
 }

@@ -58,7 +58,7 @@ function gone(runId: string, stageId: string, state: string | undefined): NotAwa
 export async function approveStage(
   db: Db,
   a: { runId: string; stageId: string; by: Decider; reason: string | null; edited: { input: unknown; inputHash: string } | null },
-): Promise<DecisionResult & { queued: { id: string; toolClass: string; definitionHash: string } }> {
+): Promise<DecisionResult> {
   const inputText = a.edited ? toJsonText(a.edited.input, 'input') : null;
   return db.transaction(async (tx) => {
     const [won] = await tx.query(DECIDE_SQL, [
@@ -73,7 +73,7 @@ export async function approveStage(
     if (!won) return refuseLoser(tx, a.runId, a.stageId);
     const [st] = await tx.query(
       `UPDATE ratchet.stages SET state = 'queued', input = coalesce($2::jsonb, input), available_at = ratchet.db_now(), updated_at = ratchet.db_now()
-       WHERE id = $1::bigint AND state = 'awaiting_approval' RETURNING id::text, tool_class, definition_hash, fence::text, attempt`,
+       WHERE id = $1::bigint AND state = 'awaiting_approval' RETURNING id::text, tool_class, definition_hash, attempt`,
       [a.stageId, inputText],
     );
     if (!st) {
@@ -103,9 +103,15 @@ export async function approveStage(
       decidedAt: won.ended_at as Date,
       reason: a.reason,
       inputHash: a.edited?.inputHash ?? null,
-      queued: { id: st.id as string, toolClass: st.tool_class as string, definitionHash: st.definition_hash as string },
       settled: {
-        queued: [{ id: st.id as string, toolClass: st.tool_class as string, definitionHash: st.definition_hash as string }],
+        queued: [
+          {
+            id: st.id as string,
+            toolClass: st.tool_class as string,
+            definitionHash: st.definition_hash as string,
+            attempt: (st.attempt as number) + 1,
+          },
+        ],
         runEnded: null,
       },
     };

@@ -216,7 +216,9 @@ export async function beginWait(
     const [row] = await upsertWait(tx, f.stageId, runId, w.kind, w.signalName ?? null, until);
     const state = w.kind === 'approval' ? 'awaiting_approval' : 'waiting';
     await tx.query(
-      `UPDATE ratchet.stages SET state = $2, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL, updated_at = ratchet.db_now()
+      // The claim that decided the wait spent an attempt; the claim that ends it must have one (as graph2's waiting stages).
+      `UPDATE ratchet.stages SET state = $2, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
+         max_attempts = attempt + max_attempts, updated_at = ratchet.db_now()
        WHERE id = $1::bigint`,
       [f.stageId, state],
     );

@@ -31,7 +31,8 @@ export interface EndedStage {
 }
 
 export interface Settled {
-  queued: { id: string; toolClass: string; definitionHash: string }[];
+  /** Stages this settled made due, with the attempt their next claim creates (the transport's job id). */
+  queued: { id: string; toolClass: string; definitionHash: string; attempt: number }[];
   runEnded: 'succeeded' | 'failed' | null;
 }
 
@@ -69,12 +70,17 @@ export async function settleEnded(tx: Queryable, s: EndedStage): Promise<Settled
   const next = await tx.query(
     `UPDATE ratchet.stages SET state = 'queued', available_at = ratchet.db_now(), updated_at = ratchet.db_now()
      WHERE run_id = $1::uuid AND seq = $2::int + 1 AND state = 'pending'
-     RETURNING id::text, tool_class, definition_hash`,
+     RETURNING id::text, tool_class, definition_hash, attempt`,
     [s.runId, s.seq],
   );
   if (next.length > 0) {
     return {
-      queued: next.map((r) => ({ id: r.id as string, toolClass: r.tool_class as string, definitionHash: r.definition_hash as string })),
+      queued: next.map((r) => ({
+        id: r.id as string,
+        toolClass: r.tool_class as string,
+        definitionHash: r.definition_hash as string,
+        attempt: (r.attempt as number) + 1,
+      })),
       runEnded: null,
     };
   }

@@ -1,0 +1,112 @@
+import type { Db } from './db.js';
+import { settleEnded, type Settled } from './waits-settle.js';
+
+/** A due approval wait, for the caller to build its refusal (it has the definitions). */
+export interface DueApproval {
+  runId: string;
+  stageId: string;
+  tool: string;
+  definitionHash: string;
+  since: Date;
+  until: Date;
+}
+
+export interface WakeResult {
+  /** Sleeps and signal timeouts queued again (a claim ends them: src/planner/waits.ts wakeSleep / signalTimedOut). */
+  woken: { id: string; toolClass: string; definitionHash: string; attempt: number; kind: 'sleep' | 'signal' }[];
+  /** Approvals refused by their timeout (approval_timeout). */
+  timedOut: string[];
+  /** Wait rows closed because their stage had ended otherwise (a cancelled or expired run). */
+  closed: number;
+  settled: Settled[];
+}
+
+/**
+ * The sweeper's part (phase 2 calls it each tick, like expireRuns): waits whose time has come by
+ * the database clock, at most `limit`, oldest first, rows locked with SKIP LOCKED so sweepers of
+ * several workers share the work. A sleep's end and a signal's timeout move the stage waiting ->
+ * queued (its claim ends it: `{ sleptUntil }`, onTimeout or signal_timeout — user code, so in a
+ * worker that has the definition). An approval's timeout is decided here: the stage fails with
+ * the refusal `refuse` builds (approval_timeout), settled like a rejection; `refuse` answering
+ * null (this process lacks the definition) leaves it for a sweeper that has it. A wait whose
+ * stage already ended another way is closed as `cancelled`.
+ */
+export async function wakeDueWaits(
+  db: Db,
+  limit: number,
+  refuse: (due: DueApproval) => { error: unknown; asValue: boolean } | null,
+): Promise<WakeResult> {
+  return db.transaction(async (tx) => {
+    const rows = await tx.query(
+      `SELECT w.stage_id::text AS stage_id, w.run_id::text AS run_id, w.kind, w.since, w.wait_until, s.state, s.seq, s.tool, s.tool_class, s.definition_hash, s.attempt
+       FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id
+       WHERE w.ended_at IS NULL AND w.wait_until <= ratchet.db_now()
+       ORDER BY w.wait_until LIMIT $1
+       FOR UPDATE OF w, s SKIP LOCKED`,
+      [limit],
+    );
+    const out: WakeResult = { woken: [], timedOut: [], closed: 0, settled: [] };
+    for (const r of rows) {
+      const stageId = r.stage_id as string;
+      const runId = r.run_id as string;
+      const kind = r.kind as 'sleep' | 'signal' | 'approval';
+      const waitingState = kind === 'approval' ? 'awaiting_approval' : 'waiting';
+      if (r.state !== waitingState) {
+        await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'cancelled' WHERE stage_id = $1::bigint`, [
+          stageId,
+        ]);
+        out.closed++;
+        continue;
+      }
+      if (kind !== 'approval') {
+        const outcome = kind === 'sleep' ? 'woken' : 'timed_out';
+        await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = $2 WHERE stage_id = $1::bigint`, [
+          stageId,
+          outcome,
+        ]);
+        await tx.query(
+          `UPDATE ratchet.stages SET state = 'queued', available_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
+          [stageId],
+        );
+        await tx.query(
+          `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
+           VALUES ($1::uuid, $2::bigint, 'wait_ended', ratchet.db_now(), jsonb_build_object('kind', $3::text, 'outcome', $4::text, 'until', $5::timestamptz))`,
+          [runId, stageId, kind, outcome, r.wait_until],
+        );
+        out.woken.push({
+          id: stageId,
+          toolClass: r.tool_class as string,
+          definitionHash: r.definition_hash as string,
+          attempt: (r.attempt as number) + 1,
+          kind,
+        });
+        continue;
+      }
+      const refusal = refuse({
+        runId,
+        stageId,
+        tool: r.tool as string,
+        definitionHash: r.definition_hash as string,
+        since: r.since as Date,
+        until: r.wait_until as Date,
+      });
+      if (!refusal) continue;
+      await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'timed_out' WHERE stage_id = $1::bigint`, [stageId]);
+      await tx.query(
+        `UPDATE ratchet.stages SET state = 'failed', error = $2::jsonb, finished_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
+        [stageId, JSON.stringify(refusal.error)],
+      );
+      await tx.query(
+        `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
+         VALUES ($1::uuid, $2::bigint, 'approval_timed_out', ratchet.db_now(), jsonb_build_object('since', $3::timestamptz, 'until', $4::timestamptz)),
+                ($1::uuid, $2::bigint, 'stage_failed', ratchet.db_now(), jsonb_build_object('error', $5::jsonb))`,
+        [runId, stageId, r.since, r.wait_until, JSON.stringify(refusal.error)],
+      );
+      out.timedOut.push(stageId);
+      out.settled.push(
+        await settleEnded(tx, { stageId, runId, seq: r.seq as number, outcome: 'failed', error: refusal.error, asValue: refusal.asValue }),
+      );
+    }
+    return out;
+  });
+}
