@@ -61,7 +61,8 @@ const approveRoute = createRoute({
   operationId: 'approveStage',
   security,
   summary: "Approve a gated tool call (optionally with an edited input, checked by the tool's schema): it is queued",
-  request: { params: stageParamsSchema, body: { required: false, content: { 'application/json': { schema: approveBodySchema } } } },
+  // The body (approveBodySchema: input, reason, by) is optional and read by optionalBody: a declared body would make an empty one a 400.
+  request: { params: stageParamsSchema },
   responses: { ...decisionResponses, 422: error("invalid_input: the edited input does not fit the tool's schema (the path names it)") },
 });
 
@@ -71,7 +72,8 @@ const rejectRoute = createRoute({
   operationId: 'rejectStage',
   security,
   summary: "Reject a gated tool call: an agent hears the reason as the tool's answer; a static run fails with approval_rejected",
-  request: { params: stageParamsSchema, body: { required: false, content: { 'application/json': { schema: rejectBodySchema } } } },
+  // The body (rejectBodySchema: reason, by) is optional, read by optionalBody.
+  request: { params: stageParamsSchema },
   responses: decisionResponses,
 });
 

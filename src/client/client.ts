@@ -26,10 +26,19 @@ import {
   type ScheduleDetailJson,
   type ScheduleJson,
 } from '../api/schedule-schemas.js';
+import {
+  approvalListSchema,
+  decisionResponseSchema,
+  signalResponseSchema,
+  type ApprovalListJson,
+  type DecisionResponse,
+  type SignalResponse,
+} from '../api/wait-schemas.js';
 import { RUN_STATES, type RunState } from '../planner/states.js';
 import { parseInput } from '../store/validate.js';
 import { systemClock, type Clock } from './clock.js';
 import { request, type HttpOptions } from './http.js';
+import { ApiError } from '../api/errors.js';
 import { waitForRun, type WaitOptions, type WaitOutcome } from './wait.js';
 import { watchRunEvents, type EventJson, type WatchEnd, type WatchOptions } from './watch.js';
 
@@ -90,6 +99,18 @@ export interface RatchetClient {
   /** One schedule with its latest decided ticks; ApiError `unknown_schedule` (404) for an unknown name. */
   getSchedule(name: string): Promise<ScheduleDetailJson>;
   deleteSchedule(name: string): Promise<{ name: string; deleted: true }>;
+  /**
+   * Sends a signal to a run (POST /v1/runs/:id/signals/:name): delivered to its waiting stage, or
+   * kept until the wait starts. `signalId` (the Signal-Id header; generated when absent): the same
+   * id sent again is delivered once — resend with it after a lost answer.
+   */
+  signal(id: string, name: string, payload: unknown, args?: { signalId?: string }): Promise<SignalResponse & { httpStatus: 200 | 202 }>;
+  /** Approves a gated tool call (optionally with an edited input): ApiError already_decided when another decision came first. */
+  approve(id: string, args?: { stageId?: string; input?: unknown; reason?: string; by?: string }): Promise<DecisionResponse>;
+  /** Rejects a gated tool call with a reason: an agent hears it as the tool's answer; a static run fails with approval_rejected. */
+  reject(id: string, args?: { stageId?: string; reason?: string; by?: string }): Promise<DecisionResponse>;
+  /** Stages waiting for a person, oldest first (GET /v1/approvals). */
+  approvals(args?: { runId?: string; limit?: number }): Promise<ApprovalListJson>;
   /** Polls until the run ends, the deadline passes or polls run out (src/client/wait.ts). */
   wait(id: string, opts?: WaitOptions): Promise<WaitOutcome>;
   /**
@@ -115,6 +136,20 @@ export function createClient(options: ClientOptions): RatchetClient {
   const random = o.random ?? Math.random;
   const timeoutMs = o.timeoutMs ?? 10_000;
 
+  /** Without a stage id: the run's one stage awaiting approval (read first, as a person would); none or several is not_awaiting_approval. */
+  const gatedStageId = async (id: string, stageId: string | undefined): Promise<string> => {
+    if (stageId !== undefined) return stageId;
+    const ids = (await client.approvals({ runId: id })).approvals.map((a) => a.stageId);
+    if (ids.length !== 1) {
+      throw new ApiError(
+        409,
+        'not_awaiting_approval',
+        ids.length === 0 ? `run ${id}: no stage awaits approval` : `run ${id}: ${ids.length} stages await approval; name one (stageId)`,
+        { details: { runId: id, stageIds: ids } },
+      );
+    }
+    return ids[0]!;
+  };
   const client: RatchetClient = {
     baseUrl: o.baseUrl,
     async submit(workflow, input, args = {}) {
@@ -193,6 +228,56 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (
         await request(http, { method: 'DELETE', path: `/v1/schedules/${enc(name)}`, schema: scheduleDeleteResponseSchema, timeoutMs })
       ).data;
+    },
+    async signal(id, name, payload, args = {}) {
+      const signalId = parseInput(idempotencyKeySchema, args.signalId ?? randomUUID(), 'signal.signalId');
+      const { status, data } = await request(http, {
+        method: 'POST',
+        path: `/v1/runs/${enc(id)}/signals/${enc(name)}`,
+        schema: signalResponseSchema,
+        timeoutMs,
+        headers: { 'signal-id': signalId },
+        body: payload === undefined ? null : payload,
+      });
+      return { ...data, httpStatus: status === 202 ? 202 : 200 };
+    },
+    async approve(id, args = {}) {
+      const stageId = await gatedStageId(id, args.stageId);
+      const body = {
+        ...(args.input !== undefined ? { input: args.input } : {}),
+        ...(args.reason !== undefined ? { reason: args.reason } : {}),
+        ...(args.by !== undefined ? { by: args.by } : {}),
+      };
+      return (
+        await request(http, {
+          method: 'POST',
+          path: `/v1/runs/${enc(id)}/stages/${enc(stageId)}/approve`,
+          schema: decisionResponseSchema,
+          timeoutMs,
+          body,
+        })
+      ).data;
+    },
+    async reject(id, args = {}) {
+      const stageId = await gatedStageId(id, args.stageId);
+      const body = { ...(args.reason !== undefined ? { reason: args.reason } : {}), ...(args.by !== undefined ? { by: args.by } : {}) };
+      return (
+        await request(http, {
+          method: 'POST',
+          path: `/v1/runs/${enc(id)}/stages/${enc(stageId)}/reject`,
+          schema: decisionResponseSchema,
+          timeoutMs,
+          body,
+        })
+      ).data;
+    },
+    async approvals(args = {}) {
+      const q = new URLSearchParams();
+      if (args.runId) q.set('runId', args.runId);
+      if (args.limit !== undefined) q.set('limit', String(args.limit));
+      const qs = q.toString();
+      return (await request(http, { method: 'GET', path: `/v1/approvals${qs ? `?${qs}` : ''}`, schema: approvalListSchema, timeoutMs }))
+        .data;
     },
     wait(id, opts = {}) {
       return waitForRun(id, (readTimeout) => client.get(id, { timeoutMs: readTimeout, signal: opts.signal }), clock, random, opts);

@@ -340,9 +340,13 @@ function describe(v: unknown): string {
  */
 export function assertWaitsRunnable(workflow: Workflow): void {
   const refuse = (what: string, path: string) => {
-    throw new InvalidDefinitionError(`workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`, path, {
-      reason: 'waits_not_runnable',
-    });
+    throw new InvalidDefinitionError(
+      `workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`,
+      path,
+      {
+        reason: 'waits_not_runnable',
+      },
+    );
   };
   if (workflow.agent) {
     const gated = workflow.agent.tools.findIndex((t) => t.approval);
