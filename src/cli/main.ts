@@ -15,6 +15,7 @@ import { registerRetryCommand } from './commands/retry.js';
 import { registerInitCommand } from './commands/init.js';
 import { registerPruneCommand } from './commands/prune.js';
 import { registerSchedulesCommand } from './commands/schedules.js';
+import { registerWaitCommands } from './commands/waits.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
@@ -81,6 +82,7 @@ registerCancelCommand(program);
 registerRetryCommand(program);
 registerPruneCommand(program);
 registerSchedulesCommand(program);
+registerWaitCommands(program);
 
 try {
   await program.parseAsync(process.argv);

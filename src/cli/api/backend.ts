@@ -1,6 +1,8 @@
 import { existsSync } from 'node:fs';
 import type { RunService } from '../../api/service.js';
 import { createRunService } from '../../api/service.js';
+import { createWaitService, type WaitService } from '../../api/wait-service.js';
+import { userInfo } from 'node:os';
 import { createClient } from '../../client/client.js';
 import { loadWorkflows } from '../../definitions/loader.js';
 import { createRatchet } from '../../engine.js';
@@ -10,6 +12,11 @@ import { bearerToken, cliLogger, serverUrl, storeTarget, workflowsDir, type Glob
 /** What status / list / events / explain / cancel / retry need, from a server or from the store. */
 export type Backend = Pick<RunService, 'get' | 'list' | 'events' | 'explain' | 'cancel' | 'retry'> & {
   readonly where: string;
+  /** Waits (issue 10): a signal, a decision on a gated call, what waits for a person. */
+  signal(runId: string, name: string, payload: unknown, signalId?: string): ReturnType<WaitService['signal']>;
+  approve(runId: string, a: { stageId?: string; input?: unknown; reason?: string; by?: string }): ReturnType<WaitService['approve']>;
+  reject(runId: string, a: { stageId?: string; reason?: string; by?: string }): ReturnType<WaitService['reject']>;
+  approvals(q?: { runId?: string; limit?: number }): ReturnType<WaitService['approvals']>;
   close(): Promise<void>;
 };
 
@@ -39,6 +46,13 @@ export async function openBackend(o: GlobalOptions & { workflowsDir?: string }, 
       explain: (id) => client.explain(id),
       cancel: (id) => client.cancel(id),
       retry: (id) => client.retry(id),
+      signal: async (id, name, payload, signalId) => {
+        const { httpStatus: _s, ...res } = await client.signal(id, name, payload, signalId ? { signalId } : {});
+        return res;
+      },
+      approve: (id, a) => client.approve(id, a),
+      reject: (id, a) => client.reject(id, a),
+      approvals: (q) => client.approvals(q),
       close: async () => {},
     };
   }
@@ -58,6 +72,9 @@ export async function openBackend(o: GlobalOptions & { workflowsDir?: string }, 
     throw err;
   }
   const service = createRunService(ratchet);
+  const waits = createWaitService(ratchet);
+  // Without a server there is no token: a decision records the operating-system user who ran the command.
+  const cliUser = `cli:${userInfo().username}`;
   return {
     where:
       ratchet.store.kind === 'postgres' ? 'PostgreSQL' : `embedded PGlite${ratchet.store.dataDir ? ` at ${ratchet.store.dataDir}` : ''}`,
@@ -67,6 +84,10 @@ export async function openBackend(o: GlobalOptions & { workflowsDir?: string }, 
     explain: service.explain,
     cancel: service.cancel,
     retry: service.retry,
+    signal: (id, name, payload, signalId) => waits.signal(id, name, payload, { ...(signalId ? { signalId } : {}), sentBy: cliUser }),
+    approve: (id, a) => waits.approve(id, a, cliUser),
+    reject: (id, a) => waits.reject(id, a, cliUser),
+    approvals: (q) => waits.approvals(q),
     close: () => ratchet.close(),
   };
 }

@@ -15,7 +15,7 @@ export function registerListCommand(program: Command): void {
   program
     .command('list')
     .description('runs, newest first (filters: --state, --workflow, --created-after, --created-before; pages: --limit, --cursor)')
-    .option('--state <states>', 'comma-separated states, e.g. failed,cancelled')
+    .option('--state <states>', 'comma-separated run states, e.g. failed,cancelled; or awaiting_approval: the stages waiting for a person')
     .option('--workflow <name>', 'only this workflow')
     .option('--created-after <iso>', 'created at or after this ISO date-time')
     .option('--created-before <iso>', 'created before this ISO date-time')
@@ -30,6 +30,24 @@ export function registerListCommand(program: Command): void {
         import('../../store/validate.js'),
       ]);
       const o = cmd.optsWithGlobals<ListOptions>();
+      // A stage state, not a run's: the stages that wait for a person (issue 10), oldest first.
+      if (o.state === 'awaiting_approval') {
+        const { intOption } = await import('../api/options.js');
+        const limit = intOption(o.limit, '--limit', 1, 500);
+        const page = await withBackend(o, (b) => b.approvals({ limit }));
+        printer(o)(page, () =>
+          page.approvals.length === 0
+            ? 'nothing awaits approval'
+            : page.approvals
+                .map(
+                  (a) =>
+                    `${a.runId}  stage ${a.stageId} (${a.tool})  since ${a.since}${a.timeoutAt ? `  times out ${a.timeoutAt}` : ''}\n` +
+                    `    input ${JSON.stringify(a.input)}\n    ratchet approve ${a.runId} --stage ${a.stageId}   |   ratchet reject ${a.runId} --stage ${a.stageId} --reason '...'`,
+                )
+                .join('\n'),
+        );
+        return;
+      }
       const q = parseInput(
         listQuerySchema,
         {

@@ -29,3 +29,17 @@ async function readStdin(): Promise<string> {
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks).toString('utf8');
 }
+
+/** A JSON option (`--data`, `--input`): inline JSON or `@path` (`@-` stdin); bad JSON is invalid_input at `path` (exit 2). */
+export async function readJsonArg(arg: string, flag: string, path: string): Promise<unknown> {
+  try {
+    return await readRunInput(arg);
+  } catch (err) {
+    if (err instanceof InvalidInputError) {
+      throw new InvalidInputError(err.message.replace(/--input/g, flag).replace(/ \(at input\)$/, ''), path, {
+        reason: err.details.reason,
+      });
+    }
+    throw err;
+  }
+}
