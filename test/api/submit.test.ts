@@ -210,12 +210,16 @@ describe('POST /v1/runs', () => {
     expect(Object.keys(doc.body.paths).sort()).toEqual([
       '/healthz',
       '/readyz',
+      '/v1/approvals',
       '/v1/runs',
       '/v1/runs/{id}',
       '/v1/runs/{id}/cancel',
       '/v1/runs/{id}/events',
       '/v1/runs/{id}/explain',
       '/v1/runs/{id}/retry',
+      '/v1/runs/{id}/signals/{name}',
+      '/v1/runs/{id}/stages/{stageId}/approve',
+      '/v1/runs/{id}/stages/{stageId}/reject',
       '/v1/schedules',
       '/v1/schedules/{name}',
     ]);
