@@ -36,6 +36,15 @@ UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = $3, decided_by =
 WHERE stage_id = $1::bigint AND run_id = $2::uuid AND kind = 'approval' AND ended_at IS NULL
 RETURNING ended_at`;
 
+/**
+ * The run's row lock first, as cancel and a run's end take it (runs, then stages): a decision and a
+ * cancel of one run queue up instead of deadlocking (a rejection's settle updates the run row).
+ */
+async function lockRun(tx: Queryable, runId: string): Promise<void> {
+  const [r] = await tx.query(`SELECT id FROM ratchet.runs WHERE id = $1::uuid FOR UPDATE`, [runId]);
+  if (!r) throw new NotAwaitingApprovalError(runId, null, 'no such run');
+}
+
 async function refuseLoser(tx: Queryable, runId: string, stageId: string): Promise<never> {
   const [w] = await tx.query(
     `SELECT outcome, decided_by, actor, ended_at FROM ratchet.waits WHERE stage_id = $1::bigint AND run_id = $2::uuid AND kind = 'approval'`,
@@ -61,6 +70,7 @@ export async function approveStage(
 ): Promise<DecisionResult> {
   const inputText = a.edited ? toJsonText(a.edited.input, 'input') : null;
   return db.transaction(async (tx) => {
+    await lockRun(tx, a.runId);
     const [won] = await tx.query(DECIDE_SQL, [
       a.stageId,
       a.runId,
@@ -129,6 +139,7 @@ export async function rejectStage(
   a: { runId: string; stageId: string; by: Decider; reason: string | null; error: (decidedAt: Date) => unknown; asValue: boolean },
 ): Promise<DecisionResult> {
   return db.transaction(async (tx) => {
+    await lockRun(tx, a.runId);
     const [won] = await tx.query(DECIDE_SQL, [a.stageId, a.runId, 'rejected', a.by.decidedBy, a.by.actor, a.reason, null]);
     if (!won) return refuseLoser(tx, a.runId, a.stageId);
     const decidedAt = won.ended_at as Date;

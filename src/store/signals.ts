@@ -181,6 +181,12 @@ export async function beginWait(
   w: { kind: 'sleep' | 'signal' | 'approval'; signalName?: string; until: { at: Date } | { inMs: number } | null },
 ): Promise<BeginWaitResult> {
   return db.transaction(async (tx) => {
+    // The (run, name) lock before the stage's row lock: sendSignal takes them in this order too (no deadlock).
+    if (w.kind === 'signal') {
+      const [r] = await tx.query(`SELECT run_id::text AS run_id FROM ratchet.stages WHERE id = $1::bigint`, [f.stageId]);
+      if (!r) return { verdict: 'rejected' as const };
+      await tx.query(LOCK_SQL, [r.run_id, w.signalName]);
+    }
     const [st] = await tx.query(
       `SELECT id::text, run_id::text AS run_id, seq FROM ratchet.stages
        WHERE id = $1::bigint AND owner_id = $2 AND fence = $3::bigint AND state = 'running' AND lease_until > ratchet.db_now() FOR UPDATE`,
@@ -189,7 +195,6 @@ export async function beginWait(
     if (!st) return { verdict: 'rejected' as const };
     const runId = st.run_id as string;
     if (w.kind === 'signal') {
-      await tx.query(LOCK_SQL, [runId, w.signalName]);
       const [kept] = await tx.query(
         `SELECT id, signal_id, payload::text AS payload FROM ratchet.signals
          WHERE run_id = $1::uuid AND name = $2 AND consumed_at IS NULL ORDER BY id LIMIT 1 FOR UPDATE`,

@@ -199,6 +199,39 @@ describe('approval gates', () => {
   });
 });
 
+describe('cancel and deadlines on waiting runs (what phase 1 already does)', () => {
+  it('cancel while a stage awaits approval: the stage is cancelled, nothing after it queued; a decision then is 409, a signal 409, nothing written', async () => {
+    const run = await awaitingApproval({ invoiceId: 'inv-cancel', amount: 2 });
+    const c = await api.client.cancel(run.id);
+    expect(c).toMatchObject({ cancelled: true, previousState: 'running', runningStageIds: [] }); // nothing was leased
+    expect(run.stageIds.length).toBe(2);
+    expect((await stageRow(run.stageIds[0]!)).state).toBe('cancelled');
+    expect((await stageRow(run.stageIds[1]!)).state).toBe('cancelled');
+    const before = await counts(api.ratchet);
+    const late = await api.http(`/v1/runs/${run.id}/stages/${run.stageIds[0]}/approve`, { method: 'POST' });
+    expect([late.status, late.body.error.code]).toEqual([409, 'not_awaiting_approval']);
+    expect(await counts(api.ratchet)).toEqual(before);
+    const [w] = await q(`SELECT ended_at FROM ratchet.waits WHERE stage_id = $1`, [run.stageIds[0]]);
+    expect(w!.ended_at).toBeNull(); // the decision rolled back; phase 2 closes the row in CANCEL_RUN_SQL (WAITS-NOTES.md)
+  });
+
+  it('a run deadline passing while it waits for a signal: the run expires, its waiting stage is cancelled (by the movable clock)', async () => {
+    const run = await createWaitRun(api.ratchet, hooked, {});
+    await q(`UPDATE ratchet.runs SET deadline = ratchet.db_now() + interval '30 minutes' WHERE id = $1`, [run.id]);
+    await q(`UPDATE ratchet.stages SET state = 'succeeded' WHERE id = $1`, [run.stageIds[0]]);
+    const lease = await claimStage(api.ratchet.store.db, run.stageIds[1]!);
+    await beginWait(api.ratchet.store.db, lease, { kind: 'signal', signalName: 'paid', until: { inMs: 3_600_000 } });
+    await api.ratchet.store.clock.advance(31 * 60_000);
+    try {
+      await api.ratchet.store.expireRuns(100);
+    } finally {
+      await api.ratchet.store.clock.setOffset(0);
+    }
+    expect((await runRow(run.id)).state).toBe('expired');
+    expect((await stageRow(run.stageIds[1]!)).state).toBe('cancelled');
+  });
+});
+
 describe('signals', () => {
   /** A hooked run whose prep stage succeeded: its signal stage is queued (the claim will start the wait). */
   async function atTheWait() {
