@@ -94,6 +94,26 @@ describe('ratchet approve / reject / list --state awaiting_approval', () => {
   });
 });
 
+describe('without a server (the store directly, definitions from --workflows-dir)', () => {
+  it('approve records the operating-system user as who decided; a signal is checked by the loaded schema', async () => {
+    const local = ['--database-url', db.url, '--json'];
+    const dir = fileURLToPath(new URL('../fixtures/wait-workflows', import.meta.url));
+    const run = await createWaitRun(api.ratchet, gated, { invoiceId: 'cli-local', amount: 4 });
+    await beginWait(api.ratchet.store.db, await claimStage(api.ratchet.store.db, run.stageIds[0]!), { kind: 'approval', until: null });
+    const ok = await ratchet([...local, 'approve', run.id, '--workflows-dir', dir, '--by', 'Cy']);
+    expect(ok.code).toBe(0);
+    expect(ok.json).toMatchObject({
+      decision: 'approved',
+      stageId: run.stageIds[0],
+      actor: 'Cy',
+      decidedBy: expect.stringMatching(/^cli:/),
+    });
+    const hookedRun = await createWaitRun(api.ratchet, hooked, {});
+    const bad = await ratchet([...local, 'signal', hookedRun.id, 'paid', '--data', '{"paid":"no"}', '--workflows-dir', dir]);
+    expect([bad.code, bad.error?.code, bad.error?.path]).toEqual([2, 'invalid_input', 'payload.paid']);
+  });
+});
+
 describe('ratchet signal', () => {
   it('keeps a signal sent before the wait (exit 0, --json); bad JSON exits 2, an unknown name 3, an unknown run 3; nothing written', async () => {
     const run = await createWaitRun(api.ratchet, hooked, {});
