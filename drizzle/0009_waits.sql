@@ -38,5 +38,6 @@ CREATE UNIQUE INDEX "signals_run_signal_id_uq" ON "ratchet"."signals" USING btre
 CREATE INDEX "signals_kept_idx" ON "ratchet"."signals" USING btree ("run_id","name","id") WHERE consumed_at is null;--> statement-breakpoint
 CREATE INDEX "waits_due_idx" ON "ratchet"."waits" USING btree ("wait_until") WHERE ended_at is null and wait_until is not null;--> statement-breakpoint
 CREATE INDEX "waits_run_idx" ON "ratchet"."waits" USING btree ("run_id");--> statement-breakpoint
+CREATE INDEX "waits_open_kind_idx" ON "ratchet"."waits" USING btree ("kind") WHERE ended_at is null;--> statement-breakpoint
 CREATE INDEX "waits_open_approval_idx" ON "ratchet"."waits" USING btree ("since") WHERE kind = 'approval' and ended_at is null;--> statement-breakpoint
 CREATE UNIQUE INDEX "waits_open_signal_uq" ON "ratchet"."waits" USING btree ("run_id","signal_name") WHERE kind = 'signal' and ended_at is null;

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { Ratchet } from '../engine.js';
 import { createTokenCheck } from './auth.js';
 import { processMetrics } from '../observability/metrics.js';
+import { refreshWaitingStages } from '../observability/wait-metrics.js';
 import { ApiError, issuePath } from './errors.js';
 import {
   cancelRoute,
@@ -204,6 +205,8 @@ export function createApp(opts: AppOptions): OpenAPIHono {
   // Prometheus text format, behind the same bearer auth (Prometheus sends it with `authorization`).
   app.get('/v1/metrics', async (c) => {
     const registry = processMetrics().registry;
+    // Waiting stages by kind, from the database (the database not answering leaves the last figure).
+    await refreshWaitingStages(registry, opts.ratchet.store.db).catch(() => {});
     return c.body(await registry.metrics(), 200, { 'content-type': registry.contentType });
   });
 

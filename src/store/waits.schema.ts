@@ -47,6 +47,8 @@ export const waits = ratchet.table(
     // The sweeper's question, "which waits' time has come?", read in index order by the database clock.
     index('waits_due_idx').on(t.waitUntil).where(sql`ended_at is null and wait_until is not null`),
     index('waits_run_idx').on(t.runId),
+    // Open waits by kind: the metric of waiting stages (src/observability/wait-metrics.ts) counts them at each scrape.
+    index('waits_open_kind_idx').on(t.kind).where(sql`ended_at is null`),
     // "What waits for a person?" (ratchet list --state awaiting_approval), oldest first.
     index('waits_open_approval_idx').on(t.since).where(sql`kind = 'approval' and ended_at is null`),
     // A signal goes to the run's one open wait of its name (one signal step per name: checked at definition).

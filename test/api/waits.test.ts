@@ -199,6 +199,20 @@ describe('approval gates', () => {
   });
 });
 
+describe('metrics', () => {
+  it('ratchet_waiting_stages{kind} counts the stages that wait without a lease, by the database', async () => {
+    const [c] = await q(
+      `SELECT count(*) FILTER (WHERE w.kind = 'approval')::int AS approval, count(*) FILTER (WHERE w.kind = 'signal')::int AS signal
+       FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id WHERE w.ended_at IS NULL AND s.state IN ('waiting', 'awaiting_approval')`,
+    );
+    await awaitingApproval({ invoiceId: 'inv-metric', amount: 1 });
+    const text = (await api.http('/v1/metrics')).body as string;
+    expect(text).toContain(`ratchet_waiting_stages{kind="approval"} ${(c!.approval as number) + 1}`);
+    expect(text).toContain(`ratchet_waiting_stages{kind="signal"} ${c!.signal}`);
+    expect(text).toContain('ratchet_waiting_stages{kind="sleep"}');
+  });
+});
+
 describe('cancel and deadlines on waiting runs (what phase 1 already does)', () => {
   it('cancel while a stage awaits approval: the stage is cancelled, nothing after it queued; a decision then is 409, a signal 409, nothing written', async () => {
     const run = await awaitingApproval({ invoiceId: 'inv-cancel', amount: 2 });
