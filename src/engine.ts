@@ -155,9 +155,11 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       ? createBullmqTransport({ redisUrl, logger, dueIn: (stageId) => store.dueIn(stageId) })
       : createInProcessTransport());
   const workers = new Set<Worker>();
-  if (codeSchedules.length > 0) {
+  // Schedules from code are synced by a process that says which it defines: it loads workflow files (workflowsDir) or passes
+  // `schedules` (even []). That is what lets a schedule removed from the files be retired; a process given only `workflows` syncs nothing.
+  if (codeSchedules.length > 0 || opts.workflowsDir || opts.schedules) {
     try {
-      await syncCodeSchedules(store.db, codeSchedules);
+      await syncCodeSchedules(store.db, codeSchedules, [...new Set(workflows.map((w) => w.name))], logger);
     } catch (err) {
       await transport.close().catch(() => {});
       await store.close().catch(() => {});
