@@ -59,7 +59,9 @@ const LOCK_NOT_AVAILABLE = '55P03';
 export async function migratePostgres(client: pg.PoolClient | pg.Client, opts: MigrateOptions = {}): Promise<void> {
   const lockTimeoutMs = opts.lockTimeoutMs ?? 5000;
   const attempts = opts.attempts ?? 60;
-  await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+  // Waits for the lock by trying, not in pg_advisory_lock: a migrator blocked inside that statement holds a snapshot, and
+  // the holder's CREATE INDEX CONCURRENTLY waits for every older snapshot to go: the two would deadlock.
+  while (!(await client.query('SELECT pg_try_advisory_lock($1) AS ok', [MIGRATION_LOCK_KEY])).rows[0]?.ok) await sleep(100);
   try {
     for (let attempt = 1; ; attempt++) {
       await client.query(`SELECT set_config('lock_timeout', $1, false)`, [`${Math.max(1, Math.floor(lockTimeoutMs))}ms`]);
