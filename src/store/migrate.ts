@@ -94,6 +94,20 @@ function isLockTimeout(err: unknown): boolean {
  * build that was interrupted (a crash, a cancel) is dropped and built again.
  */
 async function buildConcurrentIndexes(client: pg.PoolClient | pg.Client): Promise<void> {
+  // A build on a big table takes as long as it takes: no client-side query timeout (the pool's is 10 s), no statement_timeout.
+  const long = (text: string) => client.query({ text, query_timeout: BUILD_TIMEOUT_MS } as pg.QueryConfig);
+  await client.query(`SELECT set_config('statement_timeout', '0', false)`);
+  try {
+    await buildEach(client, long);
+  } finally {
+    await client.query('RESET statement_timeout');
+  }
+}
+
+/** The client-side bound on one index build (a day): the pool's own query timeout would abandon a long build half done. */
+const BUILD_TIMEOUT_MS = 24 * 3600 * 1000;
+
+async function buildEach(client: pg.PoolClient | pg.Client, long: (text: string) => Promise<unknown>): Promise<void> {
   for (const ix of CONCURRENT_INDEXES) {
     const { rows } = await client.query(
       `SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
@@ -101,8 +115,8 @@ async function buildConcurrentIndexes(client: pg.PoolClient | pg.Client): Promis
       [ix.name],
     );
     if (rows[0]?.valid === true) continue;
-    if (rows[0]) await client.query(`DROP INDEX CONCURRENTLY IF EXISTS "ratchet"."${ix.name}"`);
-    await client.query(`CREATE INDEX CONCURRENTLY IF NOT EXISTS "${ix.name}" ON ${ix.on}`);
+    if (rows[0]) await long(`DROP INDEX CONCURRENTLY IF EXISTS "ratchet"."${ix.name}"`);
+    await long(`CREATE INDEX CONCURRENTLY IF NOT EXISTS "${ix.name}" ON ${ix.on}`);
   }
 }
 
