@@ -17,6 +17,8 @@ import { runGuarded } from './run-guarded.js';
 import type { Metrics } from '../observability/metrics.js';
 import { logPayload } from '../observability/log-payload.js';
 import { recordModelUsage } from '../observability/model-usage.js';
+import { assertWithinBudget } from '../agent/budget-gate.js';
+import { runUsage } from '../store/usage.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -128,12 +130,15 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     if (step.kind === 'model') {
       const history = await askStore(attempt, log, 'the run history', () => deps.store.runStages(stage.runId));
       const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
+      // issue 12 budget hook: a run that reached its budget fails here, before the call (src/agent/budget-gate.ts)
+      const spent = step.agent.budget ? await askStore(attempt, log, 'the run usage', () => runUsage(deps.store.db, stage.runId)) : null;
+      assertWithinBudget(step.agent, spent);
       const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
       const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
       row = onModelAnswer(step.agent, stage, answer, history, {
         ...data(),
-        ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer),
+        ...recordModelUsage(deps.metrics.registry, step.agent.model, stage.workflow, answer),
       });
     } else {
       const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
