@@ -118,6 +118,8 @@ export const runViewSchema = z
       })
       .strict()
       .optional(),
+    /** The OpenTelemetry trace id of the run's spans (README "Traces"). */
+    traceId: z.string().optional(),
   })
   .strict()
   .meta({ id: 'Run' });

@@ -61,6 +61,11 @@ export interface ToolContext {
    */
   beginEffect(requestId: string): void;
   readonly log: Logger;
+  /**
+   * The W3C trace context of this tool call's span (src/observability/tracing.ts): send it as
+   * the `traceparent` header on the tool's requests, so the services it calls join the run's trace.
+   */
+  readonly traceparent?: string;
 }
 
 /** What reconcile() found out about an attempt whose outcome is unknown. */

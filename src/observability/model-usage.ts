@@ -29,6 +29,13 @@ export function costOf(pricing: ModelPricing, usage: { inputTokens: number; outp
   return Math.round(raw * 1e9) / 1e9;
 }
 
+/** An answer's usage (with its cost under `pricing`), or null when the provider sent none. */
+export function usageOf(answer: object, pricing: ModelPricing | null): ModelUsage | null {
+  const u = usageOfAnswer.get(answer);
+  if (!u) return null;
+  return pricing ? { ...u, cost: costOf(pricing, u) } : u;
+}
+
 type Labels = 'model' | 'workflow' | 'direction';
 const counters = new WeakMap<Registry, { tokens: Counter<Labels>; cost: Counter<'model' | 'workflow'> }>();
 function countersOf(registry: Registry) {

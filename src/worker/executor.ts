@@ -19,6 +19,7 @@ import { logPayload } from '../observability/log-payload.js';
 import { recordModelUsage } from '../observability/model-usage.js';
 import { assertWithinBudget } from '../agent/budget-gate.js';
 import { runUsage } from '../store/usage.js';
+import { traceModelCall, traceToolCall } from '../observability/tracing.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -133,7 +134,10 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
       // issue 12 budget hook: a run that reached its budget fails here, before the call (src/agent/budget-gate.ts)
       const spent = step.agent.budget ? await askStore(attempt, log, 'the run usage', () => runUsage(deps.store.db, stage.runId)) : null;
       assertWithinBudget(step.agent, spent);
-      const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
+      const call = () =>
+        traceModelCall(step.agent.model, stage, () =>
+          callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs),
+        );
       const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
       row = onModelAnswer(step.agent, stage, answer, history, {
@@ -255,7 +259,8 @@ async function produce(
         data: { previousFence: stage.previousFence },
       });
       // reconcile has its own time limit (the class's timeout): it never eats into the run's.
-      const found = await runGuarded(attempt, () => runner.reconcile(inv), `reconcile of ${tool.name}`, stage.timeoutMs);
+      const reconcile = () => traceToolCall(inv, 'reconcile', (ctx) => runner.reconcile({ ...inv, ctx }));
+      const found = await runGuarded(attempt, reconcile, `reconcile of ${tool.name}`, stage.timeoutMs);
       deps.events.push({
         runId: stage.runId,
         stageId: stage.id,
@@ -268,7 +273,8 @@ async function produce(
       if (found.done) return validOutput(tool, found.output);
     }
   }
-  return validOutput(tool, await runGuarded(attempt, () => runner.run(inv), tool.name, stage.timeoutMs));
+  const run = () => traceToolCall(inv, 'run', (ctx) => runner.run({ ...inv, ctx })); // issue 12: the tool call's span
+  return validOutput(tool, await runGuarded(attempt, run, tool.name, stage.timeoutMs));
 }
 
 function validOutput(tool: Tool, output: unknown): unknown {

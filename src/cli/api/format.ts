@@ -25,6 +25,7 @@ export function formatRun(r: RunJson): string {
       `model usage: ${r.usage.inputTokens} tokens in, ${r.usage.outputTokens} out, ${r.usage.modelCalls} calls` +
         (r.usage.cost !== undefined ? `, cost ${Number(r.usage.cost.toFixed(6))}` : ''),
     );
+  if (r.traceId) lines.push(`trace: ${r.traceId}`);
   if (r.state === 'succeeded') lines.push(`result: ${JSON.stringify(r.result)}`);
   else if (r.error) lines.push(`error: ${errorText(r.error)}`);
   return lines.join('\n');
