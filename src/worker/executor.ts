@@ -4,7 +4,7 @@ import type { Registry } from '../definitions/registry.js';
 import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../definitions/types.js';
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { buildMessages } from '../agent/messages.js';
-import { callModel } from '../agent/model-client.js';
+import { callModelStreamed } from '../live/tokens.js';
 import { onAgentToolSuccess, onModelAnswer } from '../dispatcher/agent.js';
 import { onFailure, onSuccess, onUnstorable, stepInput, terminal, type DispatchDeps } from '../dispatcher/dispatcher.js';
 import { toJsonText } from '../store/json.js';
@@ -136,7 +136,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
       assertWithinBudget(step.agent, spent);
       const call = () =>
         traceModelCall(step.agent.model, stage, () =>
-          callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs),
+          callModelStreamed(deps.store.db, stage, step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs),
         );
       const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
