@@ -75,7 +75,8 @@ export interface StreamRouteOptions {
  * /v1/runs/:id/events) with `id:` its event id; a client reconnecting with `Last-Event-ID`
  * (or `?after=<event id>`) gets every later event once, in order. The stream ends after the
  * run's terminal event; a reconnect after that gets 204 (EventSource stops retrying). Comment
- * lines (`: heartbeat`) keep idle proxies from closing it.
+ * lines (`: heartbeat`) keep idle proxies from closing it. A streaming model's pieces come as
+ * `event: token` messages without an id (src/live/tokens.ts): never stored, never replayed.
  */
 export function streamHandler(opts: StreamRouteOptions) {
   return async (c: Context) => {

@@ -115,7 +115,7 @@ export const DASHBOARD_JS = String.raw`(() => {
     }
     box.dataset.chars = String(Number(box.dataset.chars) + t.text.length);
     box.dataset.pieces = String(Number(box.dataset.pieces) + 1);
-    box.textContent = 'model answering (stage ' + (stages[t.stageId] || t.stageId) + ', attempt ' + t.attempt + '): ' + box.dataset.chars + ' characters streamed in ' + box.dataset.pieces + ' pieces';
+    box.textContent = 'model answering (stage ' + (stages[t.stageId] || t.stageId) + ', attempt ' + t.attempt + '): ' + box.dataset.chars + ' characters streamed in ' + box.dataset.pieces + ' piece(s)';
   });
   es.onerror = () => {
     live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
