@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { watchCommand } from '../../src/cli/run/watch-command.js';
 import { z } from 'zod';
 import { startScriptedModel, type ScriptedModel } from '../../src/agent/scripted-model.js';
 import { createServer, type ApiServer } from '../../src/api/server.js';
@@ -37,6 +38,8 @@ interface Setup {
   model: ScriptedModel;
   /** Resolved by the test when a watcher got the first piece; the model waits for it. */
   firstSeen: { promise: Promise<void>; resolve: () => void };
+  /** Resolved by the test when its watcher is connected (it got an event); the model waits before answering. */
+  ready: { promise: Promise<void>; resolve: () => void };
   close(): Promise<void>;
 }
 
@@ -48,8 +51,12 @@ function gate() {
 
 async function setup(target: { databaseUrl: string } | { dataDir: string }): Promise<Setup> {
   let firstSeen = gate();
+  let ready = gate();
   const model = await startScriptedModel({
     script: () => ({ content: ANSWER, usage: { prompt_tokens: 7, completion_tokens: 11 } }),
+    beforeAnswer: async () => {
+      await Promise.race([ready.promise, new Promise((r) => setTimeout(r, 10_000))]);
+    },
     // Bounded: if no watcher ever sees a piece, the answer goes on and the assertions say why.
     afterChunk: async (_i, chunk) => {
       if (chunk === 0) await Promise.race([firstSeen.promise, new Promise((r) => setTimeout(r, 10_000))]);
@@ -74,6 +81,12 @@ async function setup(target: { databaseUrl: string } | { dataDir: string }): Pro
     },
     set firstSeen(g) {
       firstSeen = g;
+    },
+    get ready() {
+      return ready;
+    },
+    set ready(g) {
+      ready = g;
     },
     async close() {
       await server.close();
@@ -105,8 +118,13 @@ async function rawStream(url: string, id: string, onMessage: (m: SseMessage) => 
   return out;
 }
 
-async function streamedRun(s: Setup) {
+async function streamedRun(s: Setup, hold = true) {
   s.firstSeen = gate();
+  s.ready = gate();
+  if (!hold) {
+    s.firstSeen.resolve();
+    s.ready.resolve();
+  }
   const client = createClient({ baseUrl: s.server.url, token: TOKEN });
   const { id } = await client.submit('streamer', { ask: 'go' });
   // Two watchers: the client's watch() with onToken, and a raw reader that keeps every message.
@@ -119,8 +137,10 @@ async function streamedRun(s: Setup) {
         order.push('token');
         s.firstSeen.resolve();
       },
-    }))
+    })) {
       order.push(e.type);
+      s.ready.resolve();
+    }
   })();
   const raw = await rawStream(s.server.url, id, () => {});
   await watched;
@@ -159,7 +179,7 @@ describe('token streaming on PostgreSQL (NOTIFY)', () => {
     s = await setup({ databaseUrl: db.url });
     // The API's token LISTEN opens at the first watcher and stays: a first run (not checked) makes
     // sure it is up before the run under test, whose first piece would otherwise race it.
-    await streamedRun(s);
+    await streamedRun(s, false);
   });
   afterAll(async () => {
     await s?.close();
@@ -178,6 +198,37 @@ describe('token streaming on PostgreSQL (NOTIFY)', () => {
     const resumed = await rawStream(s.server.url, r.id, () => {}, mid);
     expect(resumed.filter((m) => m.event === 'token')).toEqual([]);
     expect(resumed.filter((m) => m.event === 'message').map((m) => m.id)).toEqual(r.events.slice(2).map((e) => e.id));
+  });
+
+  it('ratchet watch --tokens --json: token lines as they arrive, between the event lines', async () => {
+    s.firstSeen = gate();
+    s.ready = gate();
+    const client = createClient({ baseUrl: s.server.url, token: TOKEN });
+    const { id } = await client.submit('streamer', { ask: 'cli' });
+    const lines: Record<string, unknown>[] = [];
+    let partial = '';
+    const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      partial += String(chunk);
+      for (let nl = partial.indexOf('\n'); nl >= 0; nl = partial.indexOf('\n')) {
+        const line = JSON.parse(partial.slice(0, nl)) as Record<string, unknown>;
+        partial = partial.slice(nl + 1);
+        lines.push(line);
+        if (line.type === 'token') s.firstSeen.resolve();
+        else s.ready.resolve();
+      }
+      return true;
+    });
+    try {
+      await watchCommand(id, { url: s.server.url, token: TOKEN, json: true, tokens: true, timeout: '60s', stages: false });
+    } finally {
+      spy.mockRestore();
+    }
+    const tokens = lines.filter((l) => l.type === 'token');
+    expect(tokens.map((t) => t.text).join('')).toBe(ANSWER);
+    const types = lines.map((l) => l.type);
+    expect(types.indexOf('token')).toBeLessThan(types.indexOf('stage_succeeded'));
+    expect(types.at(-1)).toBe('watch_end');
+    expect(lines.at(-1)).toMatchObject({ state: 'succeeded', result: { answer: ANSWER } });
   });
 
   it('the NOTIFY payload round-trips and stays far under 8000 bytes', () => {
