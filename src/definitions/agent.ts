@@ -25,6 +25,8 @@ export const agentOptionsSchema = z.strictObject({
     baseURL: z.url().optional(),
     apiKey: z.string().min(1).optional(),
     temperature: z.number().min(0).max(2).optional(),
+    pricing: z.strictObject({ inputPerMillion: z.number().min(0).max(1e6), outputPerMillion: z.number().min(0).max(1e6) }).optional(),
+    stream: z.boolean().optional(),
   }),
   instructions: z.string().min(1).max(100_000),
   tools: z.array(z.custom<Tool>(isTool, { message: 'not a tool: pass tools made by defineTool' })).min(1),
@@ -36,6 +38,10 @@ export const agentOptionsSchema = z.strictObject({
   maxToolErrors: z.int().min(0).max(1000).default(DEFAULT_MAX_TOOL_ERRORS),
   deadline: positiveDurationSchema.optional(),
   priority: prioritySchema.optional(),
+  budget: z
+    .strictObject({ maxTokens: z.int().min(1).max(1e12).optional(), maxCost: z.number().positive().max(1e9).optional() })
+    .refine((b) => b.maxTokens !== undefined || b.maxCost !== undefined, { message: 'set maxTokens, maxCost or both' })
+    .optional(),
 });
 
 export interface AgentOptions<I> {
@@ -43,7 +49,17 @@ export interface AgentOptions<I> {
   /** Default 1; see WorkflowOptions.version. */
   version?: number;
   input: z.ZodType<I>;
-  model: { name: string; class: ToolClass; baseURL?: string; apiKey?: string; temperature?: number };
+  model: {
+    name: string;
+    class: ToolClass;
+    baseURL?: string;
+    apiKey?: string;
+    temperature?: number;
+    /** Price per million tokens: each model stage's cost is computed from its usage, and summed per run. */
+    pricing?: { inputPerMillion: number; outputPerMillion: number };
+    /** Stream the answer's tokens to the run's watchers as they arrive (the answer is still persisted once). */
+    stream?: boolean;
+  };
   instructions: string;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   tools: Tool<any, any>[];
@@ -62,6 +78,12 @@ export interface AgentOptions<I> {
   /** Tool failures told to the model in one run, at most (default 5); one more fails the run with too_many_tool_errors. */
   maxToolErrors?: number;
   deadline?: Duration;
+  /**
+   * Limits on the run's model usage (tokens in + out, cost with model.pricing): checked before
+   * each model call, never in the middle of one; a run that reached one ends `failed` with
+   * budget_exceeded.
+   */
+  budget?: { maxTokens?: number; maxCost?: number };
 }
 
 function agentHash(name: string, version: number, agent: AgentSpec): string {
@@ -79,6 +101,9 @@ function agentHash(name: string, version: number, agent: AgentSpec): string {
     ...(agent.parallelToolCalls ? {} : { parallelToolCalls: false }),
     ...(agent.onToolError === 'tell_model' ? {} : { onToolError: agent.onToolError }),
     ...(agent.maxToolErrors === DEFAULT_MAX_TOOL_ERRORS ? {} : { maxToolErrors: agent.maxToolErrors }),
+    // A budget and a price decide how a run ends, so they count (only when set: other hashes stay). `stream` does not.
+    ...(agent.budget ? { budget: agent.budget } : {}),
+    ...(agent.model.pricing ? { pricing: agent.model.pricing } : {}),
   };
   return createHash('sha256').update(canonicalJson(structure)).digest('hex');
 }
@@ -103,6 +128,8 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
       );
     names.set(t.name, i);
   });
+  if (o.budget?.maxCost !== undefined && !o.model.pricing)
+    throw new InvalidDefinitionError('budget.maxCost needs model.pricing (a cost is computed from it)', `${where}.budget.maxCost`);
   const agent: AgentSpec = Object.freeze({
     model: Object.freeze({
       name: o.model.name,
@@ -110,6 +137,8 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
       baseURL: o.model.baseURL ?? null,
       apiKey: o.model.apiKey ?? null,
       temperature: o.model.temperature ?? null,
+      pricing: o.model.pricing ? Object.freeze({ ...o.model.pricing }) : null,
+      stream: o.model.stream ?? false,
     }),
     instructions: o.instructions,
     tools: Object.freeze([...o.tools]),
@@ -119,6 +148,7 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
     parallelToolCalls: o.parallelToolCalls,
     onToolError: o.onToolError,
     maxToolErrors: o.maxToolErrors,
+    budget: o.budget ? Object.freeze({ maxTokens: o.budget.maxTokens ?? null, maxCost: o.budget.maxCost ?? null }) : null,
   });
   return Object.freeze({
     kind: 'workflow',
