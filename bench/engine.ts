@@ -44,6 +44,8 @@ const { values: argv } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
     'skip-peers': { type: 'boolean', default: false },
+    /** Skip each variant's light-load phase (pick-up latency without a backlog). */
+    'skip-light': { type: 'boolean', default: false },
     /** Workflow runs per variant (each of 10 stages). */
     runs: { type: 'string' },
     /** Repetitions of each peer measurement (run.sh --runs). */
@@ -81,9 +83,10 @@ const cfg = {
   peerRuns: Number(argv['peer-runs']),
   cap: argv.cap,
   variants: argv.variants.split(',').map((v) => {
-    const [mode, procs] = v.trim().split(':');
-    if ((mode !== 'queue' && mode !== 'fast') || !/^\d+$/.test(procs ?? '')) throw new Error(`bad variant ${v}: use queue:N or fast:N`);
-    return { mode: mode as 'queue' | 'fast', procs: Number(procs) };
+    const [mode, procs, flag] = v.trim().split(':');
+    if ((mode !== 'queue' && mode !== 'fast') || !/^\d+$/.test(procs ?? '') || (flag !== undefined && flag !== 'nograce'))
+      throw new Error(`bad variant ${v}: use queue:N or fast:N (optionally :nograce, the sweeper without its grace)`);
+    return { mode: mode as 'queue' | 'fast', procs: Number(procs), noGrace: flag === 'nograce' };
   }),
   peersScript: join(ROOT, '..', 'shared', 'peers', 'run.sh'),
   workerScript: join(ROOT, 'bench', 'worker-process.ts'),
@@ -272,10 +275,14 @@ interface VariantResult {
   info: Record<string, unknown>;
 }
 
-async function runVariant(mode: 'queue' | 'fast', procs: number, o: { runs?: number; light?: boolean } = {}): Promise<VariantResult> {
+async function runVariant(
+  mode: 'queue' | 'fast',
+  procs: number,
+  o: { runs?: number; light?: boolean; noGrace?: boolean } = {},
+): Promise<VariantResult> {
   const runsN = o.runs ?? cfg.runs;
-  const variant = label(mode, procs);
-  const dbName = `bench_engine_${mode}_p${procs}`;
+  const variant = `${label(mode, procs)}${o.noGrace ? ',nograce' : ''}`;
+  const dbName = `bench_engine_${mode}_p${procs}${o.noGrace ? '_ng' : ''}`;
   const url = await createDb(cfg.adminUrl, dbName);
   const prefix = `ratchet-bench-${randomBytes(4).toString('hex')}`;
   const workers: WorkerProc[] = [];
@@ -301,6 +308,7 @@ async function runVariant(mode: 'queue' | 'fast', procs: number, o: { runs?: num
           BULL_PREFIX: prefix,
           FAST_PATH: mode === 'fast' ? '1' : '0',
           CONCURRENCY: String(cfg.concurrency),
+          ...(o.noGrace ? { SWEEP_GRACE: '0' } : {}),
         }),
       );
     }
@@ -1036,7 +1044,8 @@ log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv[
   log(`worker script loaded (tsx cache warm) in ${round((performance.now() - t) / 1000, 2)} s`);
 }
 const results: VariantResult[] = [];
-if (!argv['scale-only']) for (const v of cfg.variants) results.push(await runVariant(v.mode, v.procs));
+if (!argv['scale-only'])
+  for (const v of cfg.variants) results.push(await runVariant(v.mode, v.procs, { noGrace: v.noGrace, light: !argv['skip-light'] }));
 
 if (!argv['skip-peers'] && !argv['scale-only']) {
   const peers = await runPeers();

@@ -13,6 +13,7 @@
  * (or SIGTERM) stops it gracefully and prints {"stopped":true,...} with what it saw: attempt
  * ends, statements by name (count, rows, total ms), wake-ups sent and received, and its own CPU.
  */
+import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import pino from 'pino';
@@ -67,6 +68,15 @@ ratchet = await createRatchet({
   transport,
   poolSize: optInt('POOL_SIZE') ?? 10,
 });
+
+// Load ioredis now (BullMQ requires it lazily when the worker starts): its module loading is not a stage's cost.
+createRequire(createRequire(import.meta.url).resolve('bullmq'))('ioredis');
+// SWEEP_GRACE=0 (variant flag "nograce"): the sweeper re-sends queued stages at once, as before issue 14's cut (A/B in one bench).
+if (process.env.SWEEP_GRACE === '0') {
+  const store = ratchet.store;
+  const sweep = store.sweep.bind(store);
+  store.sweep = (lanes, limit) => sweep(lanes, limit, 0);
+}
 
 const db = ratchet.store.db;
 const rawQuery = db.query.bind(db);

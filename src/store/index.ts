@@ -80,7 +80,8 @@ export interface Store {
   runStages(runId: string): ReturnType<typeof runStages>;
   upsertWorker(owner: string, classes: string[], definitions: string[]): Promise<void>;
   deleteWorker(owner: string): Promise<void>;
-  sweep(lanes: Lane[], limit: number): Promise<SweptStage[]>;
+  /** Due stages to re-send: queued ones once they have waited `graceMs` (default 0) in that state, and expired leases. */
+  sweep(lanes: Lane[], limit: number, graceMs?: number): Promise<SweptStage[]>;
   dueIn(stageId: string): Promise<number>;
   unservedClasses(classes: string[], withinMs: number): Promise<string[]>;
   failUnserved(classes: string[], afterMs: number): Promise<number>;
@@ -180,7 +181,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     runStages: (runId) => runStages(db, runId),
     upsertWorker: (owner, classes, definitions) => upsertWorker(db, owner, classes, definitions),
     deleteWorker: (owner) => deleteWorker(db, owner),
-    sweep: (lanes, limit) => sweep(db, lanes, limit),
+    sweep: (lanes, limit, graceMs) => sweep(db, lanes, limit, graceMs),
     dueIn: (stageId) => dueIn(db, stageId),
     unservedClasses: (classes, withinMs) => unservedClasses(db, classes, withinMs),
     failUnserved: (classes, afterMs) => failUnserved(db, classes, afterMs),

@@ -22,10 +22,14 @@ export async function deleteWorker(q: Queryable, owner: string): Promise<void> {
 }
 
 /** Due queued stages and expired leases of these lanes, about `limit` of each kind in all (at least 10 per lane). */
-export async function sweep(q: Queryable, lanes: Lane[], limit: number): Promise<SweptStage[]> {
+export async function sweep(q: Queryable, lanes: Lane[], limit: number, graceMs = 0): Promise<SweptStage[]> {
   if (lanes.length === 0) return [];
   const perLane = Math.max(10, Math.ceil(limit / lanes.length));
-  const rows = await q.query(SWEEP_SQL, [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash), perLane], 'ratchet_sweep');
+  const rows = await q.query(
+    SWEEP_SQL,
+    [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash), perLane, Math.max(0, Math.round(graceMs))],
+    'ratchet_sweep',
+  );
   return rows.map((r) => ({
     stageId: r.id as string,
     toolClass: r.tool_class as string,

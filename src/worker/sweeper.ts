@@ -84,7 +84,8 @@ export class Sweeper {
           }
         }
         if (this.transport.kind !== 'in-process' && this.transport.healthy()) {
-          const due = await this.store.sweep(lanes, SWEEP_BATCH);
+          // Queued stages younger than one sweep interval still have the wake-up sent when they were queued.
+          const due = await this.store.sweep(lanes, SWEEP_BATCH, this.intervalMs);
           for (const s of due) this.transport.notify(laneOf(s.toolClass, s.definitionHash), { stageId: s.stageId, attempt: s.attempt });
           if (due.length > 0) this.logger.debug({ event: 'sweep', count: due.length }, 'due stages re-sent');
         }

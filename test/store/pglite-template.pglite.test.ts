@@ -43,7 +43,8 @@ describe('PGlite empty-cluster template', () => {
   it('an existing data directory keeps its rows (no template over it)', async () => {
     const dir = join(root, 'c');
     const store = await openStore({ dataDir: dir });
-    await store.db.query("CREATE TABLE public.keep (v text); INSERT INTO public.keep VALUES ('x')");
+    await store.db.query('CREATE TABLE public.keep (v text)');
+    await store.db.query("INSERT INTO public.keep VALUES ('x')");
     await store.close();
     const again = await openStore({ dataDir: dir });
     try {
