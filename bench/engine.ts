@@ -37,6 +37,7 @@ import pg from 'pg';
 import { createRatchet, type Ratchet } from '../src/engine.js';
 import { silentLogger } from '../src/logger.js';
 import { createBullmqTransport } from '../src/transport/bullmq.js';
+import { laneOf } from '../src/transport/lane.js';
 import { cpuBusyPct, cpuSnap, createDb, dropDb, emit, log, percentile, round, type Line } from './lib.js';
 import { NOOP_CLASS, NOOP_STEPS, noop10 } from './workflows/noop.js';
 
@@ -286,7 +287,8 @@ async function runVariant(
   const url = await createDb(cfg.adminUrl, dbName);
   const prefix = `ratchet-bench-${randomBytes(4).toString('hex')}`;
   const workers: WorkerProc[] = [];
-  const bullQueue = new Queue(`class-${NOOP_CLASS}`, { prefix, connection: redisConnection(cfg.redisUrl) });
+  // The lane's queue (src/transport/lane.ts): class-<class>.<definition hash>, not class-<class> (that one stays empty).
+  const bullQueue = new Queue(`class-${laneOf(NOOP_CLASS, noop10.hash)}`, { prefix, connection: redisConnection(cfg.redisUrl) });
   let main: Ratchet | undefined;
   try {
     // Migrate once here; then the workers connect and wait for "go".
@@ -781,7 +783,7 @@ async function scaleSection(): Promise<void> {
   const rows: string[] = [];
   const sweep: { procs: number; stagesPerS: number; cpu: Record<string, unknown>; ok: boolean; load: string }[] = [];
   const scaleRuns = Number(argv['scale-runs']);
-  for (const procs of argv['scale-procs'].split(',').map(Number)) {
+  for (const procs of argv['scale-procs'].split(',').filter(Boolean).map(Number)) {
     const r = await runVariant('fast', procs, { runs: scaleRuns, light: false });
     const cpu = r.info.cpu_ms_by_kind as Record<string, number>;
     const stages = r.info.stages_succeeded as number;
@@ -876,7 +878,7 @@ async function insertQueuedStagesAt(db: Ratchet['store']['db'], count: number, f
     )
     INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
       max_attempts, idempotency_key, input, available_at)
-    SELECT r.id, 'h', 1, 'noop', 'noop', 'bench', 'queued', 30000, 30000, 600000, 3, r.id::text || ':1:noop', '{}'::jsonb,
+    SELECT r.id, 'h', 1, 'noop', 'noop', $2, 'queued', 30000, 30000, 600000, 3, r.id::text || ':1:noop', '{}'::jsonb,
       ratchet.db_now() - interval '1 second'
     FROM r`,
     [count, 'bench', from],
@@ -971,7 +973,7 @@ async function reclaimLatency(): Promise<Record<string, unknown>> {
     for (const w of workers) if (!w.exited) w.child.kill('SIGKILL');
     await admin.end().catch(() => {});
     await main?.close().catch(() => {});
-    const q = new Queue(`class-sleepy`, { prefix, connection: redisConnection(cfg.redisUrl) });
+    const q = new Queue(`class-${laneOf('sleepy', sleepy.hash)}`, { prefix, connection: redisConnection(cfg.redisUrl) });
     await q.obliterate({ force: true }).catch(() => {});
     await q.close().catch(() => {});
     await dropDb(cfg.adminUrl, dbName);

@@ -38,3 +38,17 @@ describe('sweep grace', () => {
     expect(new Set(all.map((s) => s.stageId)).size).toBe(5);
   });
 });
+
+describe('sweep of a lane being served', () => {
+  it('re-sends no queued stage of a lane with a claim in the grace; does once that claim is older', async () => {
+    await insertQueuedStages(store.db, 3, 'served');
+    const lanes = [{ toolClass: 'served', definitionHash: 'h' }];
+    await store.clock.advance(61_000); // the queued stages are past the grace
+    expect(await store.sweep(lanes, 100, 60_000)).toHaveLength(3);
+    await store.claim({ owner: 'o2', toolClass: 'served', limit: 1, definitions: ['h'] }); // claimed now, lease 30 s
+    expect(await store.sweep(lanes, 100, 60_000)).toHaveLength(0); // served: its workers drain it
+    expect(await store.sweep(lanes, 100, 0)).toHaveLength(2); // no grace: as before
+    await store.clock.advance(61_000); // the claim is old now, and its lease expired
+    expect(await store.sweep(lanes, 100, 60_000)).toHaveLength(3); // two queued + the expired lease
+  });
+});
