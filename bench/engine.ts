@@ -65,6 +65,8 @@ const { values: argv } = parseArgs({
     'scale-runs': { type: 'string', default: '500' },
     /** Add the 1,000,000-waiting claim point (the bulk insert takes minutes on a busy 2-core machine). */
     'claim-1m': { type: 'boolean', default: false },
+    /** Parts of the scale section after the sweep (default all): claim, reclaim, pglite. */
+    'scale-parts': { type: 'string', default: 'claim,reclaim,pglite' },
     'pg-url': { type: 'string', default: process.env.RATCHET_BENCH_PG_URL ?? 'postgres://root@127.0.0.1:5432/test' },
     'redis-url': { type: 'string', default: process.env.RATCHET_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379' },
   },
@@ -812,20 +814,23 @@ async function scaleSection(): Promise<void> {
       `fast path, ${String(procs).padStart(2)} proc  ${String(round(r.stagesPerS, 0)).padStart(8)} stages/s   cpu/stage: workers ${per(cpu.ratchet_workers!)} ms + postgres ${per(cpu.postgres_this_db!)} ms (+ bg ${per(cpu.postgres_background!)} ms)   ${r.allOk ? 'all ok' : 'NOT ALL OK'}   load ${entry.load}`,
     );
   }
-  for (const n of argv['claim-1m'] ? [10_000, 1_000_000] : [10_000]) {
+  const parts = new Set(argv['scale-parts'].split(','));
+  for (const n of !parts.has('claim') ? [] : argv['claim-1m'] ? [10_000, 1_000_000] : [10_000]) {
     const c = await claimLatency(n);
     rows.push(
       `claim, ${String(n).padStart(9)} waiting   p50 ${c.p50} ms  p99 ${c.p99} ms  (${c.samples} claims; bulk insert ${c.insertS} s)   load ${c.load}`,
     );
   }
-  const rc = await reclaimLatency();
-  rows.push(
-    `reclaim after SIGKILL, lease ${rc.leaseMs} ms   p50 ${rc.p50} ms  p99 ${rc.p99} ms from the kill (p99 past the lease's end ${rc.pastLeaseP99} ms; ${rc.samples} stages)   load ${rc.load}`,
-  );
-  const pl = await pgliteRate();
-  rows.push(
-    `embedded (PGlite, 1 in-process worker)   ${pl.stagesPerS} stages/s   (${pl.stages} stages, ${pl.ok ? 'all ok' : 'NOT ALL OK'})   load ${pl.load}`,
-  );
+  const rc = parts.has('reclaim') ? await reclaimLatency() : null;
+  if (rc)
+    rows.push(
+      `reclaim after SIGKILL, lease ${rc.leaseMs} ms   p50 ${rc.p50} ms  p99 ${rc.p99} ms from the kill (p99 past the lease's end ${rc.pastLeaseP99} ms; ${rc.samples} stages)   load ${rc.load}`,
+    );
+  const pl = parts.has('pglite') ? await pgliteRate() : null;
+  if (pl)
+    rows.push(
+      `embedded (PGlite, 1 in-process worker)   ${pl.stagesPerS} stages/s   (${pl.stages} stages, ${pl.ok ? 'all ok' : 'NOT ALL OK'})   load ${pl.load}`,
+    );
   process.stderr.write(`\nhow it scales (${round((performance.now() - t0) / 1000, 0)} s):\n${rows.map((r) => `  ${r}`).join('\n')}\n`);
 }
 
@@ -954,7 +959,7 @@ async function reclaimLatency(): Promise<Record<string, unknown>> {
       while (Date.now() < until2) {
         reclaimed = (
           await admin.query(
-            `SELECT stage_id::text AS id, min(at) AS at FROM ratchet.events WHERE run_id = ANY($1::uuid[]) AND type = 'job_claimed' AND attempt >= 2 GROUP BY stage_id`,
+            `SELECT stage_id::text AS id, min(at) AS at FROM ratchet.events WHERE run_id = ANY($1::uuid[]) AND type IN ('job_claimed', 'lease_reclaimed') AND attempt >= 2 GROUP BY stage_id`,
             [ids],
           )
         ).rows as { id: string; at: Date }[];
@@ -986,7 +991,7 @@ async function reclaimLatency(): Promise<Record<string, unknown>> {
     pastLeaseP50: pastLease.length ? round(percentile(pastLease, 50)!, 0) : null,
     pastLeaseP99: pastLease.length ? round(percentile(pastLease, 99)!, 0) : null,
     load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '),
-    of: 'job_claimed (attempt >= 2) at - the moment of SIGKILL (db clock); past lease = at - the lease_until the killed worker held',
+    of: 'lease_reclaimed / job_claimed (attempt >= 2) at - the moment of SIGKILL (db clock); past lease = at - the lease_until the killed worker held',
   };
   out({ metric: 'reclaim_p50', variant: `lease=${SLEEPY_LEASE_MS}ms`, value: r.p50, unit: 'ms', info: r });
   out({ metric: 'reclaim_p99', variant: `lease=${SLEEPY_LEASE_MS}ms`, value: r.p99, unit: 'ms', info: r });
