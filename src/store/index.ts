@@ -11,7 +11,17 @@ import { expireRuns } from './deadline.js';
 import { EXPIRE_ALL_LEASES_SQL } from './extend.sql.js';
 import { finish, type FinishRow } from './finish.js';
 import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
-import { deleteWorker, dueIn, failUnserved, sweep, unservedClasses, upsertWorker, type Lane, type SweptStage } from './workers.js';
+import {
+  deleteWorker,
+  dueIn,
+  failUnserved,
+  nextLeaseExpiryMs,
+  sweep,
+  unservedClasses,
+  upsertWorker,
+  type Lane,
+  type SweptStage,
+} from './workers.js';
 import { acquireDataDirLock } from './lockfile.js';
 import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
@@ -82,6 +92,8 @@ export interface Store {
   deleteWorker(owner: string): Promise<void>;
   /** Due stages to re-send: queued ones once they have waited `graceMs` (default 0) in that state, and expired leases. */
   sweep(lanes: Lane[], limit: number, graceMs?: number): Promise<SweptStage[]>;
+  /** Milliseconds until the first live lease of these lanes expires (0: already); null when none runs. */
+  nextLeaseExpiryMs(lanes: Lane[]): Promise<number | null>;
   dueIn(stageId: string): Promise<number>;
   unservedClasses(classes: string[], withinMs: number): Promise<string[]>;
   failUnserved(classes: string[], afterMs: number): Promise<number>;
@@ -182,6 +194,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     upsertWorker: (owner, classes, definitions) => upsertWorker(db, owner, classes, definitions),
     deleteWorker: (owner) => deleteWorker(db, owner),
     sweep: (lanes, limit, graceMs) => sweep(db, lanes, limit, graceMs),
+    nextLeaseExpiryMs: (lanes) => nextLeaseExpiryMs(db, lanes),
     dueIn: (stageId) => dueIn(db, stageId),
     unservedClasses: (classes, withinMs) => unservedClasses(db, classes, withinMs),
     failUnserved: (classes, afterMs) => failUnserved(db, classes, afterMs),

@@ -50,6 +50,22 @@ CROSS JOIN LATERAL (
    ORDER BY s.lease_until, s.id LIMIT $3)
 ) x`;
 
+/**
+ * Milliseconds until the first live lease of the lanes ($1[i] class, $2[i] definition hash)
+ * expires by the database clock (0 when one has expired already; no row when none is running):
+ * the sweeper wakes then to re-send it, instead of at its next tick. Scans
+ * stages_running_lease_idx, one row per lane.
+ */
+export const NEXT_LEASE_EXPIRY_SQL = `
+SELECT greatest(0, ceil(extract(epoch FROM (min(x.lease_until) - ratchet.db_now())) * 1000))::int AS wait_ms
+FROM unnest($1::text[], $2::text[]) AS l(c, h)
+CROSS JOIN LATERAL (
+  SELECT s.lease_until FROM ratchet.stages s
+  WHERE s.state = 'running' AND s.tool_class = l.c AND s.definition_hash = l.h
+  ORDER BY s.lease_until LIMIT 1
+) x
+HAVING count(*) > 0`;
+
 /** Milliseconds until stage $1 is due by the database clock (0 when due or no longer queued). */
 export const DUE_IN_SQL = `
 SELECT coalesce(greatest(0, ceil(extract(epoch FROM (s.available_at - ratchet.db_now())) * 1000))::int, 0) AS wait

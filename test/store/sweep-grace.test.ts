@@ -52,3 +52,19 @@ describe('sweep of a lane being served', () => {
     expect(await store.sweep(lanes, 100, 60_000)).toHaveLength(3); // two queued + the expired lease
   });
 });
+
+describe('next lease expiry', () => {
+  it('is null with nothing running, the lease left by the database clock, then 0 once expired', async () => {
+    const lanes = [{ toolClass: 'nle', definitionHash: 'h' }];
+    expect(await store.nextLeaseExpiryMs(lanes)).toBeNull();
+    await insertQueuedStages(store.db, 2, 'nle');
+    expect(await store.nextLeaseExpiryMs(lanes)).toBeNull();
+    await store.claim({ owner: 'o3', toolClass: 'nle', limit: 1, definitions: ['h'] }); // lease 30 s
+    const left = await store.nextLeaseExpiryMs(lanes);
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThanOrEqual(30_000);
+    await store.clock.advance(31_000);
+    expect(await store.nextLeaseExpiryMs(lanes)).toBe(0);
+    expect(await store.nextLeaseExpiryMs([])).toBeNull();
+  });
+});
