@@ -37,6 +37,7 @@ import pg from 'pg';
 import { createRatchet, type Ratchet } from '../src/engine.js';
 import { silentLogger } from '../src/logger.js';
 import { createBullmqTransport } from '../src/transport/bullmq.js';
+import { laneOf } from '../src/transport/lane.js';
 import { cpuBusyPct, cpuSnap, createDb, dropDb, emit, log, percentile, round, type Line } from './lib.js';
 import { NOOP_CLASS, NOOP_STEPS, noop10 } from './workflows/noop.js';
 
@@ -44,6 +45,8 @@ const { values: argv } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
     'skip-peers': { type: 'boolean', default: false },
+    /** Skip each variant's light-load phase (pick-up latency without a backlog). */
+    'skip-light': { type: 'boolean', default: false },
     /** Workflow runs per variant (each of 10 stages). */
     runs: { type: 'string' },
     /** Repetitions of each peer measurement (run.sh --runs). */
@@ -53,6 +56,17 @@ const { values: argv } = parseArgs({
     concurrency: { type: 'string', default: '10' },
     variants: { type: 'string', default: 'queue:1,queue:4,fast:1,fast:4' },
     'timeout-s': { type: 'string' },
+    /** The "how it scales" section (after the variants; --scale-only: without them and the peers). */
+    scale: { type: 'boolean', default: false },
+    'scale-only': { type: 'boolean', default: false },
+    /** Worker-process counts of the scale sweep (fast path). */
+    'scale-procs': { type: 'string', default: '1,2,4,8' },
+    /** Runs per point of the sweep (default 500). */
+    'scale-runs': { type: 'string', default: '500' },
+    /** Add the 1,000,000-waiting claim point (the bulk insert takes minutes on a busy 2-core machine). */
+    'claim-1m': { type: 'boolean', default: false },
+    /** Parts of the scale section after the sweep (default all): claim, reclaim, pglite. */
+    'scale-parts': { type: 'string', default: 'claim,reclaim,pglite' },
     'pg-url': { type: 'string', default: process.env.RATCHET_BENCH_PG_URL ?? 'postgres://root@127.0.0.1:5432/test' },
     'redis-url': { type: 'string', default: process.env.RATCHET_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379' },
   },
@@ -72,9 +86,10 @@ const cfg = {
   peerRuns: Number(argv['peer-runs']),
   cap: argv.cap,
   variants: argv.variants.split(',').map((v) => {
-    const [mode, procs] = v.trim().split(':');
-    if ((mode !== 'queue' && mode !== 'fast') || !/^\d+$/.test(procs ?? '')) throw new Error(`bad variant ${v}: use queue:N or fast:N`);
-    return { mode: mode as 'queue' | 'fast', procs: Number(procs) };
+    const [mode, procs, flag] = v.trim().split(':');
+    if ((mode !== 'queue' && mode !== 'fast') || !/^\d+$/.test(procs ?? '') || (flag !== undefined && flag !== 'nograce'))
+      throw new Error(`bad variant ${v}: use queue:N or fast:N (optionally :nograce, the sweeper without its grace)`);
+    return { mode: mode as 'queue' | 'fast', procs: Number(procs), noGrace: flag === 'nograce' };
   }),
   peersScript: join(ROOT, '..', 'shared', 'peers', 'run.sh'),
   workerScript: join(ROOT, 'bench', 'worker-process.ts'),
@@ -113,8 +128,16 @@ function procSnap(): ProcSnap {
   return snap;
 }
 /** CPU ms spent between two snapshots, by kind: the bench's workers, this process, postgres, redis, anything else. */
-function cpuByKind(before: ProcSnap, after: ProcSnap, workerPids: Set<number>): Record<string, unknown> {
+function cpuByKind(
+  before: ProcSnap,
+  after: ProcSnap,
+  workerPids: Set<number>,
+  pgPids?: { thisDb: Set<number>; background: Set<number> },
+): Record<string, unknown> {
   const by: Record<string, number> = { ratchet_workers: 0, bench_main: 0, postgres: 0, redis: 0, other: 0 };
+  // The machine's PostgreSQL is shared (other databases, other users' tests): split its CPU into
+  // the backends of this database, the cluster's background processes, and the rest.
+  const pgSplit = { postgres_this_db: 0, postgres_background: 0, postgres_other: 0 };
   const others: Record<string, number> = {};
   for (const [pid, a] of after) {
     const b = before.get(pid);
@@ -131,12 +154,32 @@ function cpuByKind(before: ProcSnap, after: ProcSnap, workerPids: Set<number>): 
             : 'other';
     by[kind]! += ms;
     if (kind === 'other') others[a.comm] = (others[a.comm] ?? 0) + ms;
+    if (kind === 'postgres' && pgPids) {
+      if (pgPids.thisDb.has(pid)) pgSplit.postgres_this_db += ms;
+      else if (pgPids.background.has(pid)) pgSplit.postgres_background += ms;
+      else pgSplit.postgres_other += ms;
+    }
   }
   const top = Object.entries(others)
     .sort((x, y) => y[1] - x[1])
     .slice(0, 4)
     .map(([c, ms]) => `${c}:${Math.round(ms)}`);
-  return { ...Object.fromEntries(Object.entries(by).map(([k, v]) => [k, Math.round(v)])), other_top: top };
+  return {
+    ...Object.fromEntries(Object.entries(by).map(([k, v]) => [k, Math.round(v)])),
+    ...(pgPids ? Object.fromEntries(Object.entries(pgSplit).map(([k, v]) => [k, Math.round(v)])) : {}),
+    other_top: top,
+  };
+}
+
+/** PostgreSQL processes serving database `url` (backends, autovacuum) and the cluster's background processes. */
+async function pgPidsOf(client: pg.Client): Promise<{ thisDb: Set<number>; background: Set<number> }> {
+  const r = await client.query(
+    `SELECT pid, (datname = current_database()) AS ours, datname IS NULL AND backend_type <> 'client backend' AS bg FROM pg_stat_activity`,
+  );
+  return {
+    thisDb: new Set(r.rows.filter((x) => x.ours).map((x) => Number(x.pid))),
+    background: new Set(r.rows.filter((x) => x.bg).map((x) => Number(x.pid))),
+  };
 }
 
 // ---- PostgreSQL counters (like shared/peers: commits in the scratch db, cluster-wide WAL flushes) --
@@ -235,13 +278,19 @@ interface VariantResult {
   info: Record<string, unknown>;
 }
 
-async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<VariantResult> {
-  const variant = label(mode, procs);
-  const dbName = `bench_engine_${mode}_p${procs}`;
+async function runVariant(
+  mode: 'queue' | 'fast',
+  procs: number,
+  o: { runs?: number; light?: boolean; noGrace?: boolean } = {},
+): Promise<VariantResult> {
+  const runsN = o.runs ?? cfg.runs;
+  const variant = `${label(mode, procs)}${o.noGrace ? ',nograce' : ''}`;
+  const dbName = `bench_engine_${mode}_p${procs}${o.noGrace ? '_ng' : ''}`;
   const url = await createDb(cfg.adminUrl, dbName);
   const prefix = `ratchet-bench-${randomBytes(4).toString('hex')}`;
   const workers: WorkerProc[] = [];
-  const bullQueue = new Queue(`class-${NOOP_CLASS}`, { prefix, connection: redisConnection(cfg.redisUrl) });
+  // The lane's queue (src/transport/lane.ts): class-<class>.<definition hash>, not class-<class> (that one stays empty).
+  const bullQueue = new Queue(`class-${laneOf(NOOP_CLASS, noop10.hash)}`, { prefix, connection: redisConnection(cfg.redisUrl) });
   let main: Ratchet | undefined;
   try {
     // Migrate once here; then the workers connect and wait for "go".
@@ -263,6 +312,7 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
           BULL_PREFIX: prefix,
           FAST_PATH: mode === 'fast' ? '1' : '0',
           CONCURRENCY: String(cfg.concurrency),
+          ...(o.noGrace ? { SWEEP_GRACE: '0' } : {}),
         }),
       );
     }
@@ -274,7 +324,7 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
     let next = 0;
     await Promise.all(
       Array.from({ length: cfg.submitters }, async () => {
-        while (next < cfg.runs) {
+        while (next < runsN) {
           next++;
           await main!.submit('noop10', {});
         }
@@ -286,13 +336,13 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
     let jobs = 0;
     while (Date.now() < untilJobs) {
       jobs = await bullQueue.count();
-      if (jobs >= cfg.runs) break;
+      if (jobs >= runsN) break;
       await sleep(50);
     }
     await main.close();
     main = undefined;
     log(
-      `${variant}: ${procs} worker(s) ready in ${round(spawnS, 1)} s; ${cfg.runs} runs submitted in ${round(submitS, 2)} s (${Math.round(cfg.runs / submitSafe(submitS))} runs/s); ${jobs} wake-ups waiting in BullMQ`,
+      `${variant}: ${procs} worker(s) ready in ${round(spawnS, 1)} s; ${runsN} runs submitted in ${round(submitS, 2)} s (${Math.round(runsN / submitSafe(submitS))} runs/s); ${jobs} wake-ups waiting in BullMQ`,
     );
 
     const admin = new pg.Client({ connectionString: url });
@@ -315,18 +365,19 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
           (await admin.query(`SELECT count(*) AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired')`)).rows[0]
             .n,
         );
-        if (terminal >= cfg.runs) break;
+        if (terminal >= runsN) break;
         if (workers.every((w) => w.exited)) break;
         if (performance.now() - lastLog > 10_000) {
           lastLog = performance.now();
-          log(`${variant}: ${terminal}/${cfg.runs} runs done after ${round((lastLog - t0) / 1000, 1)} s`);
+          log(`${variant}: ${terminal}/${runsN} runs done after ${round((lastLog - t0) / 1000, 1)} s`);
         }
         await sleep(100);
       }
       const wallS = (performance.now() - t0) / 1000;
       const cpuBusy = cpuBusyPct(cpu);
       const procAfter = procSnap();
-      const timedOut = terminal < cfg.runs;
+      const pgPids = await pgPidsOf(admin);
+      const timedOut = terminal < runsN;
 
       for (const w of workers) if (!w.exited) w.child.stdin.write('stop\n');
       const stopped = await Promise.all(workers.map((w) => waitFor(w, 'stopped', 15_000).catch((err: Error) => ({ error: err.message }))));
@@ -364,8 +415,7 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
       const windowS = (st.window_s as number | null) ?? wallS;
       const stagesPerS = done / windowS;
       const runsPerS = (runs.succeeded as number) / windowS;
-      const allOk =
-        !timedOut && runs.succeeded === cfg.runs && st.succeeded === cfg.runs * NOOP_STEPS && st.attempts === cfg.runs * NOOP_STEPS;
+      const allOk = !timedOut && runs.succeeded === runsN && st.succeeded === runsN * NOOP_STEPS && st.attempts === runsN * NOOP_STEPS;
       const pct = (xs: number[], p: number) => (xs.length ? round(percentile(xs, p)!, 2) : null);
 
       // The workers' statement profile, summed, per stage.
@@ -402,10 +452,10 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
         ]),
       );
 
-      const cpuKinds = cpuByKind(procBefore, procAfter, new Set(workers.map((w) => w.pid)));
+      const cpuKinds = cpuByKind(procBefore, procAfter, new Set(workers.map((w) => w.pid)), pgPids);
       const info = {
-        runs: cfg.runs,
-        stages: cfg.runs * NOOP_STEPS,
+        runs: runsN,
+        stages: runsN * NOOP_STEPS,
         runs_succeeded: runs.succeeded,
         runs_failed: runs.failed,
         stages_succeeded: st.succeeded,
@@ -433,7 +483,7 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
         owners: st.owners,
         next_stage_same_process_pct: nextMs.length ? round((100 * nextMs.filter((r) => r.same_owner).length) / nextMs.length, 1) : null,
         spawn_to_ready_s: round(spawnS, 2),
-        submit_runs_per_s: round(cfg.runs / submitSafe(submitS), 0),
+        submit_runs_per_s: round(runsN / submitSafe(submitS), 0),
         wakeups_notified: wakes.notified,
         wakeups_received: wakes.received,
         attempt_ends: ended,
@@ -476,7 +526,7 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
         value: allOk,
         unit: 'bool',
         info: {
-          runs: cfg.runs,
+          runs: runsN,
           runs_succeeded: runs.succeeded,
           runs_failed: runs.failed,
           stages_succeeded: st.succeeded,
@@ -501,9 +551,9 @@ async function runVariant(mode: 'queue' | 'fast', procs: number): Promise<Varian
       });
       log(
         `${variant}: ${round(stagesPerS, 1)} stages/s, ${round(runsPerS, 1)} runs/s over ${round(windowS, 2)} s; pick-up p50 ${pct(next, 50)} ms p99 ${pct(next, 99)} ms; ` +
-          `${runs.succeeded}/${cfg.runs} runs succeeded${allOk ? '' : ' — NOT ALL'}; cpu ${cpuBusy}%; ${info.xacts_per_stage} xacts/stage; cpu ms ${JSON.stringify(cpuKinds)}`,
+          `${runs.succeeded}/${runsN} runs succeeded${allOk ? '' : ' — NOT ALL'}; cpu ${cpuBusy}%; ${info.xacts_per_stage} xacts/stage; cpu ms ${JSON.stringify(cpuKinds)}`,
       );
-      const light = await lightPhase(variant, url, prefix, mode, procs, admin);
+      const light = o.light === false ? { allOk: true, skipped: true } : await lightPhase(variant, url, prefix, mode, procs, admin);
       return { label: variant, mode, procs, stagesPerS, runsPerS, allOk: allOk && light.allOk === true, info: { ...info, light } };
     } finally {
       await admin.end();
@@ -719,6 +769,279 @@ async function runPeers(): Promise<PeerLine[]> {
   return lines;
 }
 
+// ---- how it scales ------------------------------------------------------------------------------
+/**
+ * `--scale`: (1) the fast path's stages/s and CPU per stage (worker processes + the PostgreSQL
+ * backends of the bench's database, from /proc) against 1, 2, 4, 8 worker processes; (2) claim
+ * latency (one claimer, limit 1, sequential) with 10,000 (and with --claim-1m 1,000,000) stages
+ * waiting, bulk-inserted with generate_series; (3) reclaim latency after SIGKILL: a worker holding
+ * stages of a 3 s lease is killed, another worker (default sweep and poll) re-claims them: p50/p99
+ * from the kill to the new claim, against the lease; (4) the embedded default's stages/s (PGlite,
+ * in-process worker, the in-process transport).
+ */
+async function scaleSection(): Promise<void> {
+  const t0 = performance.now();
+  const load = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+  const rows: string[] = [];
+  const sweep: { procs: number; stagesPerS: number; cpu: Record<string, unknown>; ok: boolean; load: string }[] = [];
+  const scaleRuns = Number(argv['scale-runs']);
+  for (const procs of argv['scale-procs'].split(',').filter(Boolean).map(Number)) {
+    const r = await runVariant('fast', procs, { runs: scaleRuns, light: false });
+    const cpu = r.info.cpu_ms_by_kind as Record<string, number>;
+    const stages = r.info.stages_succeeded as number;
+    const per = (ms: number) => round((ms ?? 0) / Math.max(stages, 1), 3);
+    const entry = { procs, stagesPerS: r.stagesPerS, ok: r.allOk, load: load(), cpu };
+    sweep.push(entry);
+    out({
+      metric: 'scale_stages_per_s',
+      variant: `fast_path,procs=${procs}`,
+      value: round(r.stagesPerS, 1),
+      unit: 'stages/s',
+      info: {
+        runs: scaleRuns,
+        all_succeeded: r.allOk,
+        cpu_ms_per_stage: {
+          workers: per(cpu.ratchet_workers!),
+          postgres_this_db: per(cpu.postgres_this_db!),
+          postgres_background: per(cpu.postgres_background!),
+        },
+        cpu_ms_by_kind: cpu,
+        cpu_busy_pct: r.info.cpu_busy_pct,
+        loadavg: entry.load,
+      },
+    });
+    rows.push(
+      `fast path, ${String(procs).padStart(2)} proc  ${String(round(r.stagesPerS, 0)).padStart(8)} stages/s   cpu/stage: workers ${per(cpu.ratchet_workers!)} ms + postgres ${per(cpu.postgres_this_db!)} ms (+ bg ${per(cpu.postgres_background!)} ms)   ${r.allOk ? 'all ok' : 'NOT ALL OK'}   load ${entry.load}`,
+    );
+  }
+  const parts = new Set(argv['scale-parts'].split(','));
+  for (const n of !parts.has('claim') ? [] : argv['claim-1m'] ? [10_000, 1_000_000] : [10_000]) {
+    const c = await claimLatency(n);
+    rows.push(
+      `claim, ${String(n).padStart(9)} waiting   p50 ${c.p50} ms  p99 ${c.p99} ms  (${c.samples} claims; bulk insert ${c.insertS} s)   load ${c.load}`,
+    );
+  }
+  const rc = parts.has('reclaim') ? await reclaimLatency() : null;
+  if (rc)
+    rows.push(
+      `reclaim after SIGKILL, lease ${rc.leaseMs} ms   p50 ${rc.p50} ms  p99 ${rc.p99} ms from the kill (p99 past the lease's end ${rc.pastLeaseP99} ms; ${rc.samples} stages)   load ${rc.load}`,
+    );
+  const pl = parts.has('pglite') ? await pgliteRate() : null;
+  if (pl)
+    rows.push(
+      `embedded (PGlite, 1 in-process worker)   ${pl.stagesPerS} stages/s   (${pl.stages} stages, ${pl.ok ? 'all ok' : 'NOT ALL OK'})   load ${pl.load}`,
+    );
+  process.stderr.write(`\nhow it scales (${round((performance.now() - t0) / 1000, 0)} s):\n${rows.map((r) => `  ${r}`).join('\n')}\n`);
+}
+
+async function claimLatency(waiting: number): Promise<Record<string, unknown>> {
+  const dbName = `bench_engine_claim_${waiting}`;
+  const url = await createDb(cfg.adminUrl, dbName);
+  const { openStore } = await import('../src/store/index.js');
+  const store = await openStore({ databaseUrl: url, poolSize: 2 });
+  try {
+    const ti = performance.now();
+    for (let done = 0; done < waiting; done += 200_000) await insertQueuedStagesAt(store.db, Math.min(200_000, waiting - done), done);
+    await store.db.query('ANALYZE ratchet.stages');
+    await store.db.query('ANALYZE ratchet.runs');
+    const insertS = round((performance.now() - ti) / 1000, 1);
+    const samples: number[] = [];
+    const claims = Math.min(1000, Math.floor(waiting / 10));
+    for (let i = 0; i < claims; i++) {
+      const t = performance.now();
+      const got = await store.claim({ owner: 'bench-claimer', toolClass: 'bench', limit: 1, definitions: ['h'] });
+      samples.push(performance.now() - t);
+      if (got.length !== 1) throw new Error(`claim ${i} with ${waiting} waiting got ${got.length} stages`);
+    }
+    const r = {
+      waiting,
+      samples: samples.length,
+      p50: round(percentile(samples, 50)!, 2),
+      p99: round(percentile(samples, 99)!, 2),
+      insertS,
+      load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '),
+    };
+    out({ metric: 'claim_p50', variant: `waiting=${waiting}`, value: r.p50, unit: 'ms', info: r });
+    out({ metric: 'claim_p99', variant: `waiting=${waiting}`, value: r.p99, unit: 'ms', info: r });
+    log(`claim with ${waiting} waiting: p50 ${r.p50} ms p99 ${r.p99} ms (insert ${insertS} s)`);
+    return r;
+  } finally {
+    await store.close();
+    await dropDb(cfg.adminUrl, dbName);
+  }
+}
+
+/** lib.ts's insertQueuedStages with run ids offset by `from` (so batches do not collide). */
+async function insertQueuedStagesAt(db: Ratchet['store']['db'], count: number, from: number): Promise<void> {
+  await db.query(
+    `
+    WITH r AS (
+      INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state)
+      SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(i), 12, '0'))::uuid, 'bench', 'h', '{}'::jsonb, 'queued'
+      FROM generate_series($3::int + 1, $3::int + $1::int) AS i
+      RETURNING id
+    )
+    INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+      max_attempts, idempotency_key, input, available_at)
+    SELECT r.id, 'h', 1, 'noop', 'noop', $2, 'queued', 30000, 30000, 600000, 3, r.id::text || ':1:noop', '{}'::jsonb,
+      ratchet.db_now() - interval '1 second'
+    FROM r`,
+    [count, 'bench', from],
+  );
+}
+
+async function reclaimLatency(): Promise<Record<string, unknown>> {
+  const { sleepy, SLEEPY_LEASE_MS } = await import('./workflows/noop.js');
+  const dbName = 'bench_engine_reclaim';
+  const url = await createDb(cfg.adminUrl, dbName);
+  const prefix = `ratchet-bench-${randomBytes(4).toString('hex')}`;
+  const perRound = 20;
+  const rounds = 3;
+  const workers: WorkerProc[] = [];
+  let main: Ratchet | undefined;
+  const admin = new pg.Client({ connectionString: url });
+  const fromKill: number[] = [];
+  const pastLease: number[] = [];
+  try {
+    let store: Ratchet['store'] | undefined;
+    main = await createRatchet({
+      databaseUrl: url,
+      workflows: [sleepy],
+      logger: silentLogger(),
+      poolSize: 4,
+      transport: createBullmqTransport({ redisUrl: cfg.redisUrl, prefix, logger: silentLogger(), dueIn: (id) => store!.dueIn(id) }),
+    });
+    store = main.store;
+    await admin.connect();
+    const env = (i: number) => ({
+      DATABASE_URL: url,
+      REDIS_URL: cfg.redisUrl,
+      BULL_PREFIX: prefix,
+      FAST_PATH: '1',
+      CONCURRENCY: String(perRound),
+      WORKFLOW: 'sleepy',
+      WORKER_NAME: `reclaim-${i}`,
+    });
+    for (let round = 0; round < rounds; round++) {
+      // A fresh pair each round: the victim claims every stage, then the survivor starts and the victim is killed.
+      const victim = spawnWorker(round, env(round));
+      const survivor = spawnWorker(100 + round, env(100 + round));
+      workers.push(victim, survivor);
+      await Promise.all([waitFor(victim, 'ready', 60_000), waitFor(survivor, 'ready', 60_000)]);
+      victim.child.stdin.write('go\n');
+      await waitFor(victim, 'started', 30_000);
+      const ids: string[] = [];
+      for (let i = 0; i < perRound; i++) ids.push((await main.submit('sleepy', {})).id);
+      const owner = (victim.messages.find((m) => m.ready) as { owner: string }).owner;
+      const until = Date.now() + 60_000;
+      while (Date.now() < until) {
+        const n = (
+          await admin.query(
+            `SELECT count(*)::int AS n FROM ratchet.stages WHERE run_id = ANY($1::uuid[]) AND owner_id = $2 AND state = 'running'`,
+            [ids, owner],
+          )
+        ).rows[0].n;
+        if (n === perRound) break;
+        await sleep(50);
+      }
+      survivor.child.stdin.write('go\n');
+      await waitFor(survivor, 'started', 30_000);
+      victim.child.kill('SIGKILL');
+      const killedAt = (await admin.query('SELECT ratchet.db_now() AS t')).rows[0].t as Date;
+      const leases = new Map(
+        (await admin.query(`SELECT id::text, lease_until FROM ratchet.stages WHERE run_id = ANY($1::uuid[])`, [ids])).rows.map((r) => [
+          r.id as string,
+          r.lease_until as Date,
+        ]),
+      );
+      const until2 = Date.now() + 60_000;
+      let reclaimed: { id: string; at: Date }[] = [];
+      while (Date.now() < until2) {
+        reclaimed = (
+          await admin.query(
+            `SELECT stage_id::text AS id, min(at) AS at FROM ratchet.events WHERE run_id = ANY($1::uuid[]) AND type IN ('job_claimed', 'lease_reclaimed') AND attempt >= 2 GROUP BY stage_id`,
+            [ids],
+          )
+        ).rows as { id: string; at: Date }[];
+        if (reclaimed.length === perRound) break;
+        await sleep(50);
+      }
+      for (const r of reclaimed) {
+        fromKill.push(r.at.getTime() - killedAt.getTime());
+        pastLease.push(r.at.getTime() - leases.get(r.id)!.getTime());
+      }
+      log(`reclaim round ${round + 1}: ${reclaimed.length}/${perRound} re-claimed`);
+      for (const id of ids) await main.cancel(id); // nothing left to reclaim in the next round
+      survivor.child.kill('SIGKILL');
+    }
+  } finally {
+    for (const w of workers) if (!w.exited) w.child.kill('SIGKILL');
+    await admin.end().catch(() => {});
+    await main?.close().catch(() => {});
+    const q = new Queue(`class-${laneOf('sleepy', sleepy.hash)}`, { prefix, connection: redisConnection(cfg.redisUrl) });
+    await q.obliterate({ force: true }).catch(() => {});
+    await q.close().catch(() => {});
+    await dropDb(cfg.adminUrl, dbName);
+  }
+  const r = {
+    leaseMs: SLEEPY_LEASE_MS,
+    samples: fromKill.length,
+    p50: fromKill.length ? round(percentile(fromKill, 50)!, 0) : null,
+    p99: fromKill.length ? round(percentile(fromKill, 99)!, 0) : null,
+    pastLeaseP50: pastLease.length ? round(percentile(pastLease, 50)!, 0) : null,
+    pastLeaseP99: pastLease.length ? round(percentile(pastLease, 99)!, 0) : null,
+    load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '),
+    of: 'lease_reclaimed / job_claimed (attempt >= 2) at - the moment of SIGKILL (db clock); past lease = at - the lease_until the killed worker held',
+  };
+  out({ metric: 'reclaim_p50', variant: `lease=${SLEEPY_LEASE_MS}ms`, value: r.p50, unit: 'ms', info: r });
+  out({ metric: 'reclaim_p99', variant: `lease=${SLEEPY_LEASE_MS}ms`, value: r.p99, unit: 'ms', info: r });
+  return r;
+}
+
+async function pgliteRate(): Promise<{ stagesPerS: number; stages: number; ok: boolean; load: string }> {
+  const runs = 100;
+  const r = await createRatchet({ dataDir: ':memory:', workflows: [noop10], logger: silentLogger() });
+  try {
+    const ids: string[] = [];
+    for (let i = 0; i < runs; i++) ids.push((await r.submit('noop10', {})).id);
+    const w = r.worker({ concurrency: 10 });
+    const t = performance.now();
+    await w.start();
+    const until = Date.now() + 300_000;
+    let done = 0;
+    while (Date.now() < until) {
+      done = Number(
+        (
+          await r.store.db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired')`)
+        )[0]!.n,
+      );
+      if (done >= runs) break;
+      await sleep(50);
+    }
+    const s = (performance.now() - t) / 1000;
+    await w.stop({ graceMs: 2000 });
+    const [st] = await r.store.db.query(`SELECT count(*) FILTER (WHERE state = 'succeeded')::int AS ok,
+      extract(epoch FROM max(finished_at) - min(first_claimed_at))::float8 AS window_s FROM ratchet.stages`);
+    const stages = st!.ok as number;
+    const res = {
+      stagesPerS: round(stages / ((st!.window_s as number) || s), 0),
+      stages,
+      ok: stages === runs * NOOP_STEPS,
+      load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' '),
+    };
+    out({
+      metric: 'pglite_stages_per_s',
+      variant: 'embedded,1 in-process worker,concurrency=10',
+      value: res.stagesPerS,
+      unit: 'stages/s',
+      info: res,
+    });
+    return res;
+  } finally {
+    await r.close();
+  }
+}
+
 // ---- main -------------------------------------------------------------------------------------
 log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv['skip-peers'] })}`);
 {
@@ -728,9 +1051,10 @@ log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv[
   log(`worker script loaded (tsx cache warm) in ${round((performance.now() - t) / 1000, 2)} s`);
 }
 const results: VariantResult[] = [];
-for (const v of cfg.variants) results.push(await runVariant(v.mode, v.procs));
+if (!argv['scale-only'])
+  for (const v of cfg.variants) results.push(await runVariant(v.mode, v.procs, { noGrace: v.noGrace, light: !argv['skip-light'] }));
 
-if (!argv['skip-peers']) {
+if (!argv['skip-peers'] && !argv['scale-only']) {
   const peers = await runPeers();
   const find = (measure: string, metric: string, pick: (variant: string) => boolean): PeerLine | null => {
     const cands = peers.filter((p) => p.measure === measure && p.metric === metric && pick(p.variant) && p.median != null);
@@ -842,5 +1166,6 @@ for (const r of results) {
       `${String(r.info.cpu_busy_pct).padStart(7)}${String(r.info.xacts_per_stage).padStart(9)}  ${r.allOk}\n`,
   );
 }
+if (argv.scale || argv['scale-only']) await scaleSection();
 log('done');
 process.exit(0);

@@ -2,7 +2,8 @@
  * One worker process of the engine benchmark (bench/engine.ts), configured by the environment:
  *   DATABASE_URL, REDIS_URL, BULL_PREFIX (BullMQ key prefix, fresh per variant), FAST_PATH=0|1,
  *   CONCURRENCY (stages at once, default 10), POOL_SIZE (default 10), FINISH_BATCH_MS (default: the engine's),
- *   POLL_MS (default: the engine's), WORKER_NAME.
+ *   POLL_MS (default: the engine's), SWEEP_MS (default: the engine's), WORKER_NAME, WORKFLOW=sleepy (the reclaim
+ *   measurement's workflow instead of noop10).
  *
  *   node --import tsx bench/worker-process.ts           # tsx compiles once into its cache
  *   node --import tsx bench/worker-process.ts --warm    # load everything and exit (warms the cache)
@@ -12,13 +13,14 @@
  * (or SIGTERM) stops it gracefully and prints {"stopped":true,...} with what it saw: attempt
  * ends, statements by name (count, rows, total ms), wake-ups sent and received, and its own CPU.
  */
+import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import pino from 'pino';
 import { createRatchet, type Ratchet } from '../src/engine.js';
 import { createBullmqTransport } from '../src/transport/bullmq.js';
 import type { Transport } from '../src/transport/transport.js';
-import { noop10 } from './workflows/noop.js';
+import { noop10, sleepy } from './workflows/noop.js';
 
 if (process.argv.includes('--warm')) process.exit(0);
 
@@ -61,11 +63,20 @@ const transport: Transport = {
 
 ratchet = await createRatchet({
   databaseUrl: env('DATABASE_URL'),
-  workflows: [noop10],
+  workflows: process.env.WORKFLOW === 'sleepy' ? [sleepy] : [noop10], // sleepy: the reclaim measurement (--scale)
   logger,
   transport,
   poolSize: optInt('POOL_SIZE') ?? 10,
 });
+
+// Load ioredis now (BullMQ requires it lazily when the worker starts): its module loading is not a stage's cost.
+createRequire(createRequire(import.meta.url).resolve('bullmq'))('ioredis');
+// SWEEP_GRACE=0 (variant flag "nograce"): the sweeper re-sends queued stages at once, as before issue 14's cut (A/B in one bench).
+if (process.env.SWEEP_GRACE === '0') {
+  const store = ratchet.store;
+  const sweep = store.sweep.bind(store);
+  store.sweep = (lanes, limit) => sweep(lanes, limit, 0);
+}
 
 const db = ratchet.store.db;
 const rawQuery = db.query.bind(db);
@@ -97,6 +108,7 @@ const worker = ratchet.worker({
   concurrency: optInt('CONCURRENCY') ?? 10,
   ...(optInt('FINISH_BATCH_MS') !== undefined ? { finishBatchMs: optInt('FINISH_BATCH_MS') } : {}),
   ...(optInt('POLL_MS') !== undefined ? { pollIntervalMs: optInt('POLL_MS') } : {}),
+  ...(optInt('SWEEP_MS') !== undefined ? { sweepIntervalMs: optInt('SWEEP_MS') } : {}),
   graceMs: 2000,
 });
 send({ ready: true, owner: worker.owner, pid: process.pid, fastPath });

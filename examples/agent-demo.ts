@@ -14,6 +14,7 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { performance } from 'node:perf_hooks';
 import { join } from 'node:path';
 import pino from 'pino';
 import { startScriptedModel, type ScriptedModel } from '../src/agent/scripted-model.js';
@@ -44,6 +45,12 @@ process.once('SIGINT', () => interrupt.abort());
 process.once('SIGTERM', () => interrupt.abort());
 
 const started = Date.now();
+// RATCHET_DEMO_TIMINGS=1: where the start-up goes, on stderr, in ms since the process started (imports included).
+const timings = process.env.RATCHET_DEMO_TIMINGS === '1';
+const mark = (what: string) => {
+  if (timings) process.stderr.write(`[timing] ${performance.now().toFixed(0).padStart(6)} ms  ${what}\n`);
+};
+mark('demo module loaded (node + tsx + imports)');
 let services: Services | undefined;
 let model: ScriptedModel | undefined;
 let ratchet: Ratchet | undefined;
@@ -53,6 +60,7 @@ try {
   // 1. Where everything is: the tools find the services, the model client finds the model.
   services = await startServices({ onError: (err) => process.stderr.write(`example services: ${(err as Error).message}\n`) });
   process.env[SERVICES_URL_ENV] = services.url;
+  mark('services up (their PGlite, fence guard migrated)');
   say(`  services  ${services.url} (statement source, fenced case service)`);
   if (realModel) {
     say(`  model     ${invoiceAgent.agent!.model.name} at ${process.env.OPENAI_BASE_URL}`);
@@ -64,13 +72,17 @@ try {
     if (keyWithoutURL)
       say('            (OPENAI_API_KEY is set but OPENAI_BASE_URL is not: add OPENAI_BASE_URL=https://api.openai.com/v1 to use it)');
   }
+  mark('model up');
   ratchet = await createRatchet({ workflows: [invoiceAgent], dataDir, logger });
+  mark('ratchet created (its PGlite, migrations)');
   say(`  store     ${ratchet.store.kind === 'pglite' ? `embedded PGlite at ${dataDir}` : 'PostgreSQL (DATABASE_URL)'}`);
 
   // 2. A worker serving every class (model, invoice-http, invoice-compute), and the run.
   worker = ratchet.worker();
   await worker.start();
+  mark('worker started');
   const run = await ratchet.submit(invoiceAgent.name, { request });
+  mark('run submitted');
   say(`run ${run.id}: "${request}"`);
 
   // 3. Each stage as it advances: the model's tool calls become stages, then the model again.
@@ -79,8 +91,13 @@ try {
     intervalMs: 50,
     timeoutMs: 5 * 60_000,
     signal: interrupt.signal,
-    onStage: (s) => report.stage(run.id, { ...s, tool: s.tool === MODEL_STAGE_TOOL ? 'model' : s.tool }),
+    onStage: (s) => {
+      if (s.seq === 1 && s.state === 'running') mark('stage 1 seen running');
+      if (s.seq === 1 && s.state === 'succeeded') mark('stage 1 seen succeeded');
+      report.stage(run.id, { ...s, tool: s.tool === MODEL_STAGE_TOOL ? 'model' : s.tool });
+    },
   });
+  mark('run finished');
   const final: RunView = outcome.run ?? (await ratchet.getRun(run.id))!;
   if (outcome.kind !== 'finished') say(`${outcome.kind === 'timeout' ? 'gave up waiting' : 'interrupted'}: the run is left ${final.state}`);
 

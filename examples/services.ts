@@ -47,6 +47,8 @@ export interface ReceiverRequest {
   path: string;
   key: string | null;
   fence: string | null;
+  /** The W3C trace context the caller sent (the tool call's span), or null. */
+  traceparent: string | null;
   status: number;
   replayed: boolean;
   /** The answer was never delivered (faults.dropAnswer). */
@@ -110,6 +112,7 @@ export async function startServices(opts: ServicesOptions = {}): Promise<Service
       path: `/${route}`,
       key: header('idempotency-key'),
       fence: header('x-execution-fence'),
+      traceparent: header('traceparent'),
       status: 0,
       replayed: false,
       dropped,

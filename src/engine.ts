@@ -1,3 +1,5 @@
+import { v7 as uuidv7 } from 'uuid';
+import { startRunSpan } from './observability/tracing.js';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { resolveDuration } from './definitions/duration.js';
@@ -155,9 +157,11 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       ? createBullmqTransport({ redisUrl, logger, dueIn: (stageId) => store.dueIn(stageId) })
       : createInProcessTransport());
   const workers = new Set<Worker>();
-  if (codeSchedules.length > 0) {
+  // Schedules from code are synced by a process that says which it defines: it loads workflow files (workflowsDir) or passes
+  // `schedules` (even []). That is what lets a schedule removed from the files be retired; a process given only `workflows` syncs nothing.
+  if (codeSchedules.length > 0 || opts.workflowsDir || opts.schedules) {
     try {
-      await syncCodeSchedules(store.db, codeSchedules);
+      await syncCodeSchedules(store.db, codeSchedules, [...new Set(workflows.map((w) => w.name))], logger);
     } catch (err) {
       await transport.close().catch(() => {});
       await store.close().catch(() => {});
@@ -191,17 +195,32 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
               ? { deadlineInMs: workflow.deadlineMs }
               : {};
       assertRunnable(workflow);
-      const created = await store.createRun({
-        workflow: workflow.name,
-        definitionHash: workflow.hash,
-        input: parsed.data,
-        idempotencyKey: so.idempotencyKey,
-        ...deadline,
-        requestedDeadline: so.deadline instanceof Date ? so.deadline.toISOString() : so.deadline,
-        requestedVersion: so.version,
-        priority: so.priority ?? workflow.priority,
-        stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
-      });
+      const runId = uuidv7();
+      const span = startRunSpan(runId, workflow.name); // issue 12: the run's span, its traceparent stored on the run
+      const created = await store
+        .createRun({
+          id: runId,
+          ...(span.traceparent ? { traceparent: span.traceparent } : {}),
+          workflow: workflow.name,
+          definitionHash: workflow.hash,
+          input: parsed.data,
+          idempotencyKey: so.idempotencyKey,
+          ...deadline,
+          requestedDeadline: so.deadline instanceof Date ? so.deadline.toISOString() : so.deadline,
+          requestedVersion: so.version,
+          priority: so.priority ?? workflow.priority,
+          stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
+        })
+        .then(
+          (c) => {
+            span.end(c.created);
+            return c;
+          },
+          (err: unknown) => {
+            span.end(false);
+            throw err;
+          },
+        );
       const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;
       if (created.created) transport.notify(laneOf(firstClass, workflow.hash), { stageId: created.stageIds[0]!, attempt: 1 });
       logger.info(

@@ -295,3 +295,18 @@ export class SignalIdConflictError extends RatchetError {
     });
   }
 }
+
+/**
+ * An agent run reached its budget (tokens or cost) before its next model call: the model stage
+ * and the run fail with code `budget_exceeded` (src/planner/budget.ts). Never thrown in the
+ * middle of a model call: the call that crosses the budget completes and is persisted.
+ */
+export class BudgetExceededError extends PermanentError {
+  constructor(
+    message: string,
+    readonly details: { reason: 'max_tokens' | 'max_cost'; limit: number; spent: number },
+  ) {
+    super(message, { code: 'budget_exceeded' });
+    this.name = 'BudgetExceededError';
+  }
+}

@@ -34,3 +34,34 @@ export const noop10 = defineWorkflow({
 });
 
 export default noop10;
+
+/**
+ * For the reclaim measurement (bench/engine.ts --scale): one stage that runs until aborted, of a
+ * class with a short lease, so a worker killed mid-stage leaves leases that expire at most 3 s later.
+ */
+export const SLEEPY_CLASS = 'sleepy';
+export const SLEEPY_LEASE_MS = 3000;
+export const sleepyClass = defineToolClass({
+  name: SLEEPY_CLASS,
+  lease: '3s',
+  heartbeat: '500ms',
+  timeout: '10m',
+  maxDuration: '20m',
+  retry: { maxAttempts: 5 },
+});
+export const sleepyTool = defineTool({
+  name: 'sleepy',
+  description: 'waits until aborted',
+  class: sleepyClass,
+  input: z.object({}),
+  output: z.object({}),
+  run: (_input, ctx) =>
+    new Promise((resolve) => {
+      const t = setTimeout(() => resolve({}), 600_000);
+      ctx.signal.addEventListener('abort', () => {
+        clearTimeout(t);
+        resolve({});
+      });
+    }),
+});
+export const sleepy = defineWorkflow({ name: 'sleepy', input: z.object({}), steps: [{ tool: sleepyTool, name: 'sleep' }] });

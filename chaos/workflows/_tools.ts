@@ -55,6 +55,7 @@ export async function sendEffect(ctx: ToolContext, payload: Record<string, unkno
       'idempotency-key': ctx.idempotencyKey,
       'x-execution-fence': ctx.fence,
       'x-chaos-worker': worker(),
+      ...(ctx.traceparent ? { traceparent: ctx.traceparent } : {}), // the tool call's span: the receiver joins the run's trace
     },
     body: JSON.stringify(payload),
     signal: ctx.signal,
@@ -102,7 +103,7 @@ export const chaosFlaky = defineTool({
   run: async (i, ctx) => {
     const res = await fetch(`${receiver()}/flaky`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...(ctx.traceparent ? { traceparent: ctx.traceparent } : {}) },
       body: JSON.stringify({ key: ctx.idempotencyKey }),
       signal: ctx.signal,
     });

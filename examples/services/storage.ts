@@ -1,5 +1,5 @@
-import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
+import { createPglite } from '../../src/store/pglite-template.js';
 import { pglitePool, type PoolLike } from './pglite-pool.js';
 
 export interface ServicesStorage {
@@ -18,5 +18,5 @@ export async function openServicesStorage(databaseUrl: string | undefined): Prom
     pool.on('error', () => {}); // an idle client's error: the next request reports it
     return { kind: 'postgres', pool: pool as unknown as PoolLike };
   }
-  return { kind: 'pglite', pool: pglitePool(await PGlite.create()) };
+  return { kind: 'pglite', pool: pglitePool(await createPglite(undefined)) };
 }

@@ -43,18 +43,20 @@ export async function callModel(
   tools: readonly Tool[],
   signal: AbortSignal,
   timeoutMs: number,
+  /** With it, the answer is asked as a stream and each piece of its text is passed here as it arrives. */
+  onDelta?: (text: string) => void,
 ): Promise<AssistantMessage> {
-  let completion: OpenAI.Chat.Completions.ChatCompletion;
+  let completion: Pick<OpenAI.Chat.Completions.ChatCompletion, 'choices' | 'usage'>;
+  const body = {
+    model: spec.name,
+    messages: messages as OpenAI.Chat.Completions.ChatCompletionMessageParam[],
+    tools: toolsForModel(tools),
+    ...(spec.temperature !== null ? { temperature: spec.temperature } : {}),
+  };
   try {
-    completion = await clientFor(spec).chat.completions.create(
-      {
-        model: spec.name,
-        messages: messages as OpenAI.Chat.Completions.ChatCompletionMessageParam[],
-        tools: toolsForModel(tools),
-        ...(spec.temperature !== null ? { temperature: spec.temperature } : {}),
-      },
-      { signal, timeout: timeoutMs },
-    );
+    completion = onDelta
+      ? await streamed(spec, body, signal, timeoutMs, onDelta)
+      : await clientFor(spec).chat.completions.create(body, { signal, timeout: timeoutMs });
   } catch (err) {
     if (signal.aborted) throw signal.reason;
     if (err instanceof OpenAI.APIError && err.status !== undefined) {
@@ -79,4 +81,52 @@ export async function callModel(
   }
   noteUsage(parsed.data, completion.usage);
   return parsed.data;
+}
+
+type ChunkToolCall = { id?: string; type?: string; function?: { name?: string; arguments?: string } };
+
+/**
+ * The streaming form of the same call (`stream: true`, usage asked in the last chunk): text
+ * pieces go to `onDelta` as they arrive, and the chunks are put back together into the one
+ * answer that is validated and persisted — the watchers' pieces are never stored.
+ */
+async function streamed(
+  spec: ModelSpec,
+  body: OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming,
+  signal: AbortSignal,
+  timeoutMs: number,
+  onDelta: (text: string) => void,
+): Promise<Pick<OpenAI.Chat.Completions.ChatCompletion, 'choices' | 'usage'>> {
+  const stream = await clientFor(spec).chat.completions.create(
+    { ...body, stream: true, stream_options: { include_usage: true } },
+    { signal, timeout: timeoutMs },
+  );
+  let content: string | null = null;
+  let finish: string | null = null;
+  let usage: OpenAI.Completions.CompletionUsage | undefined;
+  const calls: ChunkToolCall[] = [];
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    const choice = chunk.choices?.[0];
+    if (!choice) continue;
+    if (choice.finish_reason) finish = choice.finish_reason;
+    const d = choice.delta;
+    if (typeof d?.content === 'string' && d.content !== '') {
+      content = (content ?? '') + d.content;
+      onDelta(d.content);
+    }
+    for (const tc of d?.tool_calls ?? []) {
+      const c = (calls[tc.index] ??= {});
+      if (tc.id) c.id = tc.id;
+      if (tc.type) c.type = tc.type;
+      if (tc.function?.name) (c.function ??= {}).name = (c.function.name ?? '') + tc.function.name;
+      if (tc.function?.arguments !== undefined) (c.function ??= {}).arguments = (c.function.arguments ?? '') + tc.function.arguments;
+    }
+  }
+  const toolCalls = calls.filter(Boolean).map((c) => ({ ...c, type: c.type ?? 'function' }));
+  const message = { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) };
+  return {
+    choices: [{ index: 0, message, finish_reason: finish, logprobs: null }] as unknown as OpenAI.Chat.Completions.ChatCompletion['choices'],
+    ...(usage ? { usage } : {}),
+  };
 }

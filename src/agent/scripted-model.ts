@@ -8,6 +8,8 @@ export type ScriptedAnswer =
       toolCalls?: { name: string; arguments: unknown; id?: string }[];
       delayMs?: number;
       usage?: { prompt_tokens: number; completion_tokens: number };
+      /** When the request asks to stream: the content in these pieces (default: word by word). */
+      chunks?: string[];
     }
   | { status: number; body?: unknown };
 
@@ -17,6 +19,8 @@ export interface ScriptedModelOptions {
   port?: number;
   /** Runs before an answer is written (a test may cut a link, pause a process...). */
   beforeAnswer?: (index: number, request: ChatRequest) => Promise<void> | void;
+  /** A streamed answer: runs after content piece `chunk` of answer `index` was written (a test may wait for a watcher to see it). */
+  afterChunk?: (index: number, chunk: number) => Promise<void> | void;
 }
 
 export interface ChatRequest {
@@ -71,6 +75,34 @@ export async function startScriptedModel(opts: ScriptedModelOptions): Promise<Sc
         type: 'function',
         function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) },
       }));
+      const usage = answer.usage
+        ? { ...answer.usage, total_tokens: answer.usage.prompt_tokens + answer.usage.completion_tokens }
+        : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+      if (body.stream === true) {
+        // OpenAI's streaming form: chat.completion.chunk messages as server-sent events, then [DONE].
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        const base = {
+          id: `chatcmpl-${index}`,
+          object: 'chat.completion.chunk',
+          created: Math.floor(Date.now() / 1000),
+          model: body.model,
+        };
+        const send = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+          res.write(`data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`);
+        send([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }]);
+        const pieces = answer.chunks ?? (answer.content ? (answer.content.match(/\S+\s*|\s+/g) ?? []) : []);
+        for (const [i, piece] of pieces.entries()) {
+          send([{ index: 0, delta: { content: piece }, finish_reason: null }]);
+          await opts.afterChunk?.(index, i);
+        }
+        if (toolCalls?.length)
+          send([{ index: 0, delta: { tool_calls: toolCalls.map((c, i) => ({ index: i, ...c })) }, finish_reason: null }]);
+        send([{ index: 0, delta: {}, finish_reason: toolCalls?.length ? 'tool_calls' : 'stop' }]);
+        const streamOptions = body.stream_options as { include_usage?: boolean } | undefined;
+        if (streamOptions?.include_usage) send([], { usage });
+        res.end('data: [DONE]\n\n');
+        return;
+      }
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(
         JSON.stringify({
@@ -85,9 +117,7 @@ export async function startScriptedModel(opts: ScriptedModelOptions): Promise<Sc
               finish_reason: toolCalls?.length ? 'tool_calls' : 'stop',
             },
           ],
-          usage: answer.usage
-            ? { ...answer.usage, total_tokens: answer.usage.prompt_tokens + answer.usage.completion_tokens }
-            : { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+          usage,
         }),
       );
     })().catch((err: unknown) => {

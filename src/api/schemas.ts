@@ -108,7 +108,18 @@ export const runViewSchema = z
     finishedAt: ts.nullable(),
     stages: z.array(stageViewSchema),
     /** Model tokens of the run's model stages (from the provider's usage), summed. */
-    usage: z.object({ inputTokens: z.number().int(), outputTokens: z.number().int(), modelCalls: z.number().int() }).strict().optional(),
+    usage: z
+      .object({
+        inputTokens: z.number().int(),
+        outputTokens: z.number().int(),
+        modelCalls: z.number().int(),
+        /** The sum of the model stages' costs (the model's pricing per million tokens); absent when none was priced. */
+        cost: z.number().optional(),
+      })
+      .strict()
+      .optional(),
+    /** The OpenTelemetry trace id of the run's spans (README "Traces"). */
+    traceId: z.string().optional(),
   })
   .strict()
   .meta({ id: 'Run' });

@@ -1,3 +1,4 @@
+import { runTraceId } from '../observability/tracing.js';
 import type { Ratchet } from '../engine.js';
 import { RunAlreadyTerminalError, RunNotRetryableError, UnknownRunError } from '../errors.js';
 import type { Explanation } from '../observability/explanation.js';
@@ -81,8 +82,8 @@ export function createRunService(ratchet: Ratchet): RunService {
       return { id: r.id, workflow: body.workflow, state: r.state, created: r.created, idempotencyKey: idempotencyKey ?? null };
     },
     async get(id) {
-      const run = runToJson(await requireRun(id));
-      return { ...run, usage: await runUsage(ratchet.store.db, id) };
+      const row = await requireRun(id);
+      return { ...runToJson(row), usage: await runUsage(ratchet.store.db, id), traceId: runTraceId(id, row.traceparent) };
     },
     async list(q = {}) {
       const page = await ratchet.listRuns({

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import type { Ratchet } from '../engine.js';
 import type { EventHub } from '../live/hub.js';
 import { openRunStream, type StreamedEvent, type StreamItem } from '../live/run-stream.js';
+import type { TokenDelta } from '../live/tokens.js';
 import { ApiError } from './errors.js';
 import { eventToJson } from './present.js';
 
@@ -26,7 +27,14 @@ function messageOf(e: StreamedEvent): string {
   }
   return m;
 }
-const textOf = (item: StreamItem) => (item.kind === 'heartbeat' ? ': heartbeat\n\n' : messageOf(item.event));
+/**
+ * A streamed piece of a model answer: its own SSE event type (`token`) and NO `id:` field, so a
+ * client's Last-Event-ID stays the last event's and resumption stays exact (pieces are not replayed).
+ */
+const tokenMessage = (t: TokenDelta) =>
+  `event: token\ndata: ${JSON.stringify({ stageId: t.stageId, fence: t.fence, attempt: t.attempt, index: t.index, text: t.text })}\n\n`;
+const textOf = (item: StreamItem) =>
+  item.kind === 'heartbeat' ? ': heartbeat\n\n' : item.kind === 'token' ? tokenMessage(item.token) : messageOf(item.event);
 
 /**
  * Writes the stream straight to Node's response (no web-stream layers between: with 50
@@ -67,7 +75,8 @@ export interface StreamRouteOptions {
  * /v1/runs/:id/events) with `id:` its event id; a client reconnecting with `Last-Event-ID`
  * (or `?after=<event id>`) gets every later event once, in order. The stream ends after the
  * run's terminal event; a reconnect after that gets 204 (EventSource stops retrying). Comment
- * lines (`: heartbeat`) keep idle proxies from closing it.
+ * lines (`: heartbeat`) keep idle proxies from closing it. A streaming model's pieces come as
+ * `event: token` messages without an id (src/live/tokens.ts): never stored, never replayed.
  */
 export function streamHandler(opts: StreamRouteOptions) {
   return async (c: Context) => {

@@ -1,27 +1,14 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
 import { RatchetError } from '../errors.js';
-import { registerRunCommand } from './commands/run.js';
-import { registerWorkerCommand } from './commands/worker.js';
-import { registerServeCommand } from './commands/serve.js';
-import { registerDevCommand } from './commands/dev.js';
-import { registerStatusCommand } from './commands/status.js';
-import { registerListCommand } from './commands/list.js';
-import { registerEventsCommand } from './commands/events.js';
-import { registerWatchCommand } from './commands/watch.js';
-import { registerExplainCommand } from './commands/explain.js';
-import { registerCancelCommand } from './commands/cancel.js';
-import { registerRetryCommand } from './commands/retry.js';
-import { registerInitCommand } from './commands/init.js';
-import { registerPruneCommand } from './commands/prune.js';
-import { registerSchedulesCommand } from './commands/schedules.js';
-import { registerWaitCommands } from './commands/waits.js';
+import { registerCommands } from './commands/index.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 
 /**
- * The `ratchet` command. Every command module declares its options here and imports what it
- * runs (the engine, the store, zod, pino, ...) inside its action, so `ratchet --help` and a
- * usage error load commander and these declarations only.
+ * The `ratchet` command. Only the module of the command on the command line is imported
+ * (src/cli/commands/index.ts); every command imports what it runs (the engine, the store, zod,
+ * pino, ...) inside its action, so `ratchet --help` and a usage error load commander, this file
+ * and the command table only.
  *
  * Exit codes (src/cli/exit-codes.ts, documented in the README): 0 ok (`run`: the run succeeded),
  * 1 unexpected, 2 bad usage / input / definitions or a locked data directory (nothing persisted),
@@ -43,46 +30,8 @@ const program = new Command('ratchet')
   .option('--token <token>', 'bearer token: sent to --url; accepted by serve / dev (env RATCHET_TOKEN)')
   .exitOverride(); // usage errors become exit 2 below, like every other bad input
 
-const storeOptions = () => {
-  const o = program.opts<{ databaseUrl?: string; dataDir?: string }>();
-  return {
-    databaseUrl: o.databaseUrl ?? process.env.DATABASE_URL ?? undefined,
-    dataDir: o.dataDir ?? process.env.RATCHET_DATA_DIR ?? undefined,
-  };
-};
-const print = (json: unknown, text: string) => {
-  process.stdout.write(program.opts<{ json: boolean }>().json ? `${JSON.stringify(json)}\n` : `${text}\n`);
-};
-
-registerInitCommand(program);
-program
-  .command('migrate')
-  .description('apply the database migrations (under an advisory lock) and exit')
-  .action(async () => {
-    const { openStore } = await import('../store/index.js');
-    const opts = storeOptions();
-    const store = await openStore(opts);
-    await store.close();
-    print(
-      { ok: true, backend: store.kind, dataDir: store.dataDir },
-      `migrations applied (${store.kind}${store.dataDir ? ` at ${store.dataDir}` : ''})`,
-    );
-  });
-
-registerRunCommand(program);
-registerWorkerCommand(program);
-registerServeCommand(program);
-registerDevCommand(program);
-registerStatusCommand(program);
-registerListCommand(program);
-registerEventsCommand(program);
-registerWatchCommand(program);
-registerExplainCommand(program);
-registerCancelCommand(program);
-registerRetryCommand(program);
-registerPruneCommand(program);
-registerSchedulesCommand(program);
-registerWaitCommands(program);
+// Only the command on the line is imported (src/cli/commands/index.ts): `ratchet --help` loads commander and this table.
+await registerCommands(program, process.argv.slice(2));
 
 try {
   await program.parseAsync(process.argv);

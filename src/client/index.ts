@@ -7,7 +7,7 @@ export type { ClientOptions, ListArgs, RatchetClient, SubmitArgs } from './clien
 export { waitForRun, plannedPolls, DEFAULT_WAIT_DEADLINE_MS } from './wait.js';
 export type { PollRecord, WaitOptions, WaitOutcome } from './wait.js';
 export { watchRunEvents, TERMINAL_EVENTS } from './watch.js';
-export type { EventJson, WatchEnd, WatchOptions } from './watch.js';
+export type { EventJson, TokenJson, WatchEnd, WatchOptions } from './watch.js';
 export { systemClock } from './clock.js';
 export type { Clock } from './clock.js';
 export { ApiError, API_ERROR_CODES, hasCode } from '../api/errors.js';

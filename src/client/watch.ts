@@ -9,6 +9,15 @@ import { createSseParser } from './sse.js';
 import { waitForRun, type WaitOptions } from './wait.js';
 
 export type EventJson = z.infer<typeof eventSchema>;
+/** A streamed piece of a model stage's answer (GET /v1/runs/:id/stream, `event: token`). */
+export interface TokenJson {
+  stageId: string;
+  fence: string;
+  attempt: number;
+  /** Position within its attempt's stream: a gap means pieces were lost (they are best effort). */
+  index: number;
+  text: string;
+}
 
 /** Event types that end a run (its stream ends with one). */
 export const TERMINAL_EVENTS = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'];
@@ -35,6 +44,11 @@ export const watchOptionsSchema = z
     reconnectMs: z.number().int().min(0).max(60_000).optional(),
     /** The bounded poller's schedule when falling back to polling (initialInterval, factor, maxInterval, jitter). */
     poll: z.custom<Omit<WaitOptions, 'deadline' | 'signal' | 'onRun'>>((v) => typeof v === 'object' && v !== null).optional(),
+    /**
+     * Called with each streamed piece of a model answer (a model with `stream: true`), as it
+     * arrives: SSE `event: token`, not an event (no id, never replayed; none while polling).
+     */
+    onToken: z.custom<(t: TokenJson) => void>((v) => typeof v === 'function').optional(),
     /** Called when the stream cannot be used and the watch goes on by polling (why: the error code). */
     onFallback: z.custom<(why: string) => void>((v) => typeof v === 'function').optional(),
     signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal).optional(),
@@ -136,6 +150,10 @@ export async function* watchRunEvents(
         if (done) break;
         touch();
         for (const m of parser.push(decoder.decode(value, { stream: true }))) {
+          if (m.event === 'token') {
+            o.onToken?.(JSON.parse(m.data) as TokenJson);
+            continue;
+          }
           if (m.event !== 'message') continue;
           const event = eventSchema.parse(JSON.parse(m.data));
           last = m.id ?? event.id;

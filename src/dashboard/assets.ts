@@ -96,6 +96,27 @@ export const DASHBOARD_JS = String.raw`(() => {
       live.className = 'live';
     }
   };
+  // Streamed model tokens (event type "token", no id): the dashboard shows model answers by size
+  // only, like every payload, so it counts what arrived per model stage attempt, live.
+  es.addEventListener('token', (m) => {
+    const t = JSON.parse(m.data);
+    let box = document.getElementById('tokens');
+    if (!box) {
+      box = document.createElement('p');
+      box.id = 'tokens';
+      box.className = 'tokens';
+      document.getElementById('run').insertBefore(box, document.getElementById('panel'));
+    }
+    const key = t.stageId + ':' + t.fence;
+    if (box.dataset.attempt !== key) {
+      box.dataset.attempt = key;
+      box.dataset.chars = '0';
+      box.dataset.pieces = '0';
+    }
+    box.dataset.chars = String(Number(box.dataset.chars) + t.text.length);
+    box.dataset.pieces = String(Number(box.dataset.pieces) + 1);
+    box.textContent = 'model answering (stage ' + (stages[t.stageId] || t.stageId) + ', attempt ' + t.attempt + '): ' + box.dataset.chars + ' characters streamed in ' + box.dataset.pieces + ' piece(s)';
+  });
   es.onerror = () => {
     live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
     live.className = 'live';
@@ -107,7 +128,7 @@ export const DASHBOARD_CSS = `
 *{box-sizing:border-box}body{margin:0;font:14px/1.4 system-ui,sans-serif;color:#1d2330;background:#f6f7f9}
 header{display:flex;align-items:center;gap:1rem;padding:.6rem 1.2rem;background:#1d2330;color:#fff}header a{color:#fff;text-decoration:none;font-weight:600}
 .spacer{flex:1}button.link{background:none;border:0;color:#cfd6e4;cursor:pointer}main{padding:1rem 1.4rem;max-width:1400px}
-h1{font-size:1.3rem}h2{font-size:1.05rem;margin-top:1.4rem}code{font-size:.95em}
+h1{font-size:1.3rem}.tokens{background:#fff;border:1px solid #d8dde6;padding:.4rem .6rem}h2{font-size:1.05rem;margin-top:1.4rem}code{font-size:.95em}
 table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:.3rem .5rem;border-bottom:1px solid #e3e6eb;text-align:left;vertical-align:top}
 th{background:#eef0f4;font-weight:600}td.err{color:#a1262b}td.facts{font-family:ui-monospace,monospace;font-size:12px;color:#4a5263}
 .muted{color:#778}.error{color:#a1262b}.ok{color:#176b2c}.filters{display:flex;gap:1rem;align-items:end;margin-bottom:1rem}

@@ -3,6 +3,7 @@ import type { Explanation } from '../observability/explanation.js';
 import { RUN_STATES, TERMINAL_RUN_STATES, type RunState } from '../planner/states.js';
 import type { EventRow, RunRow } from '../store/runs.js';
 import type { RunSummaryRow } from '../store/list-runs.js';
+import type { RunUsage } from '../store/usage.js';
 import { errorLine, fmtMs, fmtTime, html, type Html } from './html.js';
 import { buildTimeline, type Timeline } from './timeline.js';
 
@@ -111,7 +112,7 @@ export function approvalActions(_run: RunRow, _csrf: string): Html {
 }
 
 /** The part of the run page that live updates replace: state, buttons, timeline, stages, explain. */
-export function runPanel(run: RunRow, events: EventRow[], explanation: Explanation | null, csrf: string): Html {
+export function runPanel(run: RunRow, events: EventRow[], explanation: Explanation | null, csrf: string, usage?: RunUsage): Html {
   const terminal = TERMINAL_RUN_STATES.includes(run.state as RunState);
   const tl = buildTimeline(run.stages, events, run.createdAt, run.dbNow, terminal ? (run.finishedAt ?? run.updatedAt) : null);
   const stageSeqs = JSON.stringify(Object.fromEntries(run.stages.map((st) => [st.id, st.seq])));
@@ -120,7 +121,7 @@ export function runPanel(run: RunRow, events: EventRow[], explanation: Explanati
 <dl class="facts"><dt>workflow</dt><dd>${run.workflow}</dd><dt>created</dt><dd>${fmtTime(run.createdAt)}</dd>
 <dt>finished</dt><dd>${fmtTime(run.finishedAt)}</dd><dt>deadline</dt><dd>${fmtTime(run.deadline)}</dd>
 <dt>input</dt><dd>${payloadSummary(run.input)}</dd>${run.state === 'succeeded' ? html`<dt>result</dt><dd>${payloadSummary(run.result)}</dd>` : ''}
-${run.error ? html`<dt>error</dt><dd class="err">${errorLine(run.error)}</dd>` : ''}</dl>${actions(run, csrf)}</div>
+${run.error ? html`<dt>error</dt><dd class="err">${errorLine(run.error)}</dd>` : ''}${usageFacts(usage)}</dl>${actions(run, csrf)}</div>
 <h2>Timeline</h2>${timelineView(tl)}
 <h2>Stages</h2><table class="stages"><thead><tr><th>#</th><th>Name</th><th>Tool (class)</th><th>State</th><th>Attempt</th><th>Fence</th><th>Held by</th><th>Since</th><th>Lease until</th><th>Heartbeat</th><th>Last error</th></tr></thead><tbody>
 ${run.stages.map(
@@ -169,11 +170,20 @@ export const EVENT_FACTS = new Set([
   'effectKey',
 ]);
 
-export function runPage(run: RunRow, events: EventRow[], explanation: Explanation | null, csrf: string): Html {
+/** The run's model usage (tokens in / out, calls, cost when priced), or nothing for a run without model calls. */
+export function usageFacts(u: RunUsage | undefined): Html {
+  if (!u || u.modelCalls === 0) return html``;
+  return html`<dt>model usage</dt><dd id="run-usage">${u.inputTokens} tokens in, ${u.outputTokens} out, ${u.modelCalls} call(s)${u.cost !== undefined ? html`, cost <span id="run-cost">${formatCost(u.cost)}</span>` : ''}</dd>`;
+}
+
+/** A cost with up to 6 decimals, no trailing zeros. */
+export const formatCost = (n: number): string => String(Number(n.toFixed(6)));
+
+export function runPage(run: RunRow, events: EventRow[], explanation: Explanation | null, csrf: string, usage?: RunUsage): Html {
   const seqOf = new Map(run.stages.map((s) => [s.id, s.seq]));
   return html`<p><a href="/">← runs</a></p><h1>Run <code>${run.id}</code></h1>
 <div id="run" data-run-id="${run.id}" data-stages="${JSON.stringify(Object.fromEntries(seqOf))}"><p class="live" id="live" aria-live="polite">${TERMINAL_RUN_STATES.includes(run.state) ? 'finished' : 'connecting…'}</p>
-${runPanel(run, events, explanation, csrf)}
+${runPanel(run, events, explanation, csrf, usage)}
 <h2>Events</h2><table class="events"><thead><tr><th>id</th><th>at</th><th>type</th><th>stage</th><th>attempt</th><th>fence</th><th>facts</th></tr></thead>
 <tbody id="events">${events.map((e) => eventRow(e, seqOf))}</tbody></table></div>`;
 }

@@ -11,6 +11,7 @@ import { RUN_STATES, type RunState } from '../planner/states.js';
 import { DASHBOARD_CSS, DASHBOARD_JS } from './assets.js';
 import { html, layout } from './html.js';
 import { listPage, loginPage, runPage, runPanel } from './pages.js';
+import { runUsage } from '../store/usage.js';
 import { createDashboardSession, SESSION_COOKIE, SESSION_MAX_AGE_S } from './session.js';
 
 export interface DashboardOptions {
@@ -135,17 +136,18 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
   const loadRun = async (id: string) => {
     const run = await opts.ratchet.store.getRun(id);
     if (!run) throw new UnknownRunError(id);
-    const [events, explanation] = await Promise.all([
+    const [events, explanation, usage] = await Promise.all([
       opts.ratchet.store.listEvents(id, { limit: EVENTS_SHOWN }),
       opts.ratchet.explain(id).catch(() => null),
+      runUsage(opts.ratchet.store.db, id),
     ]);
-    return { run, events, explanation };
+    return { run, events, explanation, usage };
   };
   app.get('/runs/:id', signedIn, async (c) => {
     const id = c.req.param('id');
     try {
-      const { run, events, explanation } = await loadRun(id);
-      return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c)));
+      const { run, events, explanation, usage } = await loadRun(id);
+      return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c), usage));
     } catch (err) {
       if (err instanceof UnknownRunError)
         return page(
@@ -158,8 +160,8 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     }
   });
   app.get('/runs/:id/panel', signedIn, async (c) => {
-    const { run, events, explanation } = await loadRun(c.req.param('id'));
-    return c.html(runPanel(run, events, explanation, session.csrf(c)).text, 200, SECURITY_HEADERS);
+    const { run, events, explanation, usage } = await loadRun(c.req.param('id'));
+    return c.html(runPanel(run, events, explanation, session.csrf(c), usage).text, 200, SECURITY_HEADERS);
   });
   app.get(
     '/runs/:id/stream',

@@ -26,6 +26,8 @@ export const agentOptionsSchema = z.strictObject({
     baseURL: z.url().optional(),
     apiKey: z.string().min(1).optional(),
     temperature: z.number().min(0).max(2).optional(),
+    pricing: z.strictObject({ inputPerMillion: z.number().min(0).max(1e6), outputPerMillion: z.number().min(0).max(1e6) }).optional(),
+    stream: z.boolean().optional(),
   }),
   instructions: z.string().min(1).max(100_000),
   tools: z.array(z.custom<Tool>(isTool, { message: 'not a tool: pass tools made by defineTool' })).min(1),
@@ -38,6 +40,10 @@ export const agentOptionsSchema = z.strictObject({
   deadline: positiveDurationSchema.optional(),
   priority: prioritySchema.optional(),
   allowSleep: allowSleepSchema.optional(),
+  budget: z
+    .strictObject({ maxTokens: z.int().min(1).max(1e12).optional(), maxCost: z.number().positive().max(1e9).optional() })
+    .refine((b) => b.maxTokens !== undefined || b.maxCost !== undefined, { message: 'set maxTokens, maxCost or both' })
+    .optional(),
 });
 
 export interface AgentOptions<I> {
@@ -45,7 +51,17 @@ export interface AgentOptions<I> {
   /** Default 1; see WorkflowOptions.version. */
   version?: number;
   input: z.ZodType<I>;
-  model: { name: string; class: ToolClass; baseURL?: string; apiKey?: string; temperature?: number };
+  model: {
+    name: string;
+    class: ToolClass;
+    baseURL?: string;
+    apiKey?: string;
+    temperature?: number;
+    /** Price per million tokens: each model stage's cost is computed from its usage, and summed per run. */
+    pricing?: { inputPerMillion: number; outputPerMillion: number };
+    /** Stream the answer's tokens to the run's watchers as they arrive (the answer is still persisted once). */
+    stream?: boolean;
+  };
   instructions: string;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   tools: Tool<any, any>[];
@@ -69,6 +85,12 @@ export interface AgentOptions<I> {
    * sleep step. true: up to 7 days per call; `{ max }`: up to that. Default: not offered.
    */
   allowSleep?: boolean | { max: Duration };
+  /**
+   * Limits on the run's model usage (tokens in + out, cost with model.pricing): checked before
+   * each model call, never in the middle of one; a run that reached one ends `failed` with
+   * budget_exceeded.
+   */
+  budget?: { maxTokens?: number; maxCost?: number };
 }
 
 function agentHash(name: string, version: number, agent: AgentSpec): string {
@@ -87,6 +109,9 @@ function agentHash(name: string, version: number, agent: AgentSpec): string {
     ...(agent.onToolError === 'tell_model' ? {} : { onToolError: agent.onToolError }),
     ...(agent.maxToolErrors === DEFAULT_MAX_TOOL_ERRORS ? {} : { maxToolErrors: agent.maxToolErrors }),
     ...(agent.sleep ? { sleep: { maxMs: agent.sleep.maxMs } } : {}),
+    // A budget and a price decide how a run ends, so they count (only when set: other hashes stay). `stream` does not.
+    ...(agent.budget ? { budget: agent.budget } : {}),
+    ...(agent.model.pricing ? { pricing: agent.model.pricing } : {}),
   };
   return createHash('sha256').update(canonicalJson(structure)).digest('hex');
 }
@@ -122,6 +147,8 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
     o.allowSleep === undefined || o.allowSleep === false
       ? null
       : Object.freeze({ maxMs: o.allowSleep === true ? DEFAULT_AGENT_SLEEP_MAX_MS : o.allowSleep.max });
+  if (o.budget?.maxCost !== undefined && !o.model.pricing)
+    throw new InvalidDefinitionError('budget.maxCost needs model.pricing (a cost is computed from it)', `${where}.budget.maxCost`);
   const agent: AgentSpec = Object.freeze({
     model: Object.freeze({
       name: o.model.name,
@@ -129,6 +156,8 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
       baseURL: o.model.baseURL ?? null,
       apiKey: o.model.apiKey ?? null,
       temperature: o.model.temperature ?? null,
+      pricing: o.model.pricing ? Object.freeze({ ...o.model.pricing }) : null,
+      stream: o.model.stream ?? false,
     }),
     instructions: o.instructions,
     tools: Object.freeze([...o.tools]),
@@ -139,6 +168,7 @@ export function defineAgent<I>(options: AgentOptions<I>): Workflow<I> {
     onToolError: o.onToolError,
     maxToolErrors: o.maxToolErrors,
     sleep,
+    budget: o.budget ? Object.freeze({ maxTokens: o.budget.maxTokens ?? null, maxCost: o.budget.maxCost ?? null }) : null,
   });
   return Object.freeze({
     kind: 'workflow',

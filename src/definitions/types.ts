@@ -61,6 +61,11 @@ export interface ToolContext {
    */
   beginEffect(requestId: string): void;
   readonly log: Logger;
+  /**
+   * The W3C trace context of this tool call's span (src/observability/tracing.ts): send it as
+   * the `traceparent` header on the tool's requests, so the services it calls join the run's trace.
+   */
+  readonly traceparent?: string;
 }
 
 /** What reconcile() found out about an attempt whose outcome is unknown. */
@@ -221,6 +226,24 @@ export interface ModelSpec {
   /** Default: OPENAI_API_KEY at call time. */
   readonly apiKey: string | null;
   readonly temperature: number | null;
+  /** Price per million tokens in and out (any currency, the same for every model you compare); null: no cost is computed. */
+  readonly pricing: ModelPricing | null;
+  /** Ask the endpoint to stream its answer and pass the tokens to watchers as they arrive (README "Token streaming"). */
+  readonly stream: boolean;
+}
+
+/** A model's price per million tokens, input (prompt) and output (completion). */
+export interface ModelPricing {
+  readonly inputPerMillion: number;
+  readonly outputPerMillion: number;
+}
+
+/** An agent run's limits on model usage: checked before each model call (src/planner/budget.ts). */
+export interface AgentBudget {
+  /** Input + output tokens over the run's model calls. */
+  readonly maxTokens: number | null;
+  /** Cost over the run's model calls (needs model.pricing). */
+  readonly maxCost: number | null;
 }
 
 export interface AgentSpec {
@@ -245,4 +268,6 @@ export interface AgentSpec {
   readonly maxToolErrors: number;
   /** The built-in `sleep` tool offered to the model, with the longest sleep it may ask for; null: not offered. */
   readonly sleep: { readonly maxMs: number } | null;
+  /** Null: no limit. A run that reached it ends `failed` with budget_exceeded before its next model call. */
+  readonly budget: AgentBudget | null;
 }

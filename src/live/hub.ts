@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Db } from '../store/db.js';
 import type { Listener } from '../store/listener.js';
 import { eventsSince, lastEventId } from '../store/stream.js';
+import { decodeToken, onLocalTokens, TOKENS_CHANNEL, type TokenDelta } from './tokens.js';
 
 /** The channel migration 0004's trigger notifies, once per statement per run (payload: the run id). */
 export const EVENTS_CHANNEL = 'ratchet_events';
@@ -24,6 +25,11 @@ export interface EventHub {
    * so 50 watchers cost one read, not 50.
    */
   shared<T>(key: string, read: () => Promise<T>): Promise<T>;
+  /**
+   * Calls `fn` with each streamed piece of a model answer of run `runId` (src/live/tokens.ts):
+   * NOTIFY on `ratchet_tokens` (PostgreSQL) or the in-process bus (PGlite). Returns the unsubscribe.
+   */
+  subscribeTokens(runId: string, fn: (t: TokenDelta) => void): () => void;
   /** Aborted when the hub closes: streams end. */
   readonly closed: AbortSignal;
   close(): Promise<void>;
@@ -87,6 +93,28 @@ export function createEventHub(db: Db, opts: { logger?: Logger; pollMs?: number 
     });
   };
 
+  // Streamed model tokens (not events): a second LISTEN, opened at the first token subscriber.
+  const tokenSubscribers = new Map<string, Set<(t: TokenDelta) => void>>();
+  let tokenSource: { close(): Promise<void> | void } | null = null;
+  const deliverToken = (t: TokenDelta | null) => {
+    if (!t) return;
+    for (const fn of tokenSubscribers.get(t.runId) ?? []) fn(t);
+  };
+  const startTokens = () => {
+    if (tokenSource) return;
+    if (mode === 'poll') {
+      const off = onLocalTokens(deliverToken);
+      tokenSource = { close: off };
+      return;
+    }
+    tokenSource = db.listen!(TOKENS_CHANNEL, {
+      notify: (payload) => deliverToken(decodeToken(payload)),
+      connected: () => log?.debug({ event: 'tokens_listening', channel: TOKENS_CHANNEL }, 'listening for model tokens'),
+      lost: (err, retryInMs) =>
+        log?.warn({ event: 'tokens_listen_lost', err: err.message, retryInMs }, 'the token LISTEN connection failed; reconnecting'),
+    });
+  };
+
   const inFlight = new Map<string, Promise<unknown>>();
   return {
     mode,
@@ -109,11 +137,23 @@ export function createEventHub(db: Db, opts: { logger?: Logger; pollMs?: number 
         if (set.size === 0 && subscribers.get(runId) === set) subscribers.delete(runId);
       };
     },
+    subscribeTokens(runId, fn) {
+      if (ac.signal.aborted) return () => {};
+      let set = tokenSubscribers.get(runId);
+      if (!set) tokenSubscribers.set(runId, (set = new Set()));
+      set.add(fn);
+      startTokens();
+      return () => {
+        set.delete(fn);
+        if (set.size === 0 && tokenSubscribers.get(runId) === set) tokenSubscribers.delete(runId);
+      };
+    },
     async close() {
       ac.abort();
       if (pollTimer) clearTimeout(pollTimer);
       subscribers.clear();
-      await listener?.close();
+      tokenSubscribers.clear();
+      await Promise.all([listener?.close(), tokenSource?.close()]);
     },
   };
 }

@@ -5,6 +5,7 @@ import type { EventRow } from '../store/runs.js';
 import { endCheck, eventPosition, readStreamBatch, STREAM_START, type StreamPosition } from '../store/stream.js';
 import { InvalidInputError } from '../errors.js';
 import type { EventHub } from './hub.js';
+import type { TokenDelta } from './tokens.js';
 
 /** The events that end a run; its stream ends with one (unless the run was retried after it). */
 export const TERMINAL_EVENT_TYPES = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'] as const;
@@ -18,7 +19,9 @@ const HELD_BACK_FIRST_MS = 10;
 const HELD_BACK_MAX_MS = 250;
 
 export type StreamedEvent = EventRow & { position: StreamPosition };
-export type StreamItem = { kind: 'event'; event: StreamedEvent } | { kind: 'heartbeat' };
+export type StreamItem = { kind: 'event'; event: StreamedEvent } | { kind: 'heartbeat' } | { kind: 'token'; token: TokenDelta };
+/** Streamed pieces waiting for a slow watcher, at most: older ones are dropped (they are best effort). */
+const MAX_PENDING_TOKENS = 1000;
 
 export interface RunStreamOptions {
   /** Resume after this event id (Last-Event-ID): it must be an event of this run. */
@@ -79,6 +82,13 @@ async function* streamRun(
     wakeUp?.();
   };
   const unsubscribe = hub.subscribe(runId, wake);
+  // Streamed model tokens: yielded as they come, between events; they wake the loop without a read.
+  const tokens: TokenDelta[] = [];
+  const unsubscribeTokens = hub.subscribeTokens(runId, (t) => {
+    if (tokens.length >= MAX_PENDING_TOKENS) tokens.shift();
+    tokens.push(t);
+    wakeUp?.();
+  });
   const stop = () => wakeUp?.();
   opts.signal?.addEventListener('abort', stop);
   hub.closed.addEventListener('abort', stop);
@@ -87,6 +97,7 @@ async function* streamRun(
     let checkEnd = true; // first read, and after each quiet heartbeat: a run may be over already
     let heldBackMs = HELD_BACK_FIRST_MS;
     while (!over()) {
+      while (tokens.length > 0) yield { kind: 'token', token: tokens.shift()! };
       if (dirty) {
         dirty = false;
         const at = position;
@@ -120,7 +131,7 @@ async function* streamRun(
           clearTimeout(t);
           resolve(true);
         };
-        if (dirty || over()) wakeUp();
+        if (dirty || over() || tokens.length > 0) wakeUp();
       });
       wakeUp = null;
       if (!woken && !over()) {
@@ -131,6 +142,7 @@ async function* streamRun(
     }
   } finally {
     unsubscribe();
+    unsubscribeTokens();
     opts.signal?.removeEventListener('abort', stop);
     hub.closed.removeEventListener('abort', stop);
   }

@@ -1,13 +1,17 @@
 import { Counter, type Registry } from 'prom-client';
+import type { ModelPricing, ModelSpec } from '../definitions/types.js';
 
 /**
  * Model usage (tokens in and out, from the provider's `usage`), recorded per model stage: in the
- * stage's `stage_succeeded` event (data.usage), summed per run by GET /v1/runs/:id, and
- * counted in Prometheus by model and workflow. A provider that sends no usage counts nothing.
+ * stage's `stage_succeeded` event (data.usage, with `cost` when the model has `pricing`), summed
+ * per run by GET /v1/runs/:id, and counted in Prometheus by model and workflow
+ * (ratchet_model_tokens_total, ratchet_model_cost_total). A provider that sends no usage counts nothing.
  */
 export interface ModelUsage {
   inputTokens: number;
   outputTokens: number;
+  /** inputTokens × inputPerMillion / 1e6 + outputTokens × outputPerMillion / 1e6, when the model has a price. */
+  cost?: number;
 }
 
 const usageOfAnswer = new WeakMap<object, ModelUsage>();
@@ -19,30 +23,60 @@ export function noteUsage(answer: object, usage: { prompt_tokens?: unknown; comp
   usageOfAnswer.set(answer, { inputTokens: n(usage.prompt_tokens), outputTokens: n(usage.completion_tokens) });
 }
 
-const counters = new WeakMap<Registry, Counter<'model' | 'workflow' | 'direction'>>();
-function tokenCounter(registry: Registry): Counter<'model' | 'workflow' | 'direction'> {
+/** A call's cost under `pricing` (per million tokens), rounded to 1e-9 so sums stay exact in numeric. */
+export function costOf(pricing: ModelPricing, usage: { inputTokens: number; outputTokens: number }): number {
+  const raw = (usage.inputTokens * pricing.inputPerMillion + usage.outputTokens * pricing.outputPerMillion) / 1e6;
+  return Math.round(raw * 1e9) / 1e9;
+}
+
+/** An answer's usage (with its cost under `pricing`), or null when the provider sent none. */
+export function usageOf(answer: object, pricing: ModelPricing | null): ModelUsage | null {
+  const u = usageOfAnswer.get(answer);
+  if (!u) return null;
+  return pricing ? { ...u, cost: costOf(pricing, u) } : u;
+}
+
+type Labels = 'model' | 'workflow' | 'direction';
+const counters = new WeakMap<Registry, { tokens: Counter<Labels>; cost: Counter<'model' | 'workflow'> }>();
+function countersOf(registry: Registry) {
   let c = counters.get(registry);
   if (!c) {
-    const existing = registry.getSingleMetric('ratchet_model_tokens_total') as Counter<'model' | 'workflow' | 'direction'> | undefined;
-    c =
-      existing ??
+    const tokens =
+      (registry.getSingleMetric('ratchet_model_tokens_total') as Counter<Labels> | undefined) ??
       new Counter({
         name: 'ratchet_model_tokens_total',
         help: 'model tokens used by model stages that finished, by model, workflow and direction (input / output)',
         labelNames: ['model', 'workflow', 'direction'],
         registers: [registry],
       });
+    const cost =
+      (registry.getSingleMetric('ratchet_model_cost_total') as Counter<'model' | 'workflow'> | undefined) ??
+      new Counter({
+        name: 'ratchet_model_cost_total',
+        help: "cost of model stages that finished (the model's pricing per million tokens applied to their usage), by model and workflow",
+        labelNames: ['model', 'workflow'],
+        registers: [registry],
+      });
+    c = { tokens, cost };
     counters.set(registry, c);
   }
   return c;
 }
 
-/** The event data for a model stage's answer (`{ usage }`), counted in `registry`; {} when the provider sent none. */
-export function recordModelUsage(registry: Registry, model: string, workflow: string, answer: object): { usage?: ModelUsage } {
+/** The event data for a model stage's answer (`{ usage }`, with its cost when priced), counted in `registry`; {} when the provider sent none. */
+export function recordModelUsage(
+  registry: Registry,
+  model: Pick<ModelSpec, 'name' | 'pricing'>,
+  workflow: string,
+  answer: object,
+): { usage?: ModelUsage } {
   const u = usageOfAnswer.get(answer);
   if (!u) return {};
-  const c = tokenCounter(registry);
-  c.inc({ model, workflow, direction: 'input' }, u.inputTokens);
-  c.inc({ model, workflow, direction: 'output' }, u.outputTokens);
-  return { usage: u };
+  const c = countersOf(registry);
+  c.tokens.inc({ model: model.name, workflow, direction: 'input' }, u.inputTokens);
+  c.tokens.inc({ model: model.name, workflow, direction: 'output' }, u.outputTokens);
+  if (!model.pricing) return { usage: u };
+  const cost = costOf(model.pricing, u);
+  c.cost.inc({ model: model.name, workflow }, cost);
+  return { usage: { ...u, cost } };
 }

@@ -21,6 +21,8 @@ export interface ScheduleOptions<I = unknown> {
   overlap?: Overlap;
   /** After an outage: 'none' (default) fires only the latest due tick; N also fires the last N missed ones. */
   catchUp?: CatchUp;
+  /** The priority of the runs it starts (higher claimed first within a tool class); default: the workflow's. */
+  priority?: number;
 }
 
 const SCHEDULE_BRAND = Symbol.for('ratchet.definitions.schedule');

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { prioritySchema } from '../definitions/priority.js';
 
 /** Schedule names appear in URLs, CLI arguments and run idempotency keys. */
 export const SCHEDULE_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,99}$/;
@@ -22,6 +23,8 @@ export const scheduleSpecSchema = z.strictObject({
   overlap: z.enum(['skip', 'allow']).default('skip'),
   /** Missed ticks fired after an outage, besides the latest: 'none' (default) or the last N. */
   catchUp: z.union([z.literal('none'), z.int().min(1).max(MAX_CATCH_UP)]).default('none'),
+  /** The priority of the runs it starts (README "Priorities"); default: the workflow's. */
+  priority: prioritySchema.optional(),
 });
 export type ScheduleSpec = z.output<typeof scheduleSpecSchema>;
 

@@ -105,6 +105,10 @@ expired AS (
  * oldest due stages (up to its room), merged by (available_at, id) and locked lazily. The room
  * is an estimate read before the keys are locked; the limited claim counts again under the
  * key locks (claim.ts). `walk` also returns the cursor for the next claim: the last key visited.
+ * Order 'priority': the walk does not stop once `limit` stages are found (the first keys would fill
+ * the claim whatever the priorities further on): it visits every key with due stages up to
+ * MAX_KEYS_VISITED (all of them when there are fewer), each key offers its best stages up to its
+ * room, and the claim takes the highest priorities among them. Order 'age' stops at `limit`.
  */
 function keyedCandidates(limit: number, by: ClaimOrder): string {
   const key = `s.state = 'queued' AND s.tool_class = $2 AND s.concurrency_key IS NOT NULL`;
@@ -133,16 +137,18 @@ walk(k, visited, found, wrapped, take) AS (
       CROSS JOIN LATERAL (${dueOfKey('nx.k', String(limit))}) h) d
     OFFSET 0
   ) tk
-  WHERE w.visited < ${MAX_KEYS_VISITED} AND w.found < ${limit} AND nx.k IS NOT NULL AND NOT (nx.wrapped AND nx.k > $4::text)
+  WHERE w.visited < ${MAX_KEYS_VISITED}${by === 'priority' ? '' : ` AND w.found < ${limit}`} AND nx.k IS NOT NULL
+    AND NOT (nx.wrapped AND nx.k > $4::text)
 ),
 keyed_ids AS (
   SELECT x.id, x.pr, x.at FROM (
-    SELECT h.id, h.pr, h.at, w.take, row_number() OVER (PARTITION BY w.k ORDER BY h.pr DESC NULLS LAST, h.at, h.id) AS rn
+    SELECT h.id, h.pr, h.at, w.take, w.visited AS vis,
+      row_number() OVER (PARTITION BY w.k ORDER BY h.pr DESC NULLS LAST, h.at, h.id) AS rn
     FROM walk w CROSS JOIN unnest($3::text[]) AS u(hash) CROSS JOIN LATERAL (${dueOfKey('w.k', 'w.take')}) h
     WHERE w.take > 0
   ) x
   WHERE x.rn <= x.take
-  ORDER BY x.pr DESC NULLS LAST, x.at, x.id
+  ORDER BY x.pr DESC NULLS LAST, ${by === 'priority' ? 'x.vis, ' : ''}x.at, x.id
 ),
 keyed AS (
   ${lockInOrder('keyed_ids', DUE, String(limit))}
@@ -239,18 +245,31 @@ export const pickCandidatesSql = (limit: number, hashes: number, keyed: boolean,
     ? keyedCandidates(limit, by)
     : `
 walk(k, visited) AS (SELECT $4::text, 0)`; // no keys walked: the cursor stays
+  const lastVisited = '(SELECT w.k FROM walk w WHERE w.visited > 0 ORDER BY w.visited DESC LIMIT 1)';
+  // By priority the walk visits every key it can: the next claim goes on after the last key it took from (keys of one
+  // priority take turns, x.vis above), or after the last one visited when it took from none.
+  const cursor =
+    keyed && by === 'priority'
+      ? `coalesce((SELECT w.k FROM walk w WHERE w.visited > 0 AND w.k IN (SELECT concurrency_key FROM keyed)
+    ORDER BY w.visited DESC LIMIT 1), ${lastVisited})`
+      : lastVisited;
   return `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own', by)},${walk},
 picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, pr, at FROM ${k}`).join(' UNION ALL ')})
 SELECT p.id::text AS id, p.concurrency_key, p.concurrency_limit, $1::text AS owner,
-  (SELECT w.k FROM walk w WHERE w.visited > 0 ORDER BY w.visited DESC LIMIT 1) AS next_cursor
+  ${cursor} AS next_cursor
 FROM (SELECT 1) one LEFT JOIN picked p ON true
 ORDER BY p.pr DESC NULLS LAST, p.at, p.id`;
 };
 
-/** The limited claim, last step: claim the stages $2 (ids this transaction already locked) for owner $1. */
+/**
+ * The limited claim, last step: claim the stages $2 (ids this transaction already locked) for owner $1.
+ * The lease starts at this statement's clock (ratchet.db_clock_now(): clock_timestamp() plus the
+ * movable offset), not at the transaction's start (db_now() is now()): the transaction may have
+ * waited on the class and key locks, and a lease dated from before that wait would be short by it.
+ */
 export const CLAIM_IDS_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH clk AS MATERIALIZED (SELECT ratchet.db_clock_now() AS t),
 picked AS (
   SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence
   FROM ratchet.stages s, clk

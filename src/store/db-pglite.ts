@@ -1,10 +1,11 @@
-import { PGlite } from '@electric-sql/pglite';
+import type { PGlite } from '@electric-sql/pglite';
 import type { Db, Queryable, Row } from './db.js';
 import { migratePgliteDb } from './migrate.js';
+import { createPglite } from './pglite-template.js';
 
 /** Embedded PostgreSQL (PGlite): one connection, so transactions run one at a time. */
 export async function createPgliteDb(dataDir: string | undefined): Promise<Db> {
-  const pglite = await PGlite.create(dataDir);
+  const pglite = await createPglite(dataDir); // a new cluster loads a cached empty one instead of running initdb
   const wrap = (q: Pick<PGlite, 'query'>): Queryable => ({
     async query<R extends Row>(text: string, params: readonly unknown[] = []): Promise<R[]> {
       return (await q.query<R>(text, params as unknown[])).rows;

@@ -11,7 +11,17 @@ import { expireRuns } from './deadline.js';
 import { EXPIRE_ALL_LEASES_SQL } from './extend.sql.js';
 import { finish, type FinishRow } from './finish.js';
 import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
-import { deleteWorker, dueIn, failUnserved, sweep, unservedClasses, upsertWorker, type Lane, type SweptStage } from './workers.js';
+import {
+  deleteWorker,
+  dueIn,
+  failUnserved,
+  nextLeaseExpiryMs,
+  sweep,
+  unservedClasses,
+  upsertWorker,
+  type Lane,
+  type SweptStage,
+} from './workers.js';
 import { acquireDataDirLock } from './lockfile.js';
 import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
@@ -80,7 +90,10 @@ export interface Store {
   runStages(runId: string): ReturnType<typeof runStages>;
   upsertWorker(owner: string, classes: string[], definitions: string[]): Promise<void>;
   deleteWorker(owner: string): Promise<void>;
-  sweep(lanes: Lane[], limit: number): Promise<SweptStage[]>;
+  /** Due stages to re-send: queued ones once they have waited `graceMs` (default 0) in that state, and expired leases. */
+  sweep(lanes: Lane[], limit: number, graceMs?: number): Promise<SweptStage[]>;
+  /** Milliseconds until the first live lease of these lanes expires (0: already); null when none runs. */
+  nextLeaseExpiryMs(lanes: Lane[]): Promise<number | null>;
   dueIn(stageId: string): Promise<number>;
   unservedClasses(classes: string[], withinMs: number): Promise<string[]>;
   failUnserved(classes: string[], afterMs: number): Promise<number>;
@@ -180,7 +193,8 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     runStages: (runId) => runStages(db, runId),
     upsertWorker: (owner, classes, definitions) => upsertWorker(db, owner, classes, definitions),
     deleteWorker: (owner) => deleteWorker(db, owner),
-    sweep: (lanes, limit) => sweep(db, lanes, limit),
+    sweep: (lanes, limit, graceMs) => sweep(db, lanes, limit, graceMs),
+    nextLeaseExpiryMs: (lanes) => nextLeaseExpiryMs(db, lanes),
     dueIn: (stageId) => dueIn(db, stageId),
     unservedClasses: (classes, withinMs) => unservedClasses(db, classes, withinMs),
     failUnserved: (classes, afterMs) => failUnserved(db, classes, afterMs),

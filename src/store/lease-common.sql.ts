@@ -64,4 +64,4 @@ ${prefix}_run_failed_ev AS (
 export const CLAIMED_COLUMNS = `c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state, c.fence::text AS fence,
   c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
   c.timeout_ms, c.max_duration_ms, c.claimed_at, c.first_claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
-  r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline`;
+  r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline, r.traceparent AS run_traceparent`;

@@ -49,6 +49,8 @@ export interface ClaimedStage {
   definitionHash: string;
   runInput: unknown;
   runDeadline: Date | null;
+  /** The run span's W3C traceparent (null: derived from the run id; src/observability/tracing.ts). */
+  runTraceparent?: string | null;
   /** Monotonic time (performance.now()) until which this worker may trust the lease. */
   confirmedUntil: number;
   /** Monotonic time the claim was sent: dbNow + (monotonicNow() - sentAt) bounds the database's now from above. */
@@ -86,6 +88,7 @@ export function toClaimed(r: Row, sentAt: number): ClaimedStage {
     definitionHash: r.definition_hash as string,
     runInput: r.run_input,
     runDeadline: (r.run_deadline as Date | null) ?? null,
+    runTraceparent: (r.run_traceparent as string | null) ?? null,
     confirmedUntil: r.state === 'running' ? confirmedUntil(sentAt, leaseUntil, dbNow) : sentAt,
     sentAt,
   };

@@ -23,15 +23,18 @@ const CANDIDATES = `
     AND (r.state, r.created_at) < ($1, (SELECT t FROM cutoff)) AND coalesce(r.finished_at, r.updated_at) < (SELECT t FROM cutoff)`;
 
 /**
- * One batch: $1 the state, $2 the age in ms (the cutoff is db_now() - $2), $3 the most runs.
- * The runs are locked FOR UPDATE SKIP LOCKED in a materialised CTE (never `id IN (... LIMIT)`,
- * which may touch more rows than the limit): a run another transaction holds (a retry, a
- * cancel) is skipped, not waited for, and its state is checked again under the lock. Their
- * events (no foreign key: deleted here) and the runs go in the same statement; their stages
- * follow through the foreign key's ON DELETE CASCADE and are counted first. The ids are handed
- * on as one array (`= ANY (ARRAY(...))`): an index scan of events (run_id, id) even before the
- * events table has statistics, where a join on the CTE was planned as a sequential scan of all
- * events per batch.
+ * One batch: $1 the state, $2 the age in ms (the cutoff is db_now() - $2), $3 the most runs, $4
+ * the most events. The runs are locked FOR UPDATE SKIP LOCKED in a materialised CTE (never
+ * `id IN (... LIMIT)`, which may touch more rows than the limit): a run another transaction holds
+ * (a retry, a cancel) is skipped, not waited for, and its state is checked again under the lock.
+ * Bounded in events too: each locked run's events are counted (at most $4 + 1 read per run), and
+ * the runs go, oldest first, while their events add up to at most $4; the others wait for the next
+ * batch. A first run with more than $4 events alone loses $4 of them per batch (events have no
+ * foreign key) and goes once they fit. Their events and the runs go in the same statement; their
+ * stages follow through the foreign key's ON DELETE CASCADE and are counted first. The ids are
+ * handed on as arrays (`= ANY (ARRAY(...))`): an index scan of events (run_id, id) even before the
+ * events table has statistics. `locked`: runs this batch locked (fewer than $3: none left but
+ * those someone else holds); `deferred`: locked runs left for the next batch by the events bound.
  */
 export const PRUNE_BATCH_SQL = `
 WITH cutoff AS MATERIALIZED (SELECT ratchet.db_now() - $2::float8 * interval '1 millisecond' AS t),
@@ -40,11 +43,27 @@ doomed AS MATERIALIZED (${CANDIDATES}
   LIMIT $3
   FOR UPDATE SKIP LOCKED
 ),
-stage_count AS (SELECT count(*)::int AS n FROM ratchet.stages s WHERE s.run_id = ANY (ARRAY(SELECT id FROM doomed))),
-gone_events AS (DELETE FROM ratchet.events e WHERE e.run_id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING 1),
-gone_runs AS (DELETE FROM ratchet.runs r WHERE r.id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING 1)
+sized AS MATERIALIZED (
+  SELECT d.id, row_number() OVER (ORDER BY r.created_at, d.id) AS ord,
+    (SELECT count(*) FROM (SELECT 1 FROM ratchet.events e WHERE e.run_id = d.id LIMIT $4::int + 1) x) AS n
+  FROM doomed d JOIN ratchet.runs r ON r.id = d.id
+),
+running AS MATERIALIZED (SELECT id, ord, n, sum(n) OVER (ORDER BY ord) AS upto FROM sized),
+go AS MATERIALIZED (SELECT id FROM running WHERE upto <= $4::int),
+partial AS MATERIALIZED (
+  SELECT e.id FROM ratchet.events e
+  WHERE e.run_id = (SELECT id FROM running WHERE ord = 1 AND n > $4::int)
+  ORDER BY e.run_id, e.id LIMIT $4::int
+),
+stage_count AS (SELECT count(*)::int AS n FROM ratchet.stages s WHERE s.run_id = ANY (ARRAY(SELECT id FROM go))),
+gone_events AS (
+  DELETE FROM ratchet.events e WHERE e.run_id = ANY (ARRAY(SELECT id FROM go)) OR e.id = ANY (ARRAY(SELECT id FROM partial))
+  RETURNING 1
+),
+gone_runs AS (DELETE FROM ratchet.runs r WHERE r.id = ANY (ARRAY(SELECT id FROM go)) RETURNING 1)
 SELECT (SELECT count(*)::int FROM gone_runs) AS runs, (SELECT n FROM stage_count) AS stages,
-  (SELECT count(*)::int FROM gone_events) AS events`;
+  (SELECT count(*)::int FROM gone_events) AS events, (SELECT count(*)::int FROM doomed) AS locked,
+  (SELECT count(*)::int FROM doomed) - (SELECT count(*)::int FROM go) AS deferred`;
 
 /**
  * What a prune would delete (--dry-run), without locking or deleting: $1 the state, $2 the age

@@ -11,6 +11,9 @@ export type FinishedRunState = (typeof FINISHED_RUN_STATES)[number];
 /** Runs deleted per batch by default: one batch is one short statement (runs, their stages and events). */
 export const DEFAULT_PRUNE_BATCH = 500;
 export const MAX_PRUNE_BATCH = 10_000;
+/** Events deleted per batch at most by default: a batch of runs with long histories is cut to fit (and one huge run is emptied in steps). */
+export const DEFAULT_PRUNE_BATCH_EVENTS = 50_000;
+export const MAX_PRUNE_BATCH_EVENTS = 1_000_000;
 /** The longest age accepted (100 years): an age is compared in SQL, not given to a timer, so it may pass setTimeout's 24.8 days. */
 const MAX_AGE_MS = 100 * 365.25 * 24 * 3600 * 1000;
 
@@ -71,6 +74,8 @@ const pruneOptionsSchema = z
     olderThan: retentionPolicySchema,
     /** Runs per batch (default 500). */
     batchSize: z.number().int().min(1).max(MAX_PRUNE_BATCH).default(DEFAULT_PRUNE_BATCH),
+    /** Events per batch at most (default 50,000): the runs of a batch go while their events fit. */
+    batchEvents: z.number().int().min(1).max(MAX_PRUNE_BATCH_EVENTS).default(DEFAULT_PRUNE_BATCH_EVENTS),
     /** At most this many batches per state (the sweeper's bound per tick); default: until none is left. */
     maxBatchesPerState: z.number().int().positive().optional(),
     /** Count what would go; delete nothing. */
@@ -99,8 +104,9 @@ const counts = (r: Record<string, unknown> | undefined): PruneCounts => ({
 /**
  * Deletes finished runs older than their state's age (by the database clock), with their stages
  * and events, one bounded batch per statement; never a run that is not finished (the SQL
- * checks the state, under the run's row lock). A state's batches stop at the first batch
- * smaller than `batchSize` (nothing left, or the rest is locked by someone else right now).
+ * checks the state, under the run's row lock). Each batch is bounded in runs (`batchSize`)
+ * and in events (`batchEvents`). A state's batches stop at the first batch that locked fewer than
+ * `batchSize` runs and left none for the events bound (nothing left, or the rest is locked by someone else right now).
  */
 export async function prune(q: Queryable, options: PruneOptions): Promise<PruneResult> {
   const o = parseInput(pruneOptionsSchema, options, 'prune');
@@ -124,11 +130,13 @@ export async function prune(q: Queryable, options: PruneOptions): Promise<PruneR
         result.complete = false;
         break;
       }
-      const c = counts((await q.query(PRUNE_BATCH_SQL, [state, age, o.batchSize], 'ratchet_prune_batch'))[0]);
+      const [row] = await q.query(PRUNE_BATCH_SQL, [state, age, o.batchSize, o.batchEvents], 'ratchet_prune_batch');
+      const c = counts(row);
       result.batches++;
       add(state, c);
       await o.onBatch?.({ state, batch: result.batches, ...c });
-      if (c.runs < o.batchSize) break;
+      // More to do: the batch was full of runs, or the events bound left some of them (or part of one run's events) for the next.
+      if (Number(row?.locked ?? 0) < o.batchSize && Number(row?.deferred ?? 0) === 0) break;
     }
   }
   return result;

@@ -4,12 +4,13 @@
  * Insert a run; $1 id, $2 workflow, $3 definition hash, $4 input, $5 an absolute deadline, or
  * NULL, $6 submit idempotency key, $7 request hash, $8 a deadline as ms from the database's
  * now, or NULL (only the database clock decides a relative deadline, never the submitter's).
- * A repeated key inserts nothing and returns no row.
+ * A repeated key inserts nothing and returns no row. $9 priority, $10 traceparent or NULL.
  */
 export const INSERT_RUN_SQL = `
-INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at, priority)
+INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at, priority,
+  traceparent)
 VALUES ($1, $2, $3, $4::jsonb, 'queued', coalesce($5::timestamptz, ratchet.db_now() + $8::int * interval '1 millisecond'), $6, $7,
-  ratchet.db_now(), ratchet.db_now(), $9::int)
+  ratchet.db_now(), ratchet.db_now(), $9::int, $10)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, state`;
 
@@ -41,7 +42,7 @@ export const GET_RUN_BY_KEY_SQL = `SELECT id, state, request_hash FROM ratchet.r
 
 export const GET_RUN_SQL = `
 SELECT r.id, r.workflow, r.definition_hash, r.input, r.state, r.deadline, r.idempotency_key, r.result, r.error, r.priority,
-  r.created_at, r.updated_at, r.finished_at, ratchet.db_now() AS db_now
+  r.traceparent, r.created_at, r.updated_at, r.finished_at, ratchet.db_now() AS db_now
 FROM ratchet.runs r WHERE r.id = $1`;
 
 export const GET_STAGES_SQL = `

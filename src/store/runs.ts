@@ -60,6 +60,11 @@ export type StageSpec = z.input<typeof stageSpecSchema>;
 const createRunSchema = z
   .object({
     id: z.uuid().optional(),
+    /** The W3C traceparent of the run's span (src/observability/tracing.ts), when one was recorded. */
+    traceparent: z
+      .string()
+      .regex(/^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/)
+      .optional(),
     workflow: name,
     definitionHash: z.string().min(1).max(200),
     input: z.unknown(),
@@ -173,6 +178,7 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
       hash,
       run.deadlineInMs ?? null,
       run.priority ?? 0,
+      run.traceparent ?? null,
     ]);
     if (inserted.length === 0) {
       const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
@@ -227,6 +233,8 @@ export interface RunRow {
   stages: StageRow[];
   /** Higher is claimed first within a tool class (README "Priorities"). */
   priority: number;
+  /** The run span's W3C traceparent, or null (then the trace id is derived from the run id). */
+  traceparent?: string | null;
 }
 
 const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
@@ -245,6 +253,7 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
     state: r.state as RunState,
     deadline: (r.deadline as Date | null) ?? null,
     priority: (r.priority as number | undefined) ?? 0,
+    traceparent: (r.traceparent as string | null | undefined) ?? null,
     idempotencyKey: (r.idempotency_key as string | null) ?? null,
     result: r.result ?? null,
     error: r.error ?? null,

@@ -28,9 +28,22 @@ export const schedules = ratchet.table(
     /** The first tick after last_tick_at (computed by the application from cron and time zone); null: it never fires again. */
     nextTickAt: ts('next_tick_at'),
     lastRunId: uuid('last_run_id'),
-    /** A short lease on deciding this schedule's ticks: one worker at a time, taken over when it lapses. */
+    /**
+     * A short lease on deciding this schedule's ticks: one worker at a time, taken over when it lapses.
+     * With no owner, firing_until is a back-off: after a failed submit no worker fires the schedule before it.
+     */
     firingOwner: text('firing_owner'),
     firingUntil: ts('firing_until'),
+    /** The priority of the runs it starts; null: the workflow's default. */
+    priority: integer('priority'),
+    /** source 'code': a hash of the definition last written by the code sync (unchanged definition, no write). */
+    definitionHash: text('definition_hash'),
+    /** source 'code': when a sync found its definition gone from the workflow files; a retired schedule fires nothing. */
+    retiredAt: ts('retired_at'),
+    /** Failed submits in a row (reset by a started or skipped tick, or by a replace); each one backs off longer. */
+    failures: integer('failures').notNull().default(0),
+    /** The last failed submit's error ({ code, message }), until a tick starts a run. */
+    lastError: jsonb('last_error'),
     createdAt: ts('created_at').notNull().default(sql`now()`),
     updatedAt: ts('updated_at').notNull().default(sql`now()`),
   },
@@ -49,10 +62,18 @@ export const scheduleTicks = ratchet.table(
   {
     schedule: text('schedule').notNull(),
     tickAt: ts('tick_at').notNull(),
-    /** 'started' (run_id set) or 'skipped' (overlap: the previous run was still going). */
+    /**
+     * 'started' (run_id set), 'skipped' (overlap: the previous run was still going) or 'failed' (the
+     * submit failed; the tick is not decided and is tried again after a back-off, and becomes 'started').
+     */
     outcome: text('outcome').notNull(),
     runId: uuid('run_id'),
+    /** The last failed submit's error for this tick ({ code, message }); kept when the tick later starts. */
+    error: jsonb('error'),
     createdAt: ts('created_at').notNull().default(sql`now()`),
   },
-  (t) => [primaryKey({ columns: [t.schedule, t.tickAt] }), check('schedule_ticks_outcome_ck', sql`${t.outcome} in ('started','skipped')`)],
+  (t) => [
+    primaryKey({ columns: [t.schedule, t.tickAt] }),
+    check('schedule_ticks_outcome_ck', sql`${t.outcome} in ('started','skipped','failed')`),
+  ],
 );

@@ -35,6 +35,12 @@ export const runs = ratchet.table(
     finishedAt: ts('finished_at'),
     /** Higher is claimed first within a tool class (claim.sql.ts); copied to every stage of the run. */
     priority: integer('priority').notNull().default(0),
+    /**
+     * W3C traceparent of the run's `ratchet.run` span, written at submit when a tracer recorded
+     * one; every attempt span of the run is its child (src/observability/tracing.ts). Null: the
+     * trace id is derived from the run id.
+     */
+    traceparent: text('traceparent'),
   },
   (t) => [
     uniqueIndex('runs_idempotency_key_uq').on(t.idempotencyKey),

@@ -1,5 +1,13 @@
 import type { Queryable } from './db.js';
-import { DELETE_WORKER_SQL, DUE_IN_SQL, FAIL_UNSERVED_SQL, SWEEP_SQL, UNSERVED_CLASSES_SQL, UPSERT_WORKER_SQL } from './workers.sql.js';
+import {
+  DELETE_WORKER_SQL,
+  DUE_IN_SQL,
+  FAIL_UNSERVED_SQL,
+  SWEEP_SQL,
+  UNSERVED_CLASSES_SQL,
+  UPSERT_WORKER_SQL,
+  NEXT_LEASE_EXPIRY_SQL,
+} from './workers.sql.js';
 
 export interface SweptStage {
   stageId: string;
@@ -22,10 +30,14 @@ export async function deleteWorker(q: Queryable, owner: string): Promise<void> {
 }
 
 /** Due queued stages and expired leases of these lanes, about `limit` of each kind in all (at least 10 per lane). */
-export async function sweep(q: Queryable, lanes: Lane[], limit: number): Promise<SweptStage[]> {
+export async function sweep(q: Queryable, lanes: Lane[], limit: number, graceMs = 0): Promise<SweptStage[]> {
   if (lanes.length === 0) return [];
   const perLane = Math.max(10, Math.ceil(limit / lanes.length));
-  const rows = await q.query(SWEEP_SQL, [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash), perLane], 'ratchet_sweep');
+  const rows = await q.query(
+    SWEEP_SQL,
+    [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash), perLane, Math.max(0, Math.round(graceMs))],
+    'ratchet_sweep',
+  );
   return rows.map((r) => ({
     stageId: r.id as string,
     toolClass: r.tool_class as string,
@@ -50,4 +62,15 @@ export async function failUnserved(q: Queryable, classes: string[], afterMs: num
   if (classes.length === 0) return 0;
   const [r] = await q.query(FAIL_UNSERVED_SQL, [classes, afterMs]);
   return (r?.failed as number | undefined) ?? 0;
+}
+
+/** Milliseconds until the first live lease of these lanes expires (0: one has already); null when none is running. */
+export async function nextLeaseExpiryMs(q: Queryable, lanes: Lane[]): Promise<number | null> {
+  if (lanes.length === 0) return null;
+  const [r] = await q.query(
+    NEXT_LEASE_EXPIRY_SQL,
+    [lanes.map((l) => l.toolClass), lanes.map((l) => l.definitionHash)],
+    'ratchet_next_lease_expiry',
+  );
+  return r ? (r.wait_ms as number) : null;
 }

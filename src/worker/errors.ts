@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { ZodError } from 'zod';
-import { AttemptAbortedError, PermanentError, RatchetError, TransientError } from '../errors.js';
+import { AttemptAbortedError, BudgetExceededError, PermanentError, RatchetError, TransientError } from '../errors.js';
 import type { RetryErrorKind } from '../planner/retry.js';
 
 /** What a stage's error looks like in the database, the events and to callers. Never a stack. */
@@ -42,7 +42,7 @@ export function describeError(err: unknown, attempt: number, fence: string): Sta
   }
   if (err instanceof Error) {
     const code = (err as { code?: unknown }).code;
-    const details = err instanceof RatchetError ? err.details : undefined;
+    const details = err instanceof RatchetError || err instanceof BudgetExceededError ? err.details : undefined;
     return {
       code: typeof code === 'string' ? code : kind === 'unknown' ? 'error' : kind,
       message: err.message.slice(0, 2000),

@@ -4,7 +4,7 @@ import type { Registry } from '../definitions/registry.js';
 import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../definitions/types.js';
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { buildMessages } from '../agent/messages.js';
-import { callModel } from '../agent/model-client.js';
+import { callModelStreamed } from '../live/tokens.js';
 import { onAgentToolSuccess, onModelAnswer } from '../dispatcher/agent.js';
 import { onFailure, onSuccess, onUnstorable, stepInput, terminal, type DispatchDeps } from '../dispatcher/dispatcher.js';
 import { toJsonText } from '../store/json.js';
@@ -17,6 +17,9 @@ import { runGuarded } from './run-guarded.js';
 import type { Metrics } from '../observability/metrics.js';
 import { logPayload } from '../observability/log-payload.js';
 import { recordModelUsage } from '../observability/model-usage.js';
+import { assertWithinBudget } from '../agent/budget-gate.js';
+import { runUsage } from '../store/usage.js';
+import { traceModelCall, traceToolCall } from '../observability/tracing.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -128,12 +131,18 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     if (step.kind === 'model') {
       const history = await askStore(attempt, log, 'the run history', () => deps.store.runStages(stage.runId));
       const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
-      const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
+      // issue 12 budget hook: a run that reached its budget fails here, before the call (src/agent/budget-gate.ts)
+      const spent = step.agent.budget ? await askStore(attempt, log, 'the run usage', () => runUsage(deps.store.db, stage.runId)) : null;
+      assertWithinBudget(step.agent, spent);
+      const call = () =>
+        traceModelCall(step.agent.model, stage, () =>
+          callModelStreamed(deps.store.db, stage, step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs),
+        );
       const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
       row = onModelAnswer(step.agent, stage, answer, history, {
         ...data(),
-        ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer),
+        ...recordModelUsage(deps.metrics.registry, step.agent.model, stage.workflow, answer),
       });
     } else {
       const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
@@ -250,7 +259,8 @@ async function produce(
         data: { previousFence: stage.previousFence },
       });
       // reconcile has its own time limit (the class's timeout): it never eats into the run's.
-      const found = await runGuarded(attempt, () => runner.reconcile(inv), `reconcile of ${tool.name}`, stage.timeoutMs);
+      const reconcile = () => traceToolCall(inv, 'reconcile', (ctx) => runner.reconcile({ ...inv, ctx }));
+      const found = await runGuarded(attempt, reconcile, `reconcile of ${tool.name}`, stage.timeoutMs);
       deps.events.push({
         runId: stage.runId,
         stageId: stage.id,
@@ -263,7 +273,8 @@ async function produce(
       if (found.done) return validOutput(tool, found.output);
     }
   }
-  return validOutput(tool, await runGuarded(attempt, () => runner.run(inv), tool.name, stage.timeoutMs));
+  const run = () => traceToolCall(inv, 'run', (ctx) => runner.run({ ...inv, ctx })); // issue 12: the tool call's span
+  return validOutput(tool, await runGuarded(attempt, run, tool.name, stage.timeoutMs));
 }
 
 function validOutput(tool: Tool, output: unknown): unknown {

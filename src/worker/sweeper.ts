@@ -11,6 +11,8 @@ const SWEEP_BATCH = 500;
 /** Runs expired per statement, and statements per sweep at most (the rest wait for the next sweep). */
 const DEADLINE_BATCH = 200;
 const DEADLINE_BATCHES = 5;
+/** The lease wake comes this long after the first lease's expiry (the database rounds to the millisecond). */
+const LEASE_WAKE_MARGIN_MS = 50;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
 
@@ -23,6 +25,8 @@ export const UNSERVED_AFTER_MS = 30_000;
  */
 export class Sweeper {
   private timer: NodeJS.Timeout | null = null;
+  /** A one-shot wake at the first live lease's expiry, when that comes before the next tick. */
+  private leaseTimer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stopped = false;
 
@@ -54,6 +58,8 @@ export class Sweeper {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.leaseTimer = null;
     const r = this.running;
     this.running = null;
     await r;
@@ -84,9 +90,11 @@ export class Sweeper {
           }
         }
         if (this.transport.kind !== 'in-process' && this.transport.healthy()) {
-          const due = await this.store.sweep(lanes, SWEEP_BATCH);
+          // Queued stages younger than one sweep interval still have the wake-up sent when they were queued.
+          const due = await this.store.sweep(lanes, SWEEP_BATCH, this.intervalMs);
           for (const s of due) this.transport.notify(laneOf(s.toolClass, s.definitionHash), { stageId: s.stageId, attempt: s.attempt });
           if (due.length > 0) this.logger.debug({ event: 'sweep', count: due.length }, 'due stages re-sent');
+          await this.armLeaseTimer(lanes);
         }
         if (this.retention) await applyRetention(this.store, this.retention, this.logger);
       } catch (err) {
@@ -96,6 +104,35 @@ export class Sweeper {
     return this.running.finally(() => {
       if (!this.stopped) this.schedule();
     });
+  }
+
+  /**
+   * Reclaim after a crash within about the lease, not lease + one sweep interval: when the first
+   * live lease of this worker's lanes expires before the next tick, wake then (plus a small margin
+   * for the clocks' rounding) and re-send the expired leases only. Leases kept alive by heartbeats
+   * move on, and the wake finds nothing: one indexed statement (stages_running_lease_idx).
+   */
+  private async armLeaseTimer(lanes: { toolClass: string; definitionHash: string }[]): Promise<void> {
+    if (this.leaseTimer || this.stopped) return;
+    const waitMs = await this.store.nextLeaseExpiryMs(lanes);
+    if (waitMs === null || this.stopped) return;
+    const delay = waitMs + LEASE_WAKE_MARGIN_MS;
+    if (delay >= this.intervalMs) return; // the next tick comes first
+    this.leaseTimer = setTimeout(() => {
+      this.leaseTimer = null;
+      if (this.stopped || this.transport.kind === 'in-process' || !this.transport.healthy()) return;
+      void (async () => {
+        try {
+          const due = (await this.store.sweep(lanes, SWEEP_BATCH, this.intervalMs)).filter((s) => s.attempt > 1);
+          for (const s of due) this.transport.notify(laneOf(s.toolClass, s.definitionHash), { stageId: s.stageId, attempt: s.attempt });
+          if (due.length > 0) this.logger.debug({ event: 'sweep_leases', count: due.length }, 'expired leases re-sent');
+          await this.armLeaseTimer(lanes);
+        } catch (err) {
+          this.logger.warn({ event: 'sweep_failed', err: (err as Error).message }, 'sweep of expired leases failed');
+        }
+      })();
+    }, delay);
+    this.leaseTimer.unref();
   }
 
   /** Runs past their deadline become `expired`, in bounded batches (deadline.sql.ts). */

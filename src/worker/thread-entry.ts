@@ -65,7 +65,7 @@ export interface RunRequest {
   workflowHash: string;
   tool: string;
   input: unknown;
-  ctx: { fence: string; idempotencyKey: string; attempt: number; runId: string; stageId: string };
+  ctx: { fence: string; idempotencyKey: string; attempt: number; runId: string; stageId: string; traceparent?: string };
   logLevel: string;
   shared: SharedArrayBuffer;
 }
@@ -175,6 +175,7 @@ function startThread(port: MessagePort): void {
       attempt: req.ctx.attempt,
       runId: req.ctx.runId,
       stageId: req.ctx.stageId,
+      ...(req.ctx.traceparent ? { traceparent: req.ctx.traceparent } : {}),
       heartbeat(hbDetails?: unknown) {
         try {
           post({ type: 'heartbeat', id, details: hbDetails });

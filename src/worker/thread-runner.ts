@@ -334,7 +334,14 @@ export function createThreadRunner(options: ThreadRunnerOptions = {}): ThreadRun
         input,
         logLevel: ctx.log.level,
         shared,
-        ctx: { fence: ctx.fence, idempotencyKey: ctx.idempotencyKey, attempt: ctx.attempt, runId: ctx.runId, stageId: ctx.stageId },
+        ctx: {
+          fence: ctx.fence,
+          idempotencyKey: ctx.idempotencyKey,
+          attempt: ctx.attempt,
+          runId: ctx.runId,
+          stageId: ctx.stageId,
+          ...(ctx.traceparent ? { traceparent: ctx.traceparent } : {}),
+        },
       };
       try {
         post(t, req);

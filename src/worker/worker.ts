@@ -1,3 +1,4 @@
+import { traceAttempt } from '../observability/tracing.js';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Registry } from '../definitions/registry.js';
@@ -369,7 +370,7 @@ export class Worker {
 
   private launch(stage: ClaimedStage): void {
     const slot = this.takeSlot(stage.toolClass);
-    const done = executeStage(this.executorDeps, stage, slot)
+    const done = traceAttempt(stage, () => executeStage(this.executorDeps, stage, slot)) // issue 12: the attempt's span
       .then(
         (end) => end,
         (err: unknown) => {

@@ -9,6 +9,8 @@ export interface WitnessRequest {
   verdict: GuardVerdict;
   body: unknown;
   at: number;
+  /** The W3C trace context the tool sent (ctx.traceparent), or null. */
+  traceparent: string | null;
 }
 export interface Observation {
   [k: string]: unknown;
@@ -68,7 +70,8 @@ export async function startWitness(databaseUrl: string): Promise<Witness> {
             await tx.query('INSERT INTO witness_effects (key, fence, body) VALUES ($1, $2, $3)', [key, fence, JSON.stringify(b)]);
             return { status: 201, body: { applied: true, fence } };
           });
-          requests.push({ key, fence, verdict: result.verdict, body: b, at: Date.now() });
+          const traceparent = typeof req.headers.traceparent === 'string' ? req.headers.traceparent : null;
+          requests.push({ key, fence, verdict: result.verdict, body: b, at: Date.now(), traceparent });
           return reply(result.status, result.body);
         }
         if (req.method === 'GET' && url.pathname.startsWith('/effect/')) {

@@ -128,19 +128,19 @@ describe('firing schedules by the database clock', () => {
     await setDbTime('2026-05-01T00:00:00Z');
     await r.schedules.put({ name: 'none', cron: '0 * * * *', workflow: 'sched-fire', input: { n: 1 }, overlap: 'allow' });
     await setDbTime('2026-05-01T10:05:00Z'); // ten ticks passed with no worker
-    expect(await fire()).toEqual({ started: 1, skipped: 0, missed: 9 });
+    expect(await fire()).toEqual({ started: 1, skipped: 0, missed: 9, failed: 0 });
     expect((await runs('none')).map((x) => x.key)).toEqual([tickRunKey('none', new Date('2026-05-01T10:00:00Z'))]);
     const view = (await r.schedules.get('none'))!;
     expect(view.lastTickAt).toEqual(new Date('2026-05-01T10:00:00Z'));
     expect(view.nextTickAt).toEqual(new Date('2026-05-01T11:00:00Z'));
-    expect(await fire()).toEqual({ started: 0, skipped: 0, missed: 0 });
+    expect(await fire()).toEqual({ started: 0, skipped: 0, missed: 0, failed: 0 });
   });
 
   it('catchUp 3 after an outage: the last three missed ticks and the latest fire, oldest first', async () => {
     await setDbTime('2026-05-01T00:00:00Z');
     await r.schedules.put({ name: 'three', cron: '0 * * * *', workflow: 'sched-fire', input: { n: 1 }, overlap: 'allow', catchUp: 3 });
     await setDbTime('2026-05-01T10:05:00Z');
-    expect(await fire()).toEqual({ started: 4, skipped: 0, missed: 6 });
+    expect(await fire()).toEqual({ started: 4, skipped: 0, missed: 6, failed: 0 });
     expect(await ticks('three')).toEqual(['07', '08', '09', '10'].map((h) => `2026-05-01T${h}:00:00.000Z started`));
   });
 
@@ -150,7 +150,7 @@ describe('firing schedules by the database clock', () => {
     await setDbTime('2026-05-01T00:01:10Z');
     expect((await fire()).started).toBe(1);
     await setDbTime('2026-05-01T00:02:10Z');
-    expect(await fire()).toEqual({ started: 0, skipped: 1, missed: 0 });
+    expect(await fire()).toEqual({ started: 0, skipped: 1, missed: 0, failed: 0 });
     const [first] = await runs('skip');
     await r.cancel((await db.query(`SELECT id FROM ratchet.runs WHERE idempotency_key = $1`, [first!.key]))[0]!.id as string);
     await setDbTime('2026-05-01T00:03:10Z');
@@ -166,7 +166,7 @@ describe('firing schedules by the database clock', () => {
     await setDbTime('2026-05-01T00:00:00Z');
     await r.schedules.put({ name: 'skipcatch', cron: '0 * * * *', workflow: 'sched-fire', input: { n: 1 }, catchUp: 2 });
     await setDbTime('2026-05-01T05:30:00Z');
-    expect(await fire()).toEqual({ started: 1, skipped: 2, missed: 2 });
+    expect(await fire()).toEqual({ started: 1, skipped: 2, missed: 2, failed: 0 });
   });
 
   it('racing passes (several owners at once) start one run per tick', async () => {
@@ -189,9 +189,9 @@ describe('firing schedules by the database clock', () => {
     // The dead worker leased the schedule and even submitted the tick's run, then died before recording it.
     expect(await leaseDueSchedules(r.store.db, 'dead', ['sched-fire'], 10, FIRING_LEASE_MS)).toHaveLength(1);
     await r.submit('sched-fire', { n: 1 }, { idempotencyKey: tickRunKey('lapse', new Date('2026-05-01T01:00:00Z')) });
-    expect(await fire()).toEqual({ started: 0, skipped: 0, missed: 0 }); // the lease is held
+    expect(await fire()).toEqual({ started: 0, skipped: 0, missed: 0, failed: 0 }); // the lease is held
     await setDbTime(new Date(Date.parse('2026-05-01T01:00:05Z') + FIRING_LEASE_MS + 1000));
-    expect(await fire()).toEqual({ started: 1, skipped: 0, missed: 0 });
+    expect(await fire()).toEqual({ started: 1, skipped: 0, missed: 0, failed: 0 });
     expect(await runs('lapse')).toHaveLength(1);
     expect(await ticks('lapse')).toEqual(['2026-05-01T01:00:00.000Z started']);
   });

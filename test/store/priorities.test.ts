@@ -53,6 +53,19 @@ describe('priorities at the claim (PostgreSQL)', () => {
     },
   );
 
+  it('the keyed walk takes the highest priorities across keys, not the first keys it visits', async () => {
+    const c = 'prio_keys_across';
+    // Keys in walk order: the low-priority ones come first, the high-priority stages sit under the last keys.
+    for (let k = 0; k < 6; k++) await insertQueuedStages(store.db, 3, c, { priority: 0, concurrencyKey: `a${k}`, concurrencyLimit: 5 });
+    await insertQueuedStages(store.db, 1, c, { priority: 20, concurrencyKey: 'z1', concurrencyLimit: 5 });
+    await insertQueuedStages(store.db, 2, c, { priority: 10, concurrencyKey: 'z2', concurrencyLimit: 5 });
+    // The first claim of a class in this process is by priority (one in AGE_SHARE is by age).
+    const got = await store.claim({ owner: 'A', toolClass: c, limit: 2, definitions: ['h'], limits: { keyed: true } });
+    expect((await prioritiesOf(got.map((x) => x.id))).sort((a, b) => b - a)).toEqual([20, 10]);
+    const next = await store.claim({ owner: 'A', toolClass: c, limit: 2, definitions: ['h'], limits: { keyed: true } });
+    expect((await prioritiesOf(next.map((x) => x.id))).sort((a, b) => b - a)).toEqual([10, 0]);
+  });
+
   it('a low-priority stage under a constant stream of higher ones is claimed within AGE_SHARE claims once it is the oldest', async () => {
     const c = 'prio_stream';
     await insertQueuedStages(store.db, 1, c, { priority: -100 });
@@ -109,6 +122,49 @@ describe('priorities at the claim (PostgreSQL)', () => {
       expect(keyed).toContain('stages_queued_key_priority_idx');
     } finally {
       await c.end();
+    }
+  });
+});
+
+describe('the limited claim dates its leases from the claim, not from the start of its transaction', () => {
+  let db: TestDatabase;
+  let store: Store;
+  beforeAll(async () => {
+    db = await createTestDatabase('claim_clock');
+    store = await openStore({ databaseUrl: db.url });
+  });
+  afterAll(async () => {
+    await store?.close();
+    await db?.drop();
+  });
+
+  it('a claim that waited on the class lock gets a lease starting after the wait', async () => {
+    const c = 'clock_class';
+    await insertQueuedStages(store.db, 1, c, { priority: 0 });
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT pg_advisory_xact_lock(hashtextextended('ratchet:class:' || $1, 0))`, [c]);
+      const claiming = store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'], limits: { classConcurrency: 5 } });
+      for (;;) {
+        const [w] = await db.query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`);
+        if (w!.n > 0) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await new Promise((r) => setTimeout(r, 200)); // the claim's transaction started before this
+      const [{ t }] = (await holder.query(`SELECT ratchet.db_clock_now() AS t`)).rows as [{ t: Date }];
+      await holder.query('COMMIT');
+      const [got] = await claiming;
+      expect(got).toBeDefined();
+      const [row] = await db.query<{ claimed_at: Date; lease_until: Date; lease_ms: number }>(
+        `SELECT claimed_at, lease_until, lease_ms FROM ratchet.stages WHERE id = $1`,
+        [got!.id],
+      );
+      expect(row!.claimed_at.getTime()).toBeGreaterThanOrEqual(t.getTime());
+      expect(row!.lease_until.getTime()).toBeGreaterThanOrEqual(t.getTime() + row!.lease_ms);
+    } finally {
+      await holder.end();
     }
   });
 });

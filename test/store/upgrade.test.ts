@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
 import { createRatchet, type Ratchet } from '../../src/engine.js';
 import { silentLogger } from '../../src/logger.js';
-import { MIGRATIONS_FOLDER } from '../../src/store/migrate.js';
+import { CONCURRENT_INDEXES, MIGRATIONS_FOLDER, migratePostgres } from '../../src/store/migrate.js';
 import { until } from '../api/helpers.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
@@ -200,6 +200,98 @@ describe('migrations are forward-only and safe under running older workers', () 
         if (/NOT\s+NULL/i.test(add))
           expect(/DEFAULT/i.test(add), `${f}: a NOT NULL column without a default breaks older writers:\n${add}`).toBe(true);
       }
+      // drizzle runs the pending migrations in one transaction: an index built there blocks every worker's writes for the
+      // whole build (behind any ADD COLUMN's lock too). Indexes on the busy tables go to CONCURRENT_INDEXES (src/store/migrate.ts).
+      const index = s.match(/CREATE\s+(UNIQUE\s+)?INDEX\b[^;]*?\bON\s+(ONLY\s+)?"?ratchet"?\."?(stages|runs|events)\b/i);
+      expect(index, `${f}: builds an index on a busy table inside the migrations' transaction:\n${s.trim()}`).toBeNull();
     }
+  });
+
+  it('every index of CONCURRENT_INDEXES is declared in the schema (drizzle-kit keeps it in its snapshot)', () => {
+    const schema = readFileSync(join(MIGRATIONS_FOLDER, '..', 'src/store/schema.ts'), 'utf8');
+    for (const ix of CONCURRENT_INDEXES) expect(schema, ix.name).toContain(`index('${ix.name}')`);
+  });
+});
+
+describe('the migrator under running workers', () => {
+  let db: TestDatabase | undefined;
+  const dir = mkdtempSync(join(tmpdir(), 'ratchet-upgrade-lock-'));
+  afterAll(async () => {
+    rmSync(dir, { recursive: true, force: true });
+    await db?.drop();
+  });
+  const connect = async (name: string) => {
+    const c = new pg.Client({ connectionString: db!.url, application_name: name });
+    await c.connect();
+    return c;
+  };
+  const validIndexes = async () =>
+    (
+      await db!.query<{ name: string }>(
+        `SELECT c.relname AS name FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE c.relname = ANY($1::text[]) AND i.indisvalid ORDER BY 1`,
+        [CONCURRENT_INDEXES.map((x) => x.name)],
+      )
+    ).map((r) => r.name);
+
+  it('gives way to workers behind a long transaction (lock_timeout, retried), then builds the indexes concurrently', async () => {
+    db = await createTestDatabase('upgrade_lock', { empty: true });
+    const before = journal.entries.filter((e) => e.tag < '0008');
+    cpSync(MIGRATIONS_FOLDER, dir, { recursive: true });
+    writeFileSync(join(dir, 'meta/_journal.json'), JSON.stringify({ ...journal, entries: before }));
+    const holder = await connect('test-holder');
+    const worker = await connect('test-worker');
+    const migrator = await connect('test-migrator');
+    try {
+      await migrate(drizzle({ client: holder }), {
+        migrationsFolder: dir,
+        migrationsSchema: 'drizzle',
+        migrationsTable: 'ratchet_migrations',
+      });
+      // A long transaction of an older worker has read stages: ADD COLUMN on stages waits for it.
+      await holder.query('BEGIN');
+      await holder.query('SELECT count(*) FROM ratchet.stages');
+      const migrating = migratePostgres(migrator, { lockTimeoutMs: 300 });
+      let done = false;
+      void migrating.then(() => (done = true)).catch(() => {});
+      await until('the migrator waits for a lock', async () => {
+        const [w] = await db!.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'test-migrator' AND wait_event_type = 'Lock'`,
+        );
+        return w!.n > 0;
+      });
+      // A worker's query queued behind the migrator's lock request goes through once that request times out.
+      const blocked = Symbol('blocked');
+      const got = await Promise.race([
+        worker.query('SELECT count(*)::int AS n FROM ratchet.stages').then((r) => r.rows[0].n as number),
+        new Promise<symbol>((resolve) => setTimeout(() => resolve(blocked), 15_000)),
+      ]);
+      expect(got, 'a worker query waited behind the migration for as long as the long transaction lasted').toBe(0);
+      expect(done, 'the migration cannot finish while the long transaction holds stages').toBe(false);
+      await holder.query('COMMIT');
+      await migrating; // retried until the lock was free
+      const [applied] = await db.query(`SELECT count(*)::int AS n FROM drizzle.ratchet_migrations`);
+      expect(applied!.n).toBe(journal.entries.length);
+      expect(await validIndexes()).toEqual(CONCURRENT_INDEXES.map((x) => x.name).sort());
+    } finally {
+      await Promise.all([holder.end(), worker.end(), migrator.end()]);
+    }
+  });
+
+  it('builds a missing index again, and drops and rebuilds one a crashed build left INVALID', async () => {
+    const [a, b] = CONCURRENT_INDEXES.map((x) => x.name) as [string, string];
+    await db!.query(`DROP INDEX ratchet."${a}"`);
+    await db!.query(`UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'ratchet."${b}"'::regclass`);
+    expect(await validIndexes()).toEqual([]);
+    const c = await connect('test-migrator-2');
+    try {
+      await migratePostgres(c);
+      await migratePostgres(c); // idempotent
+    } finally {
+      await c.end();
+    }
+    expect(await validIndexes()).toEqual([a, b].sort());
+    const [n] = await db!.query(`SELECT count(*)::int AS n FROM pg_class WHERE relname = ANY($1::text[])`, [[a, b]]);
+    expect(n!.n).toBe(2);
   });
 });

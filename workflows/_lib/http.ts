@@ -16,13 +16,18 @@ export interface HttpAnswer {
   replayed: boolean;
 }
 
-type Ctx = Pick<ToolContext, 'signal'>;
+type Ctx = Pick<ToolContext, 'signal' | 'traceparent'>;
 
+/**
+ * Every request carries the tool call's trace context (`traceparent`, W3C Trace Context) when
+ * the worker gives one: the service's own spans then join the run's trace.
+ */
 async function send(url: string, init: RequestInit, ctx: Ctx): Promise<HttpAnswer> {
   let res: Response;
   let text: string;
+  const headers = { ...(init.headers as Record<string, string> | undefined), ...(ctx.traceparent ? { traceparent: ctx.traceparent } : {}) };
   try {
-    res = await fetch(url, { ...init, signal: ctx.signal });
+    res = await fetch(url, { ...init, headers, signal: ctx.signal });
     text = await res.text();
   } catch (err) {
     if (ctx.signal.aborted) throw ctx.signal.reason;
@@ -73,7 +78,7 @@ export async function getFromService(path: string, ctx: Ctx, opts: { allowMissin
 export async function fencedPost(
   path: string,
   body: unknown,
-  ctx: Pick<ToolContext, 'signal' | 'fence' | 'idempotencyKey' | 'beginEffect'>,
+  ctx: Pick<ToolContext, 'signal' | 'fence' | 'idempotencyKey' | 'beginEffect' | 'traceparent'>,
 ): Promise<HttpAnswer> {
   const payload = JSON.stringify(body);
   const requestId = randomUUID();

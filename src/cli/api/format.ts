@@ -21,7 +21,11 @@ export function formatRun(r: RunJson): string {
     lines.push(line);
   }
   if (r.usage && r.usage.modelCalls > 0)
-    lines.push(`model usage: ${r.usage.inputTokens} tokens in, ${r.usage.outputTokens} out, ${r.usage.modelCalls} calls`);
+    lines.push(
+      `model usage: ${r.usage.inputTokens} tokens in, ${r.usage.outputTokens} out, ${r.usage.modelCalls} calls` +
+        (r.usage.cost !== undefined ? `, cost ${Number(r.usage.cost.toFixed(6))}` : ''),
+    );
+  if (r.traceId) lines.push(`trace: ${r.traceId}`);
   if (r.state === 'succeeded') lines.push(`result: ${JSON.stringify(r.result)}`);
   else if (r.error) lines.push(`error: ${errorText(r.error)}`);
   return lines.join('\n');

@@ -12,6 +12,7 @@ interface AddFlags extends ScheduleFlags {
   input?: string;
   overlap?: string;
   catchUp?: string;
+  priority?: string;
 }
 
 /** What the schedules commands need, from a server (--url) or from the store directly. */
@@ -68,6 +69,16 @@ async function withSchedules<T>(o: ScheduleFlags, withWorkflows: boolean, fn: (b
   }
 }
 
+/** ok; retired (no longer in the workflow files); failing: the last submit's error, and when the tick is tried again. */
+function status(s: ScheduleJson): string {
+  if (s.retiredAt) return `retired ${s.retiredAt}`;
+  if (s.failures > 0 && s.lastError) {
+    const message = s.lastError.message.length > 80 ? `${s.lastError.message.slice(0, 77)}...` : s.lastError.message;
+    return `failing x${s.failures} (${s.lastError.code}: ${message})${s.backoffUntil ? ` retry after ${s.backoffUntil}` : ''}`;
+  }
+  return 'ok';
+}
+
 function formatSchedules(list: ScheduleJson[]): string {
   if (list.length === 0) return 'no schedules';
   const rows = list.map((s) => [
@@ -75,10 +86,11 @@ function formatSchedules(list: ScheduleJson[]): string {
     `${s.cron} (${s.timezone})`,
     s.workflow,
     s.nextTickAt ?? 'never',
-    `overlap=${s.overlap} catchUp=${s.catchUp}`,
+    `overlap=${s.overlap} catchUp=${s.catchUp}${s.priority !== null ? ` priority=${s.priority}` : ''}`,
     s.source,
+    status(s),
   ]);
-  const head = ['NAME', 'CRON', 'WORKFLOW', 'NEXT TICK', 'POLICY', 'SOURCE'];
+  const head = ['NAME', 'CRON', 'WORKFLOW', 'NEXT TICK', 'POLICY', 'SOURCE', 'STATUS'];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   return [head, ...rows]
     .map((r) =>
@@ -110,6 +122,7 @@ export function registerSchedulesCommand(program: Command): void {
     .option('--input <json>', "each run's input: JSON, or @file (default {})")
     .option('--overlap <skip|allow>', 'skip (default): start nothing while the previous run is going')
     .option('--catch-up <none|N>', 'missed ticks fired after an outage besides the latest (default none)')
+    .option('--priority <n>', "the priority of the runs it starts, -100..100 (default: the workflow's)")
     .option('--workflows-dir <dir>', 'where the workflows are (without --url)')
     .action(async (name: string, _o: unknown, cmd: Command) => {
       const [{ printer }, { readRunInput }] = await Promise.all([import('../api/options.js'), import('../run/input.js')]);
@@ -123,6 +136,7 @@ export function registerSchedulesCommand(program: Command): void {
         input: o.input === undefined ? {} : await readRunInput(o.input),
         ...(o.overlap ? { overlap: o.overlap } : {}),
         ...(catchUp !== undefined ? { catchUp } : {}),
+        ...(o.priority !== undefined ? { priority: /^-?\d+$/.test(o.priority) ? Number(o.priority) : o.priority } : {}),
       } as ScheduleBody;
       const res = await withSchedules(o, true, (b) => b.put(body));
       printer(o)(res, () => `${res.created ? 'created' : 'replaced'} schedule ${name}: next tick ${res.schedule.nextTickAt ?? 'never'}`);

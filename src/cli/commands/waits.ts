@@ -13,9 +13,22 @@ interface WaitCliOptions extends GlobalOptions {
  * state does not allow it (ended, already decided, no stage awaits approval).
  */
 export function registerWaitCommands(program: Command): void {
+  registerSignalCommand(program);
+  registerApproveCommand(program);
+  registerRejectCommand(program);
+}
+
+/** The description each command shows in `ratchet --help` (src/cli/commands/index.ts shows the same before loading this module). */
+export const WAIT_COMMAND_HELP = {
+  signal: "send a signal to a run's waitForSignal step (kept until the wait starts when it has not yet)",
+  approve: 'approve a tool call that waits for a person (it is queued and runs); --input edits its input',
+  reject: "reject a tool call that waits for a person (an agent hears the reason as the tool's answer; a static run fails)",
+} as const;
+
+export function registerSignalCommand(program: Command): void {
   program
     .command('signal')
-    .description("send a signal to a run's waitForSignal step (kept until the wait starts when it has not yet)")
+    .description(WAIT_COMMAND_HELP.signal)
     .argument('<run>', 'the run id')
     .argument('<name>', 'the signal name')
     .requiredOption('--data <json>', 'the payload: inline JSON, or @path to a JSON file (@- reads stdin)')
@@ -37,21 +50,19 @@ export function registerWaitCommands(program: Command): void {
           (res.status === 'delivered' ? `delivered to stage ${res.stageId}` : 'kept: the run has not reached its wait yet'),
       );
     });
+}
 
-  const decide = (verb: 'approve' | 'reject') =>
-    program
-      .command(verb)
-      .description(
-        verb === 'approve'
-          ? 'approve a tool call that waits for a person (it is queued and runs); --input edits its input'
-          : "reject a tool call that waits for a person (an agent hears the reason as the tool's answer; a static run fails)",
-      )
-      .argument('<run>', 'the run id')
-      .option('--stage <id>', "the stage (default: the run's one stage awaiting approval)")
-      .option('--reason <text>', 'why (recorded in the events)')
-      .option('--by <name>', 'who you are (recorded beside the token)')
-      .option('--workflows-dir <dir>', 'workflow definitions, without --url (env RATCHET_WORKFLOWS_DIR)');
-  decide('approve')
+const decide = (program: Command, verb: 'approve' | 'reject') =>
+  program
+    .command(verb)
+    .description(WAIT_COMMAND_HELP[verb])
+    .argument('<run>', 'the run id')
+    .option('--stage <id>', "the stage (default: the run's one stage awaiting approval)")
+    .option('--reason <text>', 'why (recorded in the events)')
+    .option('--by <name>', 'who you are (recorded beside the token)')
+    .option('--workflows-dir <dir>', 'workflow definitions, without --url (env RATCHET_WORKFLOWS_DIR)');
+export function registerApproveCommand(program: Command): void {
+  decide(program, 'approve')
     .option('--input <json>', "an edited input: inline JSON or @path, checked by the tool's schema")
     .action(async (runId: string, _o: unknown, cmd: Command) => {
       const [{ withBackend }, { printer }, { readJsonArg }, { stageIdOption }] = await Promise.all([
@@ -74,7 +85,10 @@ export function registerWaitCommands(program: Command): void {
           `stage ${res.stageId} of run ${res.runId} approved by ${res.decidedBy}${res.inputHash ? ' with an edited input' : ''}: queued`,
       );
     });
-  decide('reject').action(async (runId: string, _o: unknown, cmd: Command) => {
+}
+
+export function registerRejectCommand(program: Command): void {
+  decide(program, 'reject').action(async (runId: string, _o: unknown, cmd: Command) => {
     const [{ withBackend }, { printer }, { stageIdOption }] = await Promise.all([
       import('../api/backend.js'),
       import('../api/options.js'),

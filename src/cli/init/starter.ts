@@ -51,7 +51,8 @@ const OUTBOX = resolve(process.env.OUTBOX_DIR ?? 'outbox');
  * what it means, so a retried stage or a resubmitted run delivers once) and \`ctx.fence\` is the
  * attempt's fencing token, greater for every newer attempt. A real service gets both as headers
  * (\`Idempotency-Key\`, \`X-Execution-Fence\`) and checks them with createFenceGuard from
- * 'ratchet/receiver'; this stand-in keeps one file per key.
+ * 'ratchet/receiver' (send \`ctx.traceparent\` as \`traceparent\` too: the service joins the run's
+ * trace); this stand-in keeps one file per key.
  */
 const deliver = defineTool({
   name: 'deliver',

@@ -2,7 +2,7 @@ import { eventToJson } from '../../api/present.js';
 import type { RunJson } from '../../api/schemas.js';
 import { createRunService } from '../../api/service.js';
 import { createClient } from '../../client/client.js';
-import type { EventJson, WatchEnd } from '../../client/watch.js';
+import type { EventJson, TokenJson, WatchEnd } from '../../client/watch.js';
 import { resolveDuration } from '../../definitions/duration.js';
 import { createRatchet } from '../../engine.js';
 import { InvalidInputError } from '../../errors.js';
@@ -18,6 +18,8 @@ export interface WatchCommandOptions extends GlobalOptions {
   timeout: string;
   after?: string;
   stages: boolean;
+  /** Print a streaming model's pieces as they arrive (text; --json: `{"type":"token",...}` lines). */
+  tokens?: boolean;
 }
 
 /** The database directly: the same stream the server sends, read in this process. */
@@ -27,6 +29,7 @@ async function* fromStore(
   deadlineMs: number,
   signal: AbortSignal,
   getRun: { fn?: () => Promise<RunJson>; final?: RunJson },
+  onToken?: (t: TokenJson) => void,
 ): AsyncGenerator<EventJson, WatchEnd> {
   const ratchet = await createRatchet({ ...storeTarget(o), workflows: [], logger: cliLogger() });
   const hub = createEventHub(ratchet.store.db);
@@ -42,6 +45,10 @@ async function* fromStore(
     const stream = await openRunStream(ratchet.store.db, hub, id, { ...(o.after ? { afterEventId: o.after } : {}), signal: ac.signal });
     if (stream) {
       for await (const item of stream) {
+        if (item.kind === 'token') {
+          const { stageId, fence, attempt, index, text } = item.token;
+          onToken?.({ stageId, fence, attempt, index, text });
+        }
         if (item.kind !== 'event') continue;
         const e = eventToJson(item.event);
         last = e.id;
@@ -73,7 +80,22 @@ export async function watchCommand(id: string, o: WatchCommandOptions): Promise<
   const onSignal = () => interrupt.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const out = (obj: Record<string, unknown>, text: string) => process.stdout.write(o.json ? `${JSON.stringify(obj)}\n` : `${text}\n`);
+  // --tokens in text mode: pieces go on the current line; the next line written starts a new one.
+  let midLine = false;
+  const write = (l: string) => {
+    process.stdout.write(midLine ? `\n${l}` : l);
+    midLine = false;
+  };
+  const onToken = o.tokens
+    ? (t: TokenJson) => {
+        if (o.json) write(`${JSON.stringify({ type: 'token', ...t })}\n`);
+        else {
+          process.stdout.write(t.text);
+          midLine = t.text.length > 0 && !t.text.endsWith('\n');
+        }
+      }
+    : undefined;
+  const out = (obj: Record<string, unknown>, text: string) => write(o.json ? `${JSON.stringify(obj)}\n` : `${text}\n`);
   try {
     const url = serverUrl(o);
     const client = url ? createClient({ baseUrl: url, token: bearerToken(o) }) : null;
@@ -85,9 +107,10 @@ export async function watchCommand(id: string, o: WatchCommandOptions): Promise<
           signal: interrupt.signal,
           ...(o.after ? { after: o.after } : {}),
           poll: { initialInterval: 250, maxInterval: 5000 },
+          ...(onToken ? { onToken } : {}),
         })
-      : fromStore(o, id, timeout.ms, interrupt.signal, local);
-    const follow = createFollower({ json: o.json, write: (l) => process.stdout.write(l) }, getRun, o.stages ? 'stages' : 'events');
+      : fromStore(o, id, timeout.ms, interrupt.signal, local, onToken);
+    const follow = createFollower({ json: o.json, write }, getRun, o.stages ? 'stages' : 'events');
     const w = await followWatch(watch, (e) => follow.event(e));
     const run: RunJson | null = client ? await client.get(id).catch(() => null) : (local.final ?? null);
     const state = run?.state ?? null;

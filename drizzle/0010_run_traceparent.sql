@@ -1,0 +1,1 @@
+ALTER TABLE "ratchet"."runs" ADD COLUMN "traceparent" text;
