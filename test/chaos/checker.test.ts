@@ -37,10 +37,11 @@ function stageRow(p: Partial<StageLogRow> & Pick<StageLogRow, 'stageId' | 'newSt
     newFence: null,
     oldOwner: null,
     newOwner: null,
-    oldLeaseUntil: null,
     newLeaseUntil: null,
     availableAt: null,
     attempt: 0,
+    // By default a write on a running stage is made while its lease is live (a stale one says so).
+    oldLeaseUntil: p.oldState === 'running' ? p.at + 1000 : null,
     ...p,
   };
 }
@@ -207,9 +208,11 @@ describe('chaos invariant checker', () => {
 
   it('duplicate_effect and missing_effect: from the receiver ledger and the succeeded effect stages', () => {
     const h = clean();
-    h.effects.push({ key: 'k1', fence: '13', at: T0 + 200 });
-    expect(only(h, 'duplicate_effect')[0]!.evidence).toMatchObject({ key: 'k1' });
-    expect(check(h, cfg).stats.duplicates).toBe(1);
+    h.effects.push({ key: 'k1', fence: '11', at: T0 + 200 });
+    const v = check(h, cfg).violations;
+    expect(v.map((x) => x.invariant)).toEqual(['duplicate_effect', 'effect_per_stage']);
+    expect(v[0]!.evidence).toMatchObject({ key: 'k1' });
+    expect(v[1]!.message).toBe('stage s1 has 2 applied effects');
     // Answered applied twice for one key while the table kept one row (an acknowledged commit lost).
     const twice = clean();
     twice.ledger.push({
@@ -217,33 +220,135 @@ describe('chaos invariant checker', () => {
       arrivedAt: T0 + 300,
       answeredAt: T0 + 310,
       key: 'k1',
-      fence: '14',
+      fence: '12',
       worker: 'w2',
       verdict: 'applied',
       status: 201,
     });
-    expect(only(twice, 'duplicate_effect')[0]!.message).toBe('key k1 was answered applied 2 times');
+    const tv = check(twice, cfg).violations;
+    expect(tv.map((x) => x.invariant)).toEqual(['duplicate_effect', 'effect_per_stage', 'effect_per_stage']);
+    expect(tv[0]!.message).toBe('key k1 was answered applied 2 times');
+    expect(tv[1]!.message).toBe('stage s2 sent 2 idempotency keys: k2, k1');
+    expect(tv[2]!.message).toBe('stage s2 has 2 applied effects');
     const missing = clean();
     missing.effects = missing.effects.slice(1);
     expect(only(missing, 'missing_effect')[0]!.message).toMatch(/stage s1/);
   });
 
-  it('stale_write: an effect applied with a fence lower than one seen before for its key', () => {
+  it('stale_write: an effect applied with a fence lower than one the guard admitted before for its key', () => {
     const h = clean();
+    // Stage s1 reclaimed (fence 11 -> 21); the new owner's request was applied first, the old owner's late one after it.
+    h.stageLog.push(
+      stageRow({
+        stageId: 's9',
+        runId: 'r1',
+        op: 'insert',
+        newState: 'running',
+        at: T0 + 50,
+        newFence: '21',
+        newOwner: 'w2',
+        newLeaseUntil: T0 + 3050,
+      }),
+    );
     h.ledger = [
-      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '20', worker: 'w2', verdict: 'in_progress', status: 409 },
+      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '21', worker: 'w2', verdict: 'applied', status: 201 },
       { seq: 2, arrivedAt: T0 + 2, answeredAt: T0 + 3, key: 'k1', fence: '11', worker: 'w1', verdict: 'applied', status: 201 },
       ...h.ledger.slice(1),
     ];
-    expect(only(h, 'stale_write')[0]!.evidence).toMatchObject({ applied: { fence: '11' } });
-    // The same requests the other way round are fine: the higher fence came later and was refused.
+    const v = check(h, cfg).violations;
+    expect(v.filter((x) => x.invariant === 'stale_write')).toHaveLength(1);
+    expect(v.find((x) => x.invariant === 'stale_write')!.evidence).toMatchObject({ applied: { fence: '11' } });
+    expect(check(h, cfg).stats.staleWrites).toBe(1);
+    // A higher fence the guard did not record (answered in_progress before it was admitted) is not a mark to beat.
     const ok = clean();
+    ok.stageLog.push(...h.stageLog.slice(-1));
     ok.ledger = [
-      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '11', worker: 'w1', verdict: 'applied', status: 201 },
-      { seq: 2, arrivedAt: T0 + 2, answeredAt: T0 + 3, key: 'k1', fence: '20', worker: 'w2', verdict: 'replayed', status: 201 },
+      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '21', worker: 'w2', verdict: 'in_progress', status: 409 },
+      { seq: 2, arrivedAt: T0 + 2, answeredAt: T0 + 3, key: 'k1', fence: '11', worker: 'w1', verdict: 'applied', status: 201 },
       ...ok.ledger.slice(1),
     ];
-    expect(check(ok, cfg).violations).toEqual([]);
+    expect(check(ok, cfg).violations.filter((x) => x.invariant === 'stale_write')).toEqual([]);
+  });
+
+  it('stale_engine_write: an owner finishing or extending after its lease ended, caught from the trigger log', () => {
+    const finish = clean();
+    const done = finish.stageLog.find((r) => r.stageId === 's1' && r.newState === 'succeeded')!;
+    done.oldLeaseUntil = T0 + 1400; // lease ended 100 ms before the finish's transaction began
+    done.txAt = T0 + 1500;
+    const v = only(finish, 'stale_engine_write');
+    expect(v[0]!.message).toMatch(/stage s1: fence 11 \(owner w1\) wrote running -> succeeded/);
+    expect(check(finish, cfg).stats).toMatchObject({ staleEngineWrites: 1, staleWrites: 1 });
+    // An extension of a lapsed lease: a stale write, and it does not revive the lease interval.
+    const extend = clean();
+    const ext = extend.stageLog.find((r) => r.stageId === 's1' && r.newState === 'running' && r.oldState === 'running')!;
+    ext.oldLeaseUntil = T0 + 900;
+    ext.txAt = T0 + 1000;
+    const rows = extend.stageLog.filter((r) => r.stageId === 's1');
+    rows[1]!.newLeaseUntil = T0 + 900;
+    expect(only(extend, 'stale_engine_write')).toHaveLength(1); // the extension (the finish after it saw the row it wrote)
+    expect(leaseIntervals(extend.stageLog).find((iv) => iv.stageId === 's1')!.end).toBe(T0 + 900);
+    // Not the owner's: a cancel, the startup expiry, the exhausted-attempts sweep, even past the lease.
+    const others = clean();
+    const base = { stageId: 's1', runId: 'r1', oldState: 'running', oldFence: '11', newFence: '11', oldLeaseUntil: T0 + 100 } as const;
+    others.stageLog.push(
+      stageRow({ ...base, newState: 'running', at: T0 + 200, newLeaseUntil: T0 + 199 }),
+      stageRow({ ...base, newState: 'cancelled', at: T0 + 300 }),
+      stageRow({ ...base, newState: 'failed', at: T0 + 400, errorCode: 'attempts_exhausted' }),
+    );
+    expect(check(others, cfg).violations.filter((x) => x.invariant === 'stale_engine_write')).toEqual([]);
+  });
+
+  it('effect_per_stage: requests mapped to their stage by fence, one key per stage, one applied effect per stage', () => {
+    // The tool reports key k1 but its stage's requests used two keys: caught without the tool's word.
+    const keys = clean();
+    keys.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'other',
+      fence: '11',
+      worker: 'w1',
+      verdict: 'replayed',
+      status: 201,
+    });
+    expect(only(keys, 'effect_per_stage')[0]!.message).toBe('stage s1 sent 2 idempotency keys: k1, other');
+    // Two applied effects under two keys for one stage (no key applied twice, so the per-key check alone would miss it).
+    const two = clean();
+    two.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'k1b',
+      fence: '11',
+      worker: 'w1',
+      verdict: 'applied',
+      status: 201,
+    });
+    two.effects.push({ key: 'k1b', fence: '11', at: T0 + 122 });
+    const v = check(two, cfg).violations.filter((x) => x.invariant === 'effect_per_stage');
+    expect(v.map((x) => x.message)).toContain('stage s1 has 2 applied effects');
+    expect(check(two, cfg).stats.duplicates).toBe(1);
+    // A request whose fence no stage was given.
+    const stray = clean();
+    stray.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'k9',
+      fence: '999',
+      worker: 'w1',
+      verdict: 'stale_fence',
+      status: 409,
+    });
+    expect(only(stray, 'effect_per_stage')[0]!.message).toMatch(/fence 999 that no stage was given/);
+    // missing_effect no longer trusts the output's key: the effect under the stage's fence counts.
+    const lied = clean();
+    lied.stages[0]!.effectKey = 'nonsense';
+    expect(check(lied, cfg).violations).toEqual([]);
+    const none = clean();
+    none.effects[0]!.fence = '12';
+    none.effects[0]!.key = 'k2';
+    expect(check(none, cfg).violations.map((x) => x.invariant)).toEqual(expect.arrayContaining(['missing_effect']));
   });
 
   it('fence_order: a stage claimed again with a lower fence, or one fence on two stages', () => {
@@ -277,7 +382,9 @@ describe('chaos invariant checker', () => {
         if (r.newFence) r.newFence = '11';
         if (r.oldFence) r.oldFence = '11';
       }
-    expect(only(twice, 'fence_order')[0]!.message).toMatch(/fence 11 handed to stages s1 and s2/);
+    expect(check(twice, cfg).violations.filter((v) => v.invariant === 'fence_order')[0]!.message).toMatch(
+      /fence 11 handed to stages s1 and s2/,
+    );
   });
 
   it('illegal_transition: a stage or run move the state table does not allow', () => {
@@ -521,6 +628,8 @@ describe('chaos invariant checker', () => {
     );
     h.stageLog.push(...stageLife('s2', 'r2', T0 + 2000).map((r) => ({ ...r, newFence: r.newFence && '70', oldFence: r.oldFence && '70' })));
     h.faults = [{ kind: 'sigkill', at: T0 + 1000, endAt: T0 + 1000, worker: 'a', owner: 'w1' }];
+    h.ledger[1]!.fence = '70';
+    h.effects[1]!.fence = '70';
     const result = check(h, cfg);
     expect(result.violations).toEqual([]);
     // s2 is owned by w1 too but was claimed after the kill (same owner name in this synthetic history): not counted.
