@@ -637,6 +637,111 @@ describe('chaos invariant checker', () => {
     expect(result.stats.reclaims).toBe(1);
   });
 
+  it('events_mismatch: each claim has its claim event with its fence; no event of an unknown run', () => {
+    const withEvents = (h: History) => {
+      h.events = [
+        { id: 1, runId: 'r1', stageId: 's1', type: 'job_claimed', fence: '11', at: T0 + 10 },
+        { id: 2, runId: 'r2', stageId: 's2', type: 'job_claimed', fence: '12', at: T0 + 2010 },
+        { id: 3, runId: 'r1', stageId: 's1', type: 'result_rejected', fence: '11', at: T0 + 1600 },
+      ];
+      return h;
+    };
+    const ok = check(withEvents(clean()), cfg);
+    expect(ok.violations).toEqual([]);
+    expect(ok.stats.events).toEqual({ total: 3, resultRejected: 1, ownershipUnknown: 0, claimEvents: 2 });
+    const wrongFence = withEvents(clean());
+    wrongFence.events![1]!.fence = '99';
+    const v = only(wrongFence, 'events_mismatch');
+    expect(v.map((x) => x.message)).toEqual([
+      '1 claim(s) in the trigger log without their job_claimed / lease_reclaimed event',
+      '1 claim event(s) with no claim of that stage and fence in the trigger log',
+    ]);
+    const stranger = withEvents(clean());
+    stranger.events!.push({ id: 4, runId: 'ghost', stageId: null, type: 'run_submitted', fence: null, at: T0 });
+    expect(only(stranger, 'events_mismatch')[0]!.message).toMatch(/1 event\(s\) of runs neither/);
+  });
+
+  it('unexpected_failure: a failed run is fine only with the deliberate error', () => {
+    const c = { ...cfg, deliberateFailure: 'fails on purpose' };
+    const h = clean();
+    h.runs[0]!.state = 'failed';
+    h.runs[0]!.error = { code: 'tool_failed', message: 'flaky: the first call of this key fails on purpose' };
+    expect(check(h, c).violations).toEqual([]);
+    expect(check(h, c).stats.failedRuns).toEqual({ deliberate: 1, unexpected: 0 });
+    h.runs[0]!.error = { code: 'attempts_exhausted', message: 'all 12 attempts were used' };
+    const v = check(h, c).violations;
+    expect(v.map((x) => x.invariant)).toEqual(['unexpected_failure']);
+    expect(check(h, c).stats.failedRuns).toEqual({ deliberate: 0, unexpected: 1 });
+  });
+
+  it('lost_run and duplicate_run: every listed run terminal, one 202 per key; time to terminal after the last fault', () => {
+    const stray = clean();
+    stray.runs.push({ id: 'r7', workflow: 'w', state: 'running', createdAt: T0, finishedAt: null });
+    expect(only(stray, 'lost_run')[0]!.message).toMatch(/run r7 .* never answered to a submit, is still running/);
+    const twice = clean();
+    twice.submits[1]!.status = 202;
+    expect(only(twice, 'duplicate_run')[0]!.message).toBe('idempotency key sub-1 was answered 202 (a new run) 2 times');
+    const none = clean();
+    none.submits[0]!.status = 200;
+    only(none, 'duplicate_run');
+    none.submits[0]!.tries = 2; // the first try's answer was lost: its retry is answered 200
+    expect(check(none, cfg).violations).toEqual([]);
+    const t = clean();
+    t.runs[1]!.finishedAt = t.lastFaultEndAt + 4000;
+    expect(check(t, cfg).stats.timeToTerminalMs).toEqual({ count: 1, p50: 4000, p99: 4000, max: 4000 });
+  });
+
+  it('coverage: a soak that exercised nothing fails; an injection that threw fails', () => {
+    const c: CheckConfig = {
+      ...cfg,
+      classLimits: { io: 1 },
+      coverage: { faultKinds: ['sigkill', 'rolling_deploy'], floodKey: 'flood', floodKeyLimit: 1, staleFence: true },
+    };
+    const h = clean();
+    const messages = check(h, c)
+      .violations.filter((v) => v.invariant === 'coverage')
+      .map((v) => v.message);
+    expect(messages).toEqual([
+      'no rolling_deploy fault was injected',
+      'no small-tenant wait was measured inside a flood window',
+      'key flood peaked at 0 live leases, never its limit 1',
+      'no version-1 run finished after the rolling deploy began',
+      'the receiver never answered stale_fence',
+    ]);
+    // Everything exercised: a flood with a small tenant waiting inside it, the key and class at their limits, a deploy
+    // that a version-1 run outlived, a stale fence refused.
+    const full = clean();
+    full.stageLog = [
+      ...stageLife('s1', 'r1', T0, { key: 'small', limit: 2 }),
+      ...stageLife('s2', 'r2', T0 + 2000, { key: 'flood', limit: 1 }),
+    ];
+    full.faults.push({ kind: 'tenant_flood', at: T0 - 100, endAt: T0 + 50 }, { kind: 'rolling_deploy', at: T0 + 1000, endAt: T0 + 1200 });
+    full.deployStartedAt = T0 + 1000;
+    full.versions = { r1: 1 };
+    full.runs[0]!.resultVersion = 1;
+    full.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'k1',
+      fence: '11',
+      worker: 'w1',
+      verdict: 'stale_fence',
+      status: 409,
+    });
+    const r = check(full, c);
+    expect(r.violations).toEqual([]);
+    expect(r.stats.peakConcurrency).toEqual({
+      'class:io': { peak: 1, limit: 1 },
+      'key:small': { peak: 1, limit: 2 },
+      'key:flood': { peak: 1, limit: 1 },
+    });
+    expect(r.stats.tenantWaitsInFlood).toBe(1);
+    expect(r.stats.v1FinishedAfterDeploy).toBe(1);
+    full.faults.push({ kind: 'injection_failed', at: T0, endAt: T0, detail: 'sigstop: ESRCH' });
+    expect(check(full, c).violations.map((v) => v.message)).toEqual(['1 injection(s) failed: sigstop: ESRCH']);
+  });
+
   it('quantile: nearest rank', () => {
     expect(quantile([], 0.5)).toBeNull();
     expect(quantile([1, 2, 3, 4], 0.5)).toBe(2);
