@@ -7,7 +7,7 @@ import { spawnTs, type Child } from '../test/helpers/child.js';
 import { startPrivateRedis } from '../test/helpers/redis-server.js';
 import { check, type CheckResult } from './checker.js';
 import { agentScript, Driver, FLOOD_TENANT, planStream } from './driver.js';
-import { FaultInjector, LEASE_MS, PAST_LEASE_MAX_MS, planFaults, RANDOM_FAULTS } from './faults.js';
+import { FaultInjector, LEASE_MS, planFaults, RANDOM_FAULTS } from './faults.js';
 import type { CheckConfig, FaultRecord, History, RunFinal, StageFinal } from './history.js';
 import { INSTALL_HISTORY_SQL, READ_EVENTS_SQL, READ_RUN_LOG_SQL, READ_STAGE_LOG_SQL, READ_STAGES_SQL } from './history.sql.js';
 import { startPrivatePostgres } from './postgres.js';
@@ -38,6 +38,8 @@ export interface SoakOutcome {
 
 /** The workers' poll period (chaos/worker-process.ts): the longest a due stage waits for a free worker to look. */
 export const POLL_MS = 200;
+/** The workers' sweep period (src/worker/worker.ts default): how often expired leases are re-sent to the transport. */
+export const SWEEP_MS = 5000;
 /** Longest work of a stage (chaos/driver.ts planSubmit) and longest retry backoff (chaos/workflows/_tools.ts). */
 const WORK_MAX_MS = 1500;
 const BACKOFF_MAX_MS = 2000;
@@ -49,15 +51,15 @@ const SLACK_MS = 10_000;
 /**
  * The bounds the checker holds the soak to (stated in the report and the README), derived from
  * the soak's configuration rather than picked:
- * - terminal: after the last fault, a run needs at most one lapsed lease (a stage its killed or
- *   paused worker held), then each stage's work and one retry backoff, plus slack;
- * - tenant wait: a small tenant's due stage is claimed within a lease (a slot of its key held by
- *   a worker a fault stopped, or the key's lock held by a partitioned backend until the
- *   partition's reset, at most LEASE_MS + PAST_LEASE_MAX_MS) plus a poll period, plus slack.
+ * - terminal: after the last fault, a run needs at most one lapsed lease and one sweep (a stage
+ *   its killed or paused worker held), then each stage's work and one retry backoff, plus slack;
+ * - tenant wait: a small tenant's due stage is claimed within a lease and a sweep (a slot of its
+ *   key held by a worker a fault stopped; the key's lock held by a partitioned backend is freed
+ *   by the partition's reset, LEASE_MS + PAST_LEASE_MAX_MS at most, inside that) plus a poll.
  */
 export const SOAK_CONFIG: CheckConfig = {
-  terminalBoundMs: LEASE_MS + MAX_STAGES * (WORK_MAX_MS + BACKOFF_MAX_MS) + SLACK_MS,
-  tenantWaitBoundMs: LEASE_MS + PAST_LEASE_MAX_MS + POLL_MS + 2000,
+  terminalBoundMs: LEASE_MS + SWEEP_MS + MAX_STAGES * (WORK_MAX_MS + BACKOFF_MAX_MS) + SLACK_MS,
+  tenantWaitBoundMs: LEASE_MS + SWEEP_MS + POLL_MS + 2000,
   floodTenant: FLOOD_TENANT,
   classLimits: { chaos_limited: CHAOS_LIMITED_CONCURRENCY },
   effectTools: EFFECT_TOOLS,
