@@ -525,28 +525,50 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     .filter((f) => f.kind === 'tenant_flood')
     .map((f) => [f.at, Math.max(f.endAt, ...floodClaims.filter((t) => t >= f.at))] as const);
   let tenantWaitsInFlood = 0;
+  // Waits of un-keyed stages (no tenant's backlog can hold them): the machine's own queueing at each moment.
+  const unkeyed: { due: number; wait: number }[] = [];
+  const keyed: { stageId: string; due: { at: number; row: StageLogRow }; claim: StageLogRow }[] = [];
   for (const [stageId, rows] of stagesByRun) {
     let due: { at: number; row: StageLogRow } | null = null;
     for (const r of rows) {
       if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued'))
         due = { at: Math.max(r.at, r.availableAt ?? r.at), row: r };
-      else if (isClaim(r) && due && r.concurrencyKey !== null) {
-        const wait = r.at - due.at;
-        const start = due.at;
-        const overlapsGlobal = globalWindows.some(([a, b]) => start <= b && r.at >= a);
-        if (r.concurrencyKey === cfg.floodTenant) floodWaits.push(wait);
-        else if (!overlapsGlobal) {
-          tenantWaits.push(wait);
-          if (floodWindows.some(([a, b]) => start <= b && r.at >= a)) tenantWaitsInFlood++;
-          if (wait > cfg.tenantWaitBoundMs) {
-            add('tenant_wait', `stage ${stageId} of tenant ${r.concurrencyKey} waited ${wait} ms (bound ${cfg.tenantWaitBoundMs} ms)`, {
-              due: due.row,
-              claim: r,
-            });
-          }
-        }
+      else if (isClaim(r) && due) {
+        if (r.concurrencyKey === null) unkeyed.push({ due: due.at, wait: r.at - due.at });
+        else keyed.push({ stageId, due, claim: r });
         due = null;
       } else if (r.newState !== 'queued') due = null;
+    }
+  }
+  unkeyed.sort((a, b) => a.due - b.due);
+  /** p75 wait of un-keyed stages due within half the bound of `t` (0 when there were none). */
+  const baseline = (t: number): number => {
+    const w = unkeyed.filter((u) => Math.abs(u.due - t) <= cfg.tenantWaitBoundMs / 2).map((u) => u.wait);
+    return w.length
+      ? quantile(
+          w.sort((a, b) => a - b),
+          0.75,
+        )!
+      : 0;
+  };
+  for (const { stageId, due, claim: r } of keyed) {
+    const wait = r.at - due.at;
+    const start = due.at;
+    const overlapsGlobal = globalWindows.some(([a, b]) => start <= b && r.at >= a);
+    if (r.concurrencyKey === cfg.floodTenant) floodWaits.push(wait);
+    else if (!overlapsGlobal) {
+      tenantWaits.push(wait);
+      if (floodWindows.some(([a, b]) => start <= b && r.at >= a)) tenantWaitsInFlood++;
+      // Waiting behind a backlog is the wait beyond what stages no key holds back waited at that moment.
+      const base = wait > cfg.tenantWaitBoundMs ? baseline(start) : 0;
+      if (wait - base > cfg.tenantWaitBoundMs) {
+        add(
+          'tenant_wait',
+          `stage ${stageId} of tenant ${r.concurrencyKey} waited ${Math.round(wait)} ms, ${Math.round(wait - base)} ms more than ` +
+            `un-keyed stages due then (bound ${cfg.tenantWaitBoundMs} ms)`,
+          { due: due.row, claim: r, unkeyedP75WaitMs: base },
+        );
+      }
     }
   }
 

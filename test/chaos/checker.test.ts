@@ -585,6 +585,18 @@ describe('chaos invariant checker', () => {
     h.stageLog = [...late, ...stageLife('s2', 'r2', T0 + 2000)];
     h.runs[0]!.finishedAt = T0 + 13_000;
     expect(only(h, 'tenant_wait')[0]!.message).toMatch(/tenant small waited 12000 ms/);
+    // The whole machine queued as long (an un-keyed stage due then waited 11 s): not a tenant's backlog.
+    const busy = structuredClone(h);
+    const u = stageLife('s5', 'r2', T0 + 100, { fence: '55' });
+    u[1]!.at = T0 + 11_100;
+    u[2]!.at = T0 + 11_500;
+    u[3]!.at = T0 + 12_000;
+    u[1]!.newLeaseUntil = u[2]!.oldLeaseUntil = T0 + 14_000;
+    busy.stageLog.push(...u);
+    busy.stages.push({ id: 's5', runId: 'r2', tool: 'pure', state: 'succeeded', effectKey: null });
+    expect(check(busy, cfg).violations).toEqual([]);
+    u[1]!.at = T0 + 1100; // it waited 1 s: the tenant's 12 s are 11 s beyond the machine's queueing
+    expect(only(busy, 'tenant_wait')[0]!.message).toMatch(/waited 12000 ms, 11000 ms more than un-keyed stages due then/);
     h.faults.push({ kind: 'pg_restart', at: T0 + 4000, endAt: T0 + 6000 });
     expect(check(h, cfg).violations).toEqual([]);
     // The flooding tenant's own waits are measured, not bounded.
