@@ -255,6 +255,26 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   const submittedAt = new Map<string, number>();
   for (const s of accepted) if (!submittedAt.has(s.runId!)) submittedAt.set(s.runId!, s.at);
   let lostRuns = 0;
+  // A keyed run also waits for its key's backlog: at most `limit` of a key run at once, so a run
+  // starts its clock no earlier than the end of the run `limit` places before it (in end order).
+  const keyOfRun = new Map<string, { key: string; limit: number }>();
+  for (const r of h.stageLog)
+    if (r.concurrencyKey !== null && r.concurrencyLimit !== null)
+      keyOfRun.set(r.runId, { key: r.concurrencyKey, limit: r.concurrencyLimit });
+  const keyBacklog = new Map<string, number>();
+  const byKey = new Map<string, { id: string; end: number; limit: number }[]>();
+  for (const [id, k] of keyOfRun) {
+    const end = runs.get(id)?.finishedAt;
+    if (end == null) continue;
+    byKey.set(k.key, [...(byKey.get(k.key) ?? []), { id, end, limit: k.limit }]);
+  }
+  for (const list of byKey.values()) {
+    list.sort((a, b) => a.end - b.end);
+    list.forEach((r, i) => {
+      if (i >= r.limit) keyBacklog.set(r.id, list[i - r.limit]!.end);
+    });
+  }
+  const clockStart = (id: string, at: number) => Math.max(at, h.lastFaultEndAt, keyBacklog.get(id) ?? -Infinity);
   // Every run the API lists (the driver's or not, e.g. one whose 202 was lost) is terminal.
   for (const run of h.runs) {
     if (submittedAt.has(run.id) || (TERMINAL_RUN_STATES as string[]).includes(run.state)) continue;
@@ -264,7 +284,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   const toTerminal: number[] = [];
   for (const [id, at] of submittedAt) {
     const run = runs.get(id);
-    const bound = Math.max(at, h.lastFaultEndAt) + cfg.terminalBoundMs;
+    const bound = clockStart(id, at) + cfg.terminalBoundMs;
     if (!run) {
       lostRuns++;
       add('lost_run', `accepted run ${id} is unknown to the API at the end`, { id, submittedAt: at });
@@ -276,7 +296,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
         lastStageWrites: stages,
       });
     } else if (run.finishedAt !== null && run.finishedAt > bound) {
-      toTerminal.push(run.finishedAt - Math.max(at, h.lastFaultEndAt));
+      toTerminal.push(run.finishedAt - clockStart(id, at));
       lostRuns++;
       add('lost_run', `run ${id} (${run.workflow}) became ${run.state} ${run.finishedAt - bound} ms past its bound`, { run, bound });
     }
@@ -284,7 +304,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
 
   for (const [id, at] of submittedAt) {
     const run = runs.get(id);
-    const base = Math.max(at, h.lastFaultEndAt);
+    const base = clockStart(id, at);
     if (run?.finishedAt != null && run.finishedAt >= base && run.finishedAt <= base + cfg.terminalBoundMs)
       toTerminal.push(run.finishedAt - base);
   }

@@ -198,6 +198,18 @@ describe('chaos invariant checker', () => {
     const late = clean();
     late.runs[1]!.finishedAt = late.lastFaultEndAt + cfg.terminalBoundMs + 1;
     only(late, 'lost_run');
+    // A keyed run's clock starts when the run `limit` places before it on its key ended (its key's backlog).
+    const backlog = clean();
+    backlog.stageLog = [
+      ...stageLife('s1', 'r1', T0, { key: 'flood', limit: 1 }),
+      ...stageLife('s2', 'r2', T0 + 2000, { key: 'flood', limit: 1 }),
+    ];
+    backlog.runs[0]!.finishedAt = backlog.lastFaultEndAt + cfg.terminalBoundMs - 10;
+    backlog.runs[1]!.finishedAt = backlog.lastFaultEndAt + cfg.terminalBoundMs + 500; // 510 ms after r1: within its bound
+    const kept = check(backlog, cfg).violations.filter((v) => v.invariant === 'lost_run');
+    expect(kept).toEqual([]);
+    backlog.stageLog = backlog.stageLog.map((r) => ({ ...r, concurrencyKey: null, concurrencyLimit: null }));
+    expect(check(backlog, cfg).violations.filter((v) => v.invariant === 'lost_run')).toHaveLength(1);
   });
 
   it('duplicate_run: one submit key answered with two runs', () => {
