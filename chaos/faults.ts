@@ -269,10 +269,19 @@ export class FaultInjector {
       w.child.proc.kill('SIGSTOP'); // no heartbeat: the lease lapses and another worker reclaims
       const answered = await this.d.receiver.failNextAbove(req.key, req.fence, 20_000);
       w.rxProxy.setMode('pass'); // the late request arrives now
-      await sleep(500);
+      const late = () => this.d.receiver.ledger.find((l) => l.key === req!.key && l.fence === req!.fence && l.answeredAt !== null);
+      for (const until = Date.now() + 5000; !late() && Date.now() < until; ) await sleep(50);
       w.child.proc.kill('SIGCONT');
-      if (!answered) return this.d.log(`fault late_request #${f.k} on ${w.name}: ${req.key} not reclaimed in 20 s (released)`);
-      return this.record('late_request', at, { worker: w.name, owner: w.owner, detail: `${req.key} fence ${req.fence} released late` });
+      const arrived = late();
+      if (!answered || !arrived)
+        return this.d.log(
+          `fault late_request #${f.k} on ${w.name}: ${req.key} ${answered ? 'held request not delivered' : 'not reclaimed in 20 s'} (not counted)`,
+        );
+      return this.record('late_request', at, {
+        worker: w.name,
+        owner: w.owner,
+        detail: `${req.key} fence ${req.fence} released late: ${arrived.verdict}`,
+      });
     } finally {
       if (w.rxProxy.mode === 'hold') w.rxProxy.setMode('pass');
       w.child.proc.kill('SIGCONT');

@@ -117,7 +117,9 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       reply(res, status, body);
     })().catch((err: unknown) => reply(res, 500, { error: String(err) }));
   });
-  server.keepAliveTimeout = 5000;
+  // Longer than a late request is held (chaos/faults.ts): an idle keep-alive connection closed by
+  // the server while the proxy holds a request on it would lose the request.
+  server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as AddressInfo).port;
 
