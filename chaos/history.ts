@@ -209,3 +209,26 @@ export interface History {
   /** The planned schedule of faults and submits (what the seed decides), for --json. */
   plan?: unknown;
 }
+
+/**
+ * The part of a history about `runIds` (their stages' writes, requests, effects, submits,
+ * events; every fault kept): a failing seed's evidence small enough to keep as a test fixture.
+ */
+export function trimHistory(h: History, runIds: Iterable<string>): History {
+  const keep = new Set(runIds);
+  const stageLog = h.stageLog.filter((r) => keep.has(r.runId));
+  const fences = new Set(stageLog.flatMap((r) => [r.oldFence, r.newFence]).filter((f): f is string => f !== null));
+  return {
+    ...h,
+    stageLog,
+    runLog: h.runLog.filter((r) => keep.has(r.runId)),
+    ledger: h.ledger.filter((l) => fences.has(l.fence)),
+    effects: h.effects.filter((e) => fences.has(e.fence)),
+    submits: h.submits.filter((s) => s.runId !== null && keep.has(s.runId)),
+    runs: h.runs.filter((r) => keep.has(r.id)),
+    stages: h.stages.filter((s) => keep.has(s.runId)),
+    versions: Object.fromEntries(Object.entries(h.versions).filter(([id]) => keep.has(id))),
+    ...(h.events ? { events: h.events.filter((e) => keep.has(e.runId)) } : {}),
+    plan: undefined,
+  };
+}

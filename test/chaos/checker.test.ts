@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { check, leaseIntervals, quantile, type Invariant } from '../../chaos/checker.js';
 import type { CheckConfig, History, StageLogRow } from '../../chaos/history.js';
@@ -764,6 +765,28 @@ describe('chaos invariant checker', () => {
     expect(r.stats.v1FinishedAfterDeploy).toBe(1);
     full.faults.push({ kind: 'injection_failed', at: T0, endAt: T0, detail: 'sigstop: ESRCH' });
     expect(check(full, c).violations.map((v) => v.message)).toEqual(['1 injection(s) failed: sigstop: ESRCH']);
+  });
+
+  it('a recorded history (seed 13, 45 s, trimmed to 11 runs: a late request, reclaims, a cancel, a flood, a rolling deploy) passes', () => {
+    // Real rows, kept as a regression fixture: made with trimHistory (chaos/history.ts) from `--history`.
+    const saved = JSON.parse(readFileSync(new URL('./fixtures/seed-13-late-request.json', import.meta.url), 'utf8')) as {
+      config: CheckConfig;
+      history: History;
+    };
+    const r = check(saved.history, saved.config);
+    expect(r.violations).toEqual([]);
+    expect(r.stats.receiverVerdicts).toMatchObject({ not_stored: 1 });
+    expect(r.stats.reclaims).toBeGreaterThan(0);
+    expect(r.stats.events!.claimEvents).toBe(r.stats.leases);
+    // The same rows with one owner write moved past its lease: caught.
+    const stale = structuredClone(saved.history);
+    const w = stale.stageLog.find((x) => x.op === 'update' && x.oldState === 'running' && x.newState === 'succeeded')!;
+    w.txAt = w.oldLeaseUntil! + 1;
+    expect(check(stale, saved.config).violations.map((v) => v.invariant)).toEqual(['stale_engine_write']);
+    // And a claim whose event is gone: caught.
+    const noEvent = structuredClone(saved.history);
+    noEvent.events = noEvent.events!.filter((e) => e.type !== 'lease_reclaimed');
+    expect(check(noEvent, saved.config).violations.map((v) => v.invariant)).toEqual(['events_mismatch']);
   });
 
   it('quantile: nearest rank', () => {
