@@ -44,7 +44,8 @@ export interface PlannedSubmit {
 
 const numberOf = (id: string) => {
   const m = /^flood(\d+)-(\d+)$/.exec(id);
-  return m ? 1_000_000 * (Number(m[1]) + 1) + Number(m[2]) : Number(id);
+  const d = /^deploy(\d+)$/.exec(id);
+  return m ? 1_000_000 * (Number(m[1]) + 1) + Number(m[2]) : d ? 900_000 + Number(d[1]) : Number(id);
 };
 
 /** Every choice of one submit, drawn at once from `rng` (its own fork). */
@@ -234,6 +235,21 @@ export class Driver {
         for (let p = queue.shift(); p; p = queue.shift()) await this.submit(p);
       }),
     );
+  }
+
+  /**
+   * Just before the rolling deploy: `count` chaos_roll runs of the current version (planned from
+   * their own forks, no duplicate or cancel), resolved once accepted, so old-version runs are in
+   * flight when the deploy begins.
+   */
+  async beforeDeploy(count: number): Promise<void> {
+    const plans = Array.from({ length: count }, (_, j) => ({
+      ...planSubmit(this.o.rng.fork(`deploy-${j}`), this.o.seed, `deploy${j}`, 0, 'chaos_roll'),
+      twiceAtOnce: false,
+      againAfterMs: null,
+      cancelAfterMs: null,
+    }));
+    await Promise.all(plans.map((p) => this.submit(p)));
   }
 
   /** Waits for every request in the air (bounded). */

@@ -295,6 +295,7 @@ export class FaultInjector {
    * version 1 runs are in flight.
    */
   async rollingDeploy(): Promise<void> {
+    await this.d.driver.beforeDeploy(3); // version-1 runs in flight as the deploy begins
     const at = Date.now();
     this.deployStartedAt = at;
     this.d.version.current = 2;
