@@ -156,13 +156,17 @@ export class FaultInjector {
     }
   }
 
-  private async inject(f: PlannedFault): Promise<void> {
+  /** Injects one planned fault; false when the moment did not allow it (not recorded). */
+  private async inject(f: PlannedFault): Promise<boolean | void> {
     const { pool, redis, pg, receiver } = this.d;
     const { kind } = f;
     const at = Date.now();
     const needsWorker = !['redis_flushall', 'redis_restart', 'pg_restart', 'tenant_flood'].includes(kind);
     const w = needsWorker ? await this.target(f.pick) : null;
-    if (needsWorker && !w) return this.d.log(`fault ${kind} #${f.k}: no free worker in ${TURN_WAIT_MS} ms (not injected)`);
+    if (needsWorker && !w) {
+      this.d.log(`fault ${kind} #${f.k}: no free worker in ${TURN_WAIT_MS} ms (not injected)`);
+      return false;
+    }
     switch (kind) {
       case 'sigkill': {
         await pool.kill(w!);
@@ -203,7 +207,8 @@ export class FaultInjector {
         w!.busy = false;
         // Counted only when an effect was applied and its answer lost; otherwise it did nothing.
         if (fired) return this.record(kind, at, { worker: w!.name, owner: w!.owner, detail: 'answer lost after the effect' });
-        return this.d.log(`fault receiver_cut #${f.k} on ${w!.name}: no applied request in 8 s (not counted)`);
+        this.d.log(`fault receiver_cut #${f.k} on ${w!.name}: no applied request in 8 s (not counted)`);
+        return false;
       }
       case 'late_request':
         return this.lateRequest(f, w!, at);
@@ -251,7 +256,7 @@ export class FaultInjector {
    * key stays open); only then are the held bytes released: the old fence arrives late and must
    * be refused stale_fence.
    */
-  private async lateRequest(f: PlannedFault, w: ChaosWorker, at: number): Promise<void> {
+  private async lateRequest(f: PlannedFault, w: ChaosWorker, at: number): Promise<boolean | void> {
     let req = null as { key: string; fence: string } | null;
     w.rxProxy.setMode('hold');
     try {
@@ -265,7 +270,10 @@ export class FaultInjector {
           w.rxProxy.setMode('hold');
         }
       }
-      if (!req) return this.d.log(`fault late_request #${f.k} on ${w.name}: no effect request in 10 s (not injected)`);
+      if (!req) {
+        this.d.log(`fault late_request #${f.k} on ${w.name}: no effect request in 10 s (not injected)`);
+        return false;
+      }
       w.child.proc.kill('SIGSTOP'); // no heartbeat: the lease lapses and another worker reclaims
       const answered = await this.d.receiver.failNextAbove(req.key, req.fence, 20_000);
       w.rxProxy.setMode('pass'); // the late request arrives now
@@ -273,10 +281,12 @@ export class FaultInjector {
       for (const until = Date.now() + 5000; !late() && Date.now() < until; ) await sleep(50);
       w.child.proc.kill('SIGCONT');
       const arrived = late();
-      if (!answered || !arrived)
-        return this.d.log(
+      if (!answered || !arrived) {
+        this.d.log(
           `fault late_request #${f.k} on ${w.name}: ${req.key} ${answered ? 'held request not delivered' : 'not reclaimed in 20 s'} (not counted)`,
         );
+        return false;
+      }
       return this.record('late_request', at, {
         worker: w.name,
         owner: w.owner,
@@ -329,7 +339,11 @@ export class FaultInjector {
       await sleep(Math.max(0, startedAt + f.atMs - Date.now()));
       for (const until = Date.now() + TURN_WAIT_MS; this.active.size >= MAX_ACTIVE && Date.now() < until; ) await sleep(100);
       if (GLOBAL.includes(f.kind)) while (this.globalActive) await sleep(100);
-      const p: Promise<void> = this.inject(f)
+      // A fault the moment did not allow (no free worker, no request in time) is tried again, twice at most.
+      const attempt = async () => {
+        for (let i = 0; i < 3; i++) if ((await this.inject(f)) !== false) return;
+      };
+      const p: Promise<void> = attempt()
         .catch((err: unknown) => this.failed(f.kind, err))
         .finally(() => this.active.delete(p));
       this.active.add(p);
