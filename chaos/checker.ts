@@ -31,6 +31,16 @@ export const INVARIANTS = [
   'tenant_wait',
   /** A run submitted for a version ran that version's code (rolling deploy). */
   'wrong_version',
+  /** An engine write on a running stage by its owner (extend, finish, retry, release) after its lease had ended. */
+  'stale_engine_write',
+  /** Every receiver request maps to a stage by its fence; one key per stage, at most one applied effect per stage. */
+  'effect_per_stage',
+  /** ratchet.events agrees with the trigger log: each claim has its event with its fence; no event of an unknown run. */
+  'events_mismatch',
+  /** A failed run whose error is not the soak's deliberate failure. */
+  'unexpected_failure',
+  /** The soak did not exercise what its checks need (a fault kind, a limit, a flood, a stale fence...), or an injection failed. */
+  'coverage',
 ] as const;
 export type Invariant = (typeof INVARIANTS)[number];
 
@@ -81,13 +91,28 @@ export interface CheckStats {
   receiverVerdicts: Record<string, number>;
   duplicates: number;
   staleWrites: number;
+  /** Of which: engine writes by a stage's owner after its lease ended (the trigger log). */
+  staleEngineWrites: number;
   lostRuns: number;
   limitViolations: number;
+  /** Peak live leases per limited group (class:<c>, key:<k>) and its limit. */
+  peakConcurrency: Record<string, { peak: number; limit: number }>;
+  /** Small-tenant waits (due -> claim) that overlapped a flood window. */
+  tenantWaitsInFlood: number;
+  /** Time to terminal after max(submit, last fault end), per run. */
+  timeToTerminalMs: { count: number; p50: number | null; p99: number | null; max: number | null };
+  /** Runs of version 1 that finished after the rolling deploy began. */
+  v1FinishedAfterDeploy: number;
+  /** Event counts of ratchet.events by type (those the soak reports). */
+  events: { total: number; resultRejected: number; ownershipUnknown: number; claimEvents: number } | null;
+  /** Failed runs: deliberate (the flaky tool) and not. */
+  failedRuns: { deliberate: number; unexpected: number };
 }
 
 /** Initial states a writer may insert. */
 const INITIAL = { stage: ['pending', 'queued'], run: ['queued'] } as const;
 const MAX_EVIDENCE = 5;
+type LedgerRowLike = History['ledger'][number];
 const iso = (t: number | null) => (t === null ? 'null' : new Date(t).toISOString());
 
 export function quantile(sorted: number[], q: number): number | null {
@@ -117,8 +142,9 @@ function byStage(rows: StageLogRow[]): Map<string, StageLogRow[]> {
 /**
  * Lease intervals from the stage log: a lease starts at its claim's write and ends at the
  * first write that moves the stage off that fence or out of `running`, or when its last
- * lease_until passed without an extension, whichever is first. An extension only ever moves
- * lease_until of a lease that has not lapsed (extend.sql.ts), so a lapsed lease stays ended.
+ * lease_until passed without an extension, whichever is first. A write on the same fence
+ * after the lease lapsed (by its transaction's clock) does not revive it: the lease stays
+ * ended at its lease_until, and the write itself is a stale_engine_write (see check()).
  */
 export function leaseIntervals(stageLog: StageLogRow[]): LeaseInterval[] {
   const out: LeaseInterval[] = [];
@@ -126,7 +152,7 @@ export function leaseIntervals(stageLog: StageLogRow[]): LeaseInterval[] {
     let open: (LeaseInterval & { leaseUntil: number }) | null = null;
     for (const r of rows) {
       if (open) {
-        if (r.newState === 'running' && r.newFence === open.fence) {
+        if (r.newState === 'running' && r.newFence === open.fence && r.txAt < open.leaseUntil) {
           if (r.newLeaseUntil !== null) open.leaseUntil = r.newLeaseUntil;
           continue;
         }
@@ -164,7 +190,7 @@ export function leaseIntervals(stageLog: StageLogRow[]): LeaseInterval[] {
  * and a start written by one transaction (the fast path: finish n and claim n + 1 together)
  * count as end-before-start.
  */
-function overLimit(intervals: LeaseInterval[], limit: number): LeaseInterval[][] {
+function overLimit(intervals: LeaseInterval[], limit: number): { found: LeaseInterval[][]; peak: number } {
   const startOfTx = new Map<string, number>();
   for (const iv of intervals) startOfTx.set(iv.startTxid, Math.min(startOfTx.get(iv.startTxid) ?? Infinity, iv.start));
   const points: { t: number; d: 1 | -1; iv: LeaseInterval }[] = [];
@@ -179,14 +205,25 @@ function overLimit(intervals: LeaseInterval[], limit: number): LeaseInterval[][]
   points.sort((a, b) => a.t - b.t || a.d - b.d);
   const live = new Set<LeaseInterval>();
   const found: LeaseInterval[][] = [];
+  let peak = 0;
   for (const p of points) {
     if (p.d === -1) live.delete(p.iv);
     else {
       live.add(p.iv);
+      peak = Math.max(peak, live.size);
       if (live.size > limit) found.push([...live]);
     }
   }
-  return found;
+  return { found, peak };
+}
+
+/** Writes on a running stage's fence that are not its owner's: cancels, the startup expiry, the exhausted-attempts sweep. */
+function isNonOwnerWrite(r: StageLogRow): boolean {
+  if (r.newState === 'cancelled') return true;
+  if (r.errorCode === 'attempts_exhausted' && r.newState === 'failed') return true;
+  // lease_expired_at_startup (extend.sql.ts): lease_until moved to just before now, state kept.
+  if (r.newState === 'running' && r.newLeaseUntil !== null && r.newLeaseUntil < r.txAt) return true;
+  return false;
 }
 
 export function check(h: History, cfg: CheckConfig): CheckResult {
@@ -204,12 +241,50 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
       add('duplicate_run', `idempotency key ${s.key} answered two runs`, { key: s.key, runs: [prev, s.runId] });
     if (prev === undefined) runOfKey.set(s.key, s.runId!);
   }
+  // One new run per key: at most one 202, and none only when an earlier try of the key went unanswered.
+  const created = new Map<string, number>();
+  for (const s of accepted) created.set(s.key, (created.get(s.key) ?? 0) + (s.status === 202 ? 1 : 0));
+  for (const [key, n] of created) {
+    const retried = h.submits.some((s) => s.key === key && (s.tries ?? 1) > 1);
+    if (n > 1 || (n === 0 && !retried))
+      add('duplicate_run', `idempotency key ${key} was answered 202 (a new run) ${n} times`, {
+        key,
+        submits: h.submits.filter((s) => s.key === key),
+      });
+  }
   const submittedAt = new Map<string, number>();
   for (const s of accepted) if (!submittedAt.has(s.runId!)) submittedAt.set(s.runId!, s.at);
   let lostRuns = 0;
+  // A keyed run also waits for its key's backlog: at most `limit` of a key run at once, so a run
+  // starts its clock no earlier than the end of the run `limit` places before it (in end order).
+  const keyOfRun = new Map<string, { key: string; limit: number }>();
+  for (const r of h.stageLog)
+    if (r.concurrencyKey !== null && r.concurrencyLimit !== null)
+      keyOfRun.set(r.runId, { key: r.concurrencyKey, limit: r.concurrencyLimit });
+  const keyBacklog = new Map<string, number>();
+  const byKey = new Map<string, { id: string; end: number; limit: number }[]>();
+  for (const [id, k] of keyOfRun) {
+    const end = runs.get(id)?.finishedAt;
+    if (end == null) continue;
+    byKey.set(k.key, [...(byKey.get(k.key) ?? []), { id, end, limit: k.limit }]);
+  }
+  for (const list of byKey.values()) {
+    list.sort((a, b) => a.end - b.end);
+    list.forEach((r, i) => {
+      if (i >= r.limit) keyBacklog.set(r.id, list[i - r.limit]!.end);
+    });
+  }
+  const clockStart = (id: string, at: number) => Math.max(at, h.lastFaultEndAt, keyBacklog.get(id) ?? -Infinity);
+  // Every run the API lists (the driver's or not, e.g. one whose 202 was lost) is terminal.
+  for (const run of h.runs) {
+    if (submittedAt.has(run.id) || (TERMINAL_RUN_STATES as string[]).includes(run.state)) continue;
+    lostRuns++;
+    add('lost_run', `run ${run.id} (${run.workflow}), listed by the API but never answered to a submit, is still ${run.state}`, { run });
+  }
+  const toTerminal: number[] = [];
   for (const [id, at] of submittedAt) {
     const run = runs.get(id);
-    const bound = Math.max(at, h.lastFaultEndAt) + cfg.terminalBoundMs;
+    const bound = clockStart(id, at) + cfg.terminalBoundMs;
     if (!run) {
       lostRuns++;
       add('lost_run', `accepted run ${id} is unknown to the API at the end`, { id, submittedAt: at });
@@ -221,8 +296,31 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
         lastStageWrites: stages,
       });
     } else if (run.finishedAt !== null && run.finishedAt > bound) {
+      toTerminal.push(run.finishedAt - clockStart(id, at));
       lostRuns++;
       add('lost_run', `run ${id} (${run.workflow}) became ${run.state} ${run.finishedAt - bound} ms past its bound`, { run, bound });
+    }
+  }
+
+  for (const [id, at] of submittedAt) {
+    const run = runs.get(id);
+    const base = clockStart(id, at);
+    if (run?.finishedAt != null && run.finishedAt >= base && run.finishedAt <= base + cfg.terminalBoundMs)
+      toTerminal.push(run.finishedAt - base);
+  }
+
+  // --- unexpected_failure: a failed run is the deliberate failure of the flaky tool, or a bug.
+  const failedRuns = { deliberate: 0, unexpected: 0 };
+  for (const id of submittedAt.keys()) {
+    const run = runs.get(id);
+    if (run?.state !== 'failed' || cfg.deliberateFailure === undefined) continue;
+    if (JSON.stringify(run.error ?? null).includes(cfg.deliberateFailure)) failedRuns.deliberate++;
+    else {
+      failedRuns.unexpected++;
+      add('unexpected_failure', `run ${id} (${run.workflow}) failed with an error that is not the deliberate one`, {
+        run,
+        lastStageWrites: h.stageLog.filter((r) => r.runId === id).slice(-6),
+      });
     }
   }
 
@@ -254,17 +352,61 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
       });
     }
   }
+  // --- effect_per_stage, missing_effect: each request and effect mapped to its stage by its
+  // fence (fences are unique, fence_order checks it), never through the tool's own output.
+  const stageOfFence = new Map<string, string>();
+  for (const r of h.stageLog) if (r.newFence !== null && !stageOfFence.has(r.newFence)) stageOfFence.set(r.newFence, r.stageId);
+  const perStage = new Map<string, { keys: Set<string>; applied: LedgerRowLike[]; effects: typeof h.effects; requests: LedgerRowLike[] }>();
+  const stageEntry = (id: string) => {
+    let e = perStage.get(id);
+    if (!e) perStage.set(id, (e = { keys: new Set(), applied: [], effects: [], requests: [] }));
+    return e;
+  };
+  for (const l of h.ledger) {
+    const stageId = stageOfFence.get(l.fence);
+    if (stageId === undefined) {
+      add('effect_per_stage', `receiver request ${l.seq} (key ${l.key}) carries fence ${l.fence} that no stage was given`, { request: l });
+      continue;
+    }
+    const e = stageEntry(stageId);
+    e.keys.add(l.key);
+    e.requests.push(l);
+    if (l.verdict === 'applied') e.applied.push(l);
+  }
+  for (const ef of h.effects) {
+    const stageId = stageOfFence.get(ef.fence);
+    if (stageId === undefined)
+      add('effect_per_stage', `effect of key ${ef.key} has fence ${ef.fence} that no stage was given`, { effect: ef });
+    else stageEntry(stageId).effects.push(ef);
+  }
+  for (const [stageId, e] of perStage) {
+    if (e.keys.size > 1)
+      add('effect_per_stage', `stage ${stageId} sent ${e.keys.size} idempotency keys: ${[...e.keys].join(', ')}`, {
+        stageId,
+        requests: e.requests.slice(0, MAX_EVIDENCE * 2),
+      });
+    if (e.applied.length > 1 || e.effects.length > 1) {
+      duplicates++;
+      add('effect_per_stage', `stage ${stageId} has ${Math.max(e.applied.length, e.effects.length)} applied effects`, {
+        stageId,
+        applied: e.applied,
+        effects: e.effects,
+      });
+    }
+  }
   for (const s of h.stages) {
     if (s.state !== 'succeeded' || !cfg.effectTools.includes(s.tool)) continue;
-    if (s.effectKey === null || !effectsPerKey.has(s.effectKey)) {
-      add('missing_effect', `succeeded stage ${s.id} (${s.tool}) has no applied effect for key ${String(s.effectKey)}`, {
+    if ((perStage.get(s.id)?.effects.length ?? 0) === 0) {
+      add('missing_effect', `succeeded stage ${s.id} (${s.tool}) has no applied effect under any of its fences`, {
         stage: s,
-        requests: h.ledger.filter((l) => l.key === s.effectKey),
+        requests: perStage.get(s.id)?.requests ?? [],
       });
     }
   }
 
-  // --- stale_write
+  // --- stale_write (receiver): no effect applied with a fence lower than one the guard admitted
+  // before for its key. Only an applied request is an admission the guard recorded (a 409
+  // in_progress or stale_fence answer records nothing).
   let staleWrites = 0;
   const highestSeen = new Map<string, { fence: bigint; seq: number }>();
   for (const l of [...h.ledger].sort((a, b) => a.seq - b.seq)) {
@@ -272,12 +414,30 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     const seen = highestSeen.get(l.key);
     if (l.verdict === 'applied' && seen !== undefined && f < seen.fence) {
       staleWrites++;
-      add('stale_write', `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was seen (request ${seen.seq})`, {
+      add('stale_write', `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was admitted (request ${seen.seq})`, {
         applied: l,
         requests: h.ledger.filter((x) => x.key === l.key),
       });
     }
-    if (seen === undefined || f > seen.fence) highestSeen.set(l.key, { fence: f, seq: l.seq });
+    if (l.verdict === 'applied' && (seen === undefined || f > seen.fence)) highestSeen.set(l.key, { fence: f, seq: l.seq });
+  }
+
+  // --- stale_engine_write: every write of a stage's owner on its running fence (extend, finish,
+  // retry, release) happened while its lease was live by the writing transaction's clock.
+  let staleEngineWrites = 0;
+  for (const r of h.stageLog) {
+    if (r.op !== 'update' || r.oldState !== 'running' || r.oldFence === null || r.oldFence !== r.newFence) continue;
+    if (isNonOwnerWrite(r)) continue;
+    if (r.oldLeaseUntil === null || r.oldLeaseUntil <= r.txAt) {
+      staleEngineWrites++;
+      staleWrites++;
+      add(
+        'stale_engine_write',
+        `stage ${r.stageId}: fence ${r.oldFence} (owner ${r.oldOwner}) wrote running -> ${r.newState} at ${iso(r.txAt)}, ` +
+          `its lease ended ${iso(r.oldLeaseUntil)}`,
+        { row: r },
+      );
+    }
   }
 
   // --- fence_order, illegal_transition, claim_before_lease_end
@@ -359,8 +519,10 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
       groups.set(`key:${iv.key}`, g);
     }
   }
+  const peakConcurrency: Record<string, { peak: number; limit: number }> = {};
   for (const [group, g] of groups) {
-    const over = overLimit(g.ivs, g.limit);
+    const { found: over, peak } = overLimit(g.ivs, g.limit);
+    peakConcurrency[group] = { peak, limit: g.limit };
     if (over.length) {
       limitViolations += over.length;
       add('limit_exceeded', `${group}: ${over.length} moment(s) with more than ${g.limit} live leases`, {
@@ -377,27 +539,56 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     .map((f) => [f.at, f.endAt + cfg.globalFaultSlackMs] as const);
   const tenantWaits: number[] = [];
   const floodWaits: number[] = [];
+  // A flood's window: from its first submit to the last claim of the flooding tenant's stages after it.
+  const floodClaims = h.stageLog.filter((r) => r.concurrencyKey === cfg.floodTenant && isClaim(r)).map((r) => r.at);
+  const floodWindows = h.faults
+    .filter((f) => f.kind === 'tenant_flood')
+    .map((f) => [f.at, Math.max(f.endAt, ...floodClaims.filter((t) => t >= f.at))] as const);
+  let tenantWaitsInFlood = 0;
+  // Waits of un-keyed stages (no tenant's backlog can hold them): the machine's own queueing at each moment.
+  const unkeyed: { due: number; wait: number }[] = [];
+  const keyed: { stageId: string; due: { at: number; row: StageLogRow }; claim: StageLogRow }[] = [];
   for (const [stageId, rows] of stagesByRun) {
     let due: { at: number; row: StageLogRow } | null = null;
     for (const r of rows) {
       if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued'))
         due = { at: Math.max(r.at, r.availableAt ?? r.at), row: r };
-      else if (isClaim(r) && due && r.concurrencyKey !== null) {
-        const wait = r.at - due.at;
-        const start = due.at;
-        const overlapsGlobal = globalWindows.some(([a, b]) => start <= b && r.at >= a);
-        if (r.concurrencyKey === cfg.floodTenant) floodWaits.push(wait);
-        else if (!overlapsGlobal) {
-          tenantWaits.push(wait);
-          if (wait > cfg.tenantWaitBoundMs) {
-            add('tenant_wait', `stage ${stageId} of tenant ${r.concurrencyKey} waited ${wait} ms (bound ${cfg.tenantWaitBoundMs} ms)`, {
-              due: due.row,
-              claim: r,
-            });
-          }
-        }
+      else if (isClaim(r) && due) {
+        if (r.concurrencyKey === null) unkeyed.push({ due: due.at, wait: r.at - due.at });
+        else keyed.push({ stageId, due, claim: r });
         due = null;
       } else if (r.newState !== 'queued') due = null;
+    }
+  }
+  unkeyed.sort((a, b) => a.due - b.due);
+  /** p75 wait of un-keyed stages due within half the bound of `t` (0 when there were none). */
+  const baseline = (t: number): number => {
+    const w = unkeyed.filter((u) => Math.abs(u.due - t) <= cfg.tenantWaitBoundMs / 2).map((u) => u.wait);
+    return w.length
+      ? quantile(
+          w.sort((a, b) => a - b),
+          0.75,
+        )!
+      : 0;
+  };
+  for (const { stageId, due, claim: r } of keyed) {
+    const wait = r.at - due.at;
+    const start = due.at;
+    const overlapsGlobal = globalWindows.some(([a, b]) => start <= b && r.at >= a);
+    if (r.concurrencyKey === cfg.floodTenant) floodWaits.push(wait);
+    else if (!overlapsGlobal) {
+      tenantWaits.push(wait);
+      if (floodWindows.some(([a, b]) => start <= b && r.at >= a)) tenantWaitsInFlood++;
+      // Waiting behind a backlog is the wait beyond what stages no key holds back waited at that moment.
+      const base = wait > cfg.tenantWaitBoundMs ? baseline(start) : 0;
+      if (wait - base > cfg.tenantWaitBoundMs) {
+        add(
+          'tenant_wait',
+          `stage ${stageId} of tenant ${r.concurrencyKey} waited ${Math.round(wait)} ms, ${Math.round(wait - base)} ms more than ` +
+            `un-keyed stages due then (bound ${cfg.tenantWaitBoundMs} ms)`,
+          { due: due.row, claim: r, unkeyedP75WaitMs: base },
+        );
+      }
     }
   }
 
@@ -409,14 +600,81 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     }
   }
 
+  // --- events_mismatch: ratchet.events against the trigger log
+  let eventStats: CheckStats['events'] = null;
+  if (h.events) {
+    const known = new Set([...h.runLog.map((r) => r.runId), ...h.runs.map((r) => r.id)]);
+    const unknown = h.events.filter((e) => !known.has(e.runId));
+    if (unknown.length)
+      add('events_mismatch', `${unknown.length} event(s) of runs neither the trigger log nor the API knows`, {
+        events: unknown.slice(0, MAX_EVIDENCE),
+      });
+    const claimEvents = new Map<string, (typeof h.events)[number]>();
+    for (const e of h.events)
+      if ((e.type === 'job_claimed' || e.type === 'lease_reclaimed') && e.stageId !== null && e.fence !== null)
+        claimEvents.set(`${e.stageId}:${e.fence}`, e);
+    const claimRows = h.stageLog.filter(isClaim);
+    const missing = claimRows.filter((r) => !claimEvents.has(`${r.stageId}:${r.newFence}`));
+    if (missing.length)
+      add('events_mismatch', `${missing.length} claim(s) in the trigger log without their job_claimed / lease_reclaimed event`, {
+        claims: missing.slice(0, MAX_EVIDENCE),
+      });
+    const claimed = new Set(claimRows.map((r) => `${r.stageId}:${r.newFence}`));
+    const orphans = [...claimEvents.entries()].filter(([k]) => !claimed.has(k)).map(([, e]) => e);
+    if (orphans.length)
+      add('events_mismatch', `${orphans.length} claim event(s) with no claim of that stage and fence in the trigger log`, {
+        events: orphans.slice(0, MAX_EVIDENCE),
+      });
+    eventStats = {
+      total: h.events.length,
+      resultRejected: h.events.filter((e) => e.type === 'result_rejected').length,
+      ownershipUnknown: h.events.filter((e) => e.type === 'ownership_unknown').length,
+      claimEvents: claimEvents.size,
+    };
+  }
+
+  // --- coverage: a check that had nothing to catch proves nothing
+  const v1FinishedAfterDeploy =
+    h.deployStartedAt == null
+      ? 0
+      : Object.entries(h.versions).filter(([id, v]) => {
+          const run = runs.get(id);
+          return v === 1 && run?.state === 'succeeded' && run.finishedAt !== null && run.finishedAt > h.deployStartedAt!;
+        }).length;
+  const faultsByKind: Partial<Record<FaultKind, number>> = {};
+  for (const f of h.faults) faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
+  if (cfg.coverage) {
+    const cov = cfg.coverage;
+    const gaps: string[] = [];
+    for (const k of cov.faultKinds) if (!faultsByKind[k]) gaps.push(`no ${k} fault was injected`);
+    const failed = h.faults.filter((f) => f.kind === 'injection_failed');
+    if (failed.length)
+      gaps.push(
+        `${failed.length} injection(s) failed: ${failed
+          .map((f) => f.detail ?? '')
+          .join(' | ')
+          .slice(0, 1000)}`,
+      );
+    if (tenantWaitsInFlood === 0) gaps.push('no small-tenant wait was measured inside a flood window');
+    for (const [c, limit] of Object.entries(cfg.classLimits)) {
+      const peak = peakConcurrency[`class:${c}`]?.peak ?? 0;
+      if (peak < limit) gaps.push(`class ${c} peaked at ${peak} live leases, never its limit ${limit}`);
+    }
+    const floodPeak = peakConcurrency[`key:${cov.floodKey}`]?.peak ?? 0;
+    if (floodPeak < cov.floodKeyLimit)
+      gaps.push(`key ${cov.floodKey} peaked at ${floodPeak} live leases, never its limit ${cov.floodKeyLimit}`);
+    if (cov.faultKinds.includes('rolling_deploy') && v1FinishedAfterDeploy === 0)
+      gaps.push('no version-1 run finished after the rolling deploy began');
+    if (cov.staleFence && !h.ledger.some((l) => l.verdict === 'stale_fence')) gaps.push('the receiver never answered stale_fence');
+    for (const g of gaps) add('coverage', g, { faultsByKind, peakConcurrency, tenantWaitsInFlood, v1FinishedAfterDeploy });
+  }
+
   // --- stats
   const runsByState: Record<string, number> = {};
   for (const id of submittedAt.keys()) {
     const s = runs.get(id)?.state ?? 'unknown';
     runsByState[s] = (runsByState[s] ?? 0) + 1;
   }
-  const faultsByKind: Partial<Record<FaultKind, number>> = {};
-  for (const f of h.faults) faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
   const reclaim: number[] = [];
   for (const f of h.faults) {
     if (f.kind !== 'sigkill' || !f.owner) continue;
@@ -451,8 +709,15 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
       receiverVerdicts: verdicts,
       duplicates: duplicates + counts.duplicate_run,
       staleWrites,
+      staleEngineWrites,
       lostRuns,
       limitViolations,
+      peakConcurrency,
+      tenantWaitsInFlood,
+      timeToTerminalMs: summary(toTerminal),
+      v1FinishedAfterDeploy,
+      events: eventStats,
+      failedRuns,
     },
   };
 }

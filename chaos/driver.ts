@@ -27,6 +27,71 @@ type MixWorkflow = keyof typeof WORKFLOW_MIX;
 export const SMALL_TENANTS = ['acme', 'globex', 'initech', 'umbrella', 'hooli'];
 export const FLOOD_TENANT = 'flood';
 
+/** One submit as the seed plans it: drawn from its own fork, before the soak starts. */
+export interface PlannedSubmit {
+  /** Its name: the stream's number, or flood<k>-<j>. */
+  id: string;
+  atMs: number;
+  workflow: MixWorkflow;
+  key: string;
+  input: Record<string, unknown>;
+  twiceAtOnce: boolean;
+  /** Sent again with its key this long after the answer (null: not). */
+  againAfterMs: number | null;
+  /** Cancelled this long after the answer (null: not). */
+  cancelAfterMs: number | null;
+}
+
+const numberOf = (id: string) => {
+  const m = /^flood(\d+)-(\d+)$/.exec(id);
+  const d = /^deploy(\d+)$/.exec(id);
+  return m ? 1_000_000 * (Number(m[1]) + 1) + Number(m[2]) : d ? 900_000 + Number(d[1]) : Number(id);
+};
+
+/** Every choice of one submit, drawn at once from `rng` (its own fork). */
+export function planSubmit(rng: Prng, seed: number, id: string, atMs: number, only?: MixWorkflow): PlannedSubmit {
+  const workflow = only ?? rng.weighted(WORKFLOW_MIX);
+  const n = numberOf(id);
+  const work = rng.int(100, 1500); // long enough that a fault usually finds stages in flight
+  const input =
+    workflow === 'chaos_agent'
+      ? { ref: `s${seed}-${id}` }
+      : workflow === 'chaos_roll'
+        ? { n }
+        : workflow === 'chaos_tenant'
+          ? { tenant: only ? FLOOD_TENANT : rng.pick(SMALL_TENANTS), n, work }
+          : { n, work };
+  const twiceAtOnce = rng.chance(0.02);
+  const again = rng.chance(0.06);
+  const cancel = rng.chance(0.04);
+  const againAfter = rng.int(0, 2000);
+  const cancelAfter = rng.int(0, 3000);
+  return {
+    id,
+    atMs,
+    workflow,
+    key: `chaos-${seed}-${id}`,
+    input,
+    twiceAtOnce,
+    againAfterMs: again ? againAfter : null,
+    cancelAfterMs: cancel ? cancelAfter : null,
+  };
+}
+
+/** The stream's submits for `durationMs` at `rate` per second: submit i from rng.fork('submit-' + i). */
+export function planStream(rng: Prng, seed: number, durationMs: number, rate: number): PlannedSubmit[] {
+  const gap = 1000 / rate;
+  const out: PlannedSubmit[] = [];
+  let atMs = 0;
+  for (let i = 1; i <= durationMs * rate; i++) {
+    const f = rng.fork(`submit-${i}`);
+    atMs += gap * (0.5 + f.next());
+    if (atMs >= durationMs) break;
+    out.push(planSubmit(f, seed, String(i), Math.round(atMs)));
+  }
+  return out;
+}
+
 export interface DriverOptions {
   client: RatchetClient;
   rng: Prng;
@@ -52,33 +117,16 @@ export class Driver {
   readonly versions: Record<string, number> = {};
   readonly accepted = new Map<string, { workflow: string; key: string }>();
   private readonly inFlight = new Set<Promise<unknown>>();
-  private n = 0;
   private retried = new Set<string>();
-  private readonly floodRng: Prng;
   private readonly retryRng: Prng;
 
   constructor(private readonly o: DriverOptions) {
-    this.floodRng = o.rng.fork('flood');
     this.retryRng = o.rng.fork('retry');
   }
 
   private track(p: Promise<unknown>): void {
     const q = p.catch((err: unknown) => this.o.log(`driver: ${(err as Error).message}`)).finally(() => this.inFlight.delete(q));
     this.inFlight.add(q);
-  }
-
-  private inputFor(workflow: MixWorkflow, i: number, rng: Prng, tenant?: string): unknown {
-    const work = rng.int(100, 1500); // long enough that a fault usually finds stages in flight
-    switch (workflow) {
-      case 'chaos_agent':
-        return { ref: `s${this.o.seed}-${i}` };
-      case 'chaos_roll':
-        return { n: i };
-      case 'chaos_tenant':
-        return { tenant: tenant ?? rng.pick(SMALL_TENANTS), n: i, work };
-      default:
-        return { n: i, work };
-    }
   }
 
   /** One submit with its key, retried with the same key while the API does not answer (a lost answer is not a new run). */
@@ -95,13 +143,14 @@ export class Driver {
           runId: res.id,
           status: res.status,
           duplicate,
+          tries: attempt,
           ...(tenant ? { tenant } : {}),
           ...(version ? { version } : {}),
         });
         return res.id;
       } catch (err) {
         if (!retryable(err) || attempt === SUBMIT_TRIES) {
-          this.submits.push({ key, workflow, at, runId: null, status: (err as ApiError).code ?? String(err), duplicate });
+          this.submits.push({ key, workflow, at, runId: null, status: (err as ApiError).code ?? String(err), duplicate, tries: attempt });
           return null;
         }
         await sleep(300 * attempt);
@@ -110,32 +159,25 @@ export class Driver {
     return null;
   }
 
-  /** Every random choice of one submit is drawn before its first await, so the stream's choices follow the seed. */
-  private async submit(workflow: MixWorkflow, rng: Prng, tenant?: string): Promise<void> {
-    const i = ++this.n;
-    const key = `chaos-${this.o.seed}-${i}`;
-    const input = this.inputFor(workflow, i, rng, tenant);
+  /** One planned submit: its duplicates and cancel as planned; the chaos_roll version is the deploy's at that moment (an outcome). */
+  private async submit(p: PlannedSubmit): Promise<void> {
+    const { workflow, key, input } = p;
     const version = workflow === 'chaos_roll' ? this.o.deployVersion() : undefined;
-    const twiceAtOnce = rng.chance(0.02);
-    const again = rng.chance(0.06);
-    const cancel = rng.chance(0.04);
-    const againAfter = rng.int(0, 2000);
-    const cancelAfter = rng.int(0, 3000);
-    if (twiceAtOnce) this.o.faults.push({ kind: 'duplicate_submit', at: Date.now(), endAt: Date.now(), detail: `${key} twice at once` });
+    if (p.twiceAtOnce) this.o.faults.push({ kind: 'duplicate_submit', at: Date.now(), endAt: Date.now(), detail: `${key} twice at once` });
     const [id] = await Promise.all([
       this.submitOnce(workflow, input, key, false, version),
-      ...(twiceAtOnce ? [this.submitOnce(workflow, input, key, true, version)] : []),
+      ...(p.twiceAtOnce ? [this.submitOnce(workflow, input, key, true, version)] : []),
     ]);
     if (id === null) return;
     this.accepted.set(id, { workflow, key });
     if (version) this.versions[id] = version;
-    if (again) {
-      await sleep(againAfter);
+    if (p.againAfterMs !== null) {
+      await sleep(p.againAfterMs);
       this.o.faults.push({ kind: 'duplicate_submit', at: Date.now(), endAt: Date.now(), detail: key });
       await this.submitOnce(workflow, input, key, true, version);
     }
-    if (cancel) {
-      await sleep(cancelAfter);
+    if (p.cancelAfterMs !== null) {
+      await sleep(p.cancelAfterMs);
       const at = Date.now();
       try {
         const res = await this.o.client.cancel(id);
@@ -146,14 +188,16 @@ export class Driver {
     }
   }
 
-  /** The steady stream until `until` (epoch ms), at most rate × duration × 2 submits. */
-  async stream(until: number): Promise<void> {
-    const gap = 1000 / this.o.rate;
-    const max = Math.ceil(((until - Date.now()) / 1000) * this.o.rate * 2) + 10;
-    for (let i = 0; i < max && Date.now() < until; i++) {
+  /**
+   * The planned stream from `startedAt`, each submit at its planned moment (later when
+   * MAX_IN_FLIGHT requests are in the air); planned submits still due at `until` are not sent.
+   */
+  async stream(startedAt: number, until: number, plan: PlannedSubmit[]): Promise<void> {
+    for (const p of plan) {
+      await sleep(Math.max(0, startedAt + p.atMs - Date.now()));
       while (this.inFlight.size >= MAX_IN_FLIGHT && Date.now() < until) await sleep(20);
-      this.track(this.submit(this.o.rng.weighted(WORKFLOW_MIX), this.o.rng));
-      await sleep(gap * (0.5 + this.o.rng.next()));
+      if (Date.now() >= until) break;
+      this.track(this.submit(p));
     }
   }
 
@@ -181,14 +225,31 @@ export class Driver {
     }
   }
 
-  /** One tenant floods its concurrency key: `count` submits, 8 at a time. */
-  async flood(count: number): Promise<void> {
-    const queue = Array.from({ length: count }, () => () => this.submit('chaos_tenant', this.floodRng, FLOOD_TENANT));
+  /** Flood number `k`: `count` submits of the flooding tenant, planned before the first is sent, 8 in the air at a time. */
+  async flood(k: number, count: number): Promise<void> {
+    const queue = Array.from({ length: count }, (_, j) =>
+      planSubmit(this.o.rng.fork(`flood-${k}-${j}`), this.o.seed, `flood${k}-${j}`, 0, 'chaos_tenant'),
+    );
     await Promise.all(
       Array.from({ length: 8 }, async () => {
-        for (let job = queue.shift(); job; job = queue.shift()) await job();
+        for (let p = queue.shift(); p; p = queue.shift()) await this.submit(p);
       }),
     );
+  }
+
+  /**
+   * Just before the rolling deploy: `count` chaos_roll runs of the current version (planned from
+   * their own forks, no duplicate or cancel), resolved once accepted, so old-version runs are in
+   * flight when the deploy begins.
+   */
+  async beforeDeploy(count: number): Promise<void> {
+    const plans = Array.from({ length: count }, (_, j) => ({
+      ...planSubmit(this.o.rng.fork(`deploy-${j}`), this.o.seed, `deploy${j}`, 0, 'chaos_roll'),
+      twiceAtOnce: false,
+      againAfterMs: null,
+      cancelAfterMs: null,
+    }));
+    await Promise.all(plans.map((p) => this.submit(p)));
   }
 
   /** Waits for every request in the air (bounded). */

@@ -22,18 +22,89 @@ const WEIGHTS = {
   sigstop: 2,
   pg_blackhole: 2,
   receiver_cut: 2,
+  late_request: 2,
   loop_block: 2,
   redis_flushall: 1,
   redis_restart: 1,
   pg_restart: 1,
   tenant_flood: 1,
 } as const satisfies Partial<Record<FaultKind, number>>;
-type RandomFault = keyof typeof WEIGHTS;
+export type RandomFault = keyof typeof WEIGHTS;
+export const RANDOM_FAULTS = Object.keys(WEIGHTS) as RandomFault[];
 const GLOBAL: FaultKind[] = ['pg_restart', 'redis_restart'];
 const MAX_FLOODS = 2;
+/** Floods start in the first half of the soak, so their backlog drains before the terminal bound starts counting. */
+const FLOOD_BEFORE = 0.5;
+/** Longest a planned fault waits for its turn (a free slot, a free worker, no global fault) before it is given up. */
+const TURN_WAIT_MS = 20_000;
+/** The extra pause / partition past the lease (sigstop, pg_blackhole): at most this long. */
+export const PAST_LEASE_MAX_MS = 3000;
+
+/**
+ * One planned fault: everything the seed decides about it, drawn at planning time from its own
+ * fork (rng.fork('fault-' + k)), before the soak starts. What the moment decides (which workers
+ * are free, whether a request comes) is an outcome, recorded in the history, not planned.
+ */
+export interface PlannedFault {
+  k: number;
+  kind: RandomFault;
+  /** Planned start, ms after the soak's start (a fault waiting for its turn starts later). */
+  atMs: number;
+  /** Which free worker it hits: index = floor(pick × free workers at that moment). */
+  pick: number;
+  /** The fault's own duration or size (pause, partition, downtime, flood size...). */
+  n: number;
+  signal?: 'SIGKILL' | 'SIGTERM';
+}
+
+/** The whole fault schedule of a soak of `durationMs`: one shuffled round of every kind first, then weighted draws. */
+export function planFaults(rng: Prng, durationMs: number): { faults: PlannedFault[]; deployAtMs: number } {
+  const first = rng.fork('first-round');
+  const round = [...RANDOM_FAULTS];
+  for (let i = round.length - 1; i > 0; i--) {
+    const j = first.int(0, i);
+    [round[i], round[j]] = [round[j]!, round[i]!];
+  }
+  // The flood early in the round (its backlog must drain well before the end).
+  const fi = round.indexOf('tenant_flood');
+  if (fi > 2) [round[fi], round[2]] = [round[2]!, round[fi]!];
+  const faults: PlannedFault[] = [];
+  let floods = 0;
+  let atMs = 0;
+  for (let k = 0; k < 10_000; k++) {
+    const f = rng.fork(`fault-${k}`);
+    atMs += f.int(1500, 5000);
+    if (atMs >= durationMs) break;
+    let kind: RandomFault = k < round.length ? round[k]! : f.weighted(WEIGHTS);
+    while (kind === 'tenant_flood' && (floods >= MAX_FLOODS || (k >= round.length && atMs > durationMs * FLOOD_BEFORE)))
+      kind = f.weighted(WEIGHTS);
+    if (kind === 'tenant_flood') floods++;
+    const n =
+      kind === 'sigstop' || kind === 'pg_blackhole'
+        ? LEASE_MS + f.int(500, PAST_LEASE_MAX_MS)
+        : kind === 'receiver_cut'
+          ? f.int(1000, 7000)
+          : kind === 'redis_restart'
+            ? f.int(1000, 4000)
+            : kind === 'tenant_flood'
+              ? f.int(20, 40)
+              : kind === 'sigkill'
+                ? f.int(500, 2000) // the replacement's delay
+                : 0;
+    faults.push({
+      k,
+      kind,
+      atMs,
+      pick: f.next(),
+      n,
+      ...(kind === 'redis_restart' ? { signal: f.chance(0.5) ? ('SIGKILL' as const) : ('SIGTERM' as const) } : {}),
+    });
+  }
+  const deployAtMs = Math.round(durationMs * (0.3 + 0.3 * rng.fork('deploy').next()));
+  return { faults, deployAtMs };
+}
 
 export interface InjectorDeps {
-  rng: Prng;
   pool: WorkerPool;
   receiver: ChaosReceiver;
   redis: PrivateRedis;
@@ -47,10 +118,23 @@ export interface InjectorDeps {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** Idempotency key and fence of the first whole HTTP request in `bytes` (a held request), or null. */
+export function heldRequest(bytes: Buffer): { key: string; fence: string } | null {
+  const text = bytes.toString('latin1');
+  const end = text.indexOf('\r\n\r\n');
+  if (end < 0) return null;
+  const head = text.slice(0, end);
+  if (!head.startsWith('POST /effect')) return null;
+  const key = /\r\nidempotency-key: *([^\r\n]+)/i.exec(head)?.[1];
+  const fence = /\r\nx-execution-fence: *(\d+)/i.exec(head)?.[1];
+  return key && fence ? { key: key.trim(), fence } : null;
+}
+
 export class FaultInjector {
   private readonly active = new Set<Promise<void>>();
   private globalActive = false;
-  private floods = 0;
+  /** When the rolling deploy began (null until it does). */
+  deployStartedAt: number | null = null;
   constructor(private readonly d: InjectorDeps) {}
 
   private record(kind: FaultKind, at: number, extra: Partial<FaultRecord> = {}): void {
@@ -58,92 +142,92 @@ export class FaultInjector {
     this.d.log(`fault ${kind} ${extra.worker ?? ''} ${extra.detail ?? ''} (${Date.now() - at} ms)`);
   }
 
-  /** A live worker no fault is acting on, leaving KEEP_HEALTHY others alone; marked busy. */
-  private target(): ChaosWorker | null {
-    const free = this.d.pool.live.filter((w) => !w.busy && !w.exited);
-    if (free.length <= KEEP_HEALTHY) return null;
-    const w = this.d.rng.pick(free);
-    w.busy = true;
-    return w;
+  /** A live worker no fault is acting on, leaving KEEP_HEALTHY others alone (waits for one, bounded); marked busy. */
+  private async target(pick: number): Promise<ChaosWorker | null> {
+    for (const until = Date.now() + TURN_WAIT_MS; ; ) {
+      const free = this.d.pool.live.filter((w) => !w.busy && !w.exited);
+      if (free.length > KEEP_HEALTHY) {
+        const w = free[Math.min(free.length - 1, Math.floor(pick * free.length))]!;
+        w.busy = true;
+        return w;
+      }
+      if (Date.now() >= until) return null;
+      await sleep(200);
+    }
   }
 
-  private async replace(dead: ChaosWorker): Promise<void> {
-    await sleep(this.d.rng.int(500, 2000));
-    await this.d.pool.spawn(this.d.version.current);
-    void dead;
-  }
-
-  private async inject(kind: RandomFault): Promise<void> {
-    const { rng, pool, redis, pg, receiver } = this.d;
+  /** Injects one planned fault; false when the moment did not allow it (not recorded). */
+  private async inject(f: PlannedFault): Promise<boolean | void> {
+    const { pool, redis, pg, receiver } = this.d;
+    const { kind } = f;
     const at = Date.now();
+    const needsWorker = !['redis_flushall', 'redis_restart', 'pg_restart', 'tenant_flood'].includes(kind);
+    const w = needsWorker ? await this.target(f.pick) : null;
+    if (needsWorker && !w) {
+      this.d.log(`fault ${kind} #${f.k}: no free worker in ${TURN_WAIT_MS} ms (not injected)`);
+      return false;
+    }
     switch (kind) {
       case 'sigkill': {
-        const w = this.target();
-        if (!w) return;
-        await pool.kill(w);
-        this.record(kind, at, { worker: w.name, owner: w.owner });
-        await this.replace(w);
+        await pool.kill(w!);
+        this.record(kind, at, { worker: w!.name, owner: w!.owner });
+        await sleep(f.n);
+        await pool.spawn(this.d.version.current);
         return;
       }
       case 'sigstop': {
-        const w = this.target();
-        if (!w) return;
-        const ms = LEASE_MS + rng.int(1000, 3000);
-        w.child.proc.kill('SIGSTOP');
-        await sleep(ms);
-        w.child.proc.kill('SIGCONT');
-        w.busy = false;
-        return this.record(kind, at, { worker: w.name, owner: w.owner, detail: `paused ${ms} ms` });
+        w!.child.proc.kill('SIGSTOP');
+        await sleep(f.n);
+        w!.child.proc.kill('SIGCONT');
+        w!.busy = false;
+        return this.record(kind, at, { worker: w!.name, owner: w!.owner, detail: `paused ${f.n} ms` });
       }
       case 'loop_block': {
-        const w = this.target();
-        if (!w) return;
-        w.child.proc.kill('SIGUSR2');
+        const n = ++w!.blocks;
+        w!.child.proc.kill('SIGUSR2');
+        // The block is real only once the worker says it is blocking (its busy loop started).
+        await w!.child.line((o) => o.blocking === true && o.n === n, 10_000);
         await sleep(BLOCK_MS + 200);
-        w.busy = false;
-        return this.record(kind, at, { worker: w.name, owner: w.owner, detail: `blocked ${BLOCK_MS} ms` });
+        w!.busy = false;
+        return this.record(kind, at, { worker: w!.name, owner: w!.owner, detail: `blocked ${BLOCK_MS} ms` });
       }
       case 'pg_blackhole': {
-        const w = this.target();
-        if (!w) return;
-        const ms = LEASE_MS + rng.int(500, 3000);
-        w.pgProxy.setMode('blackhole');
-        await sleep(ms);
-        w.pgProxy.setMode('reset'); // frees the backends the partition left behind (their locks too)
-        w.pgProxy.setMode('pass');
-        w.busy = false;
-        return this.record(kind, at, { worker: w.name, owner: w.owner, detail: `partitioned ${ms} ms` });
+        w!.pgProxy.setMode('blackhole');
+        await sleep(f.n);
+        w!.pgProxy.setMode('reset'); // frees the backends the partition left behind (their locks too)
+        w!.pgProxy.setMode('pass');
+        w!.busy = false;
+        return this.record(kind, at, { worker: w!.name, owner: w!.owner, detail: `partitioned ${f.n} ms` });
       }
       case 'receiver_cut': {
-        const w = this.target();
-        if (!w) return;
-        const fired = await receiver.cutAfterNext(w.name, () => w.rxProxy.setMode('blackhole'), 8000);
-        if (fired) await sleep(rng.int(1000, 7000)); // the tool waits for its answer (timeout, or its lease's end)
-        w.rxProxy.setMode('reset');
-        w.rxProxy.setMode('pass');
-        w.busy = false;
-        return this.record(kind, at, {
-          worker: w.name,
-          owner: w.owner,
-          detail: fired ? 'answer lost after the effect' : 'no request came',
-        });
+        const fired = await receiver.cutAfterNext(w!.name, () => w!.rxProxy.setMode('blackhole'), 8000);
+        if (fired) await sleep(f.n); // the tool waits for its answer (timeout, or its lease's end)
+        w!.rxProxy.setMode('reset');
+        w!.rxProxy.setMode('pass');
+        w!.busy = false;
+        // Counted only when an effect was applied and its answer lost; otherwise it did nothing.
+        if (fired) return this.record(kind, at, { worker: w!.name, owner: w!.owner, detail: 'answer lost after the effect' });
+        this.d.log(`fault receiver_cut #${f.k} on ${w!.name}: no applied request in 8 s (not counted)`);
+        return false;
       }
+      case 'late_request':
+        return this.lateRequest(f, w!, at);
       case 'redis_flushall':
-        await redis.flushAll().catch(() => {});
+        await redis.flushAll();
         return this.record(kind, at);
       case 'redis_restart': {
-        if (this.globalActive) return;
-        this.globalActive = true;
-        const ms = rng.int(1000, 4000);
-        await redis.stop(rng.chance(0.5) ? 'SIGKILL' : 'SIGTERM');
-        await sleep(ms);
-        await redis.start();
-        this.globalActive = false;
-        return this.record(kind, at, { detail: `down ${ms} ms` });
+        await this.globalTurn();
+        try {
+          await redis.stop(f.signal ?? 'SIGTERM');
+          await sleep(f.n);
+          await redis.start();
+        } finally {
+          this.globalActive = false;
+        }
+        return this.record(kind, at, { detail: `down ${f.n} ms (${f.signal})` });
       }
       case 'pg_restart': {
-        if (this.globalActive) return;
-        this.globalActive = true;
+        await this.globalTurn();
         try {
           await pg.restart();
         } finally {
@@ -152,12 +236,66 @@ export class FaultInjector {
         return this.record(kind, at, { detail: 'pg_ctl restart -m immediate (private cluster)' });
       }
       case 'tenant_flood': {
-        if (this.floods >= MAX_FLOODS) return;
-        this.floods++;
-        const n = rng.int(40, 80);
-        await this.d.driver.flood(n);
-        return this.record(kind, at, { detail: `${n} runs of tenant flood` });
+        await this.d.driver.flood(f.k, f.n);
+        return this.record(kind, at, { detail: `${f.n} runs of tenant flood` });
       }
+    }
+  }
+
+  /** Waits (bounded) until no other global fault acts, then takes the global slot. */
+  private async globalTurn(): Promise<void> {
+    for (const until = Date.now() + TURN_WAIT_MS; this.globalActive && Date.now() < until; ) await sleep(200);
+    if (this.globalActive) throw new Error('another global fault held the slot for too long');
+    this.globalActive = true;
+  }
+
+  /**
+   * A late request: the worker's link to the receiver holds its bytes once an effect request
+   * was sent; the worker is paused past its lease, so another worker reclaims the stage and
+   * sends the same key with a higher fence, which the receiver admits (and answers 503, so the
+   * key stays open); only then are the held bytes released: the old fence arrives late and must
+   * be refused stale_fence.
+   */
+  private async lateRequest(f: PlannedFault, w: ChaosWorker, at: number): Promise<boolean | void> {
+    let req = null as { key: string; fence: string } | null;
+    w.rxProxy.setMode('hold');
+    try {
+      for (const until = Date.now() + 10_000; !req && Date.now() < until; ) {
+        await sleep(20);
+        const held = w.rxProxy.held();
+        for (const b of held) req ??= heldRequest(b);
+        // Another request (a /flaky probe) caught in the hold: let it through and keep holding.
+        if (!req && held.length > 0 && held.every((b) => b.includes('\r\n\r\n') && !b.toString('latin1').startsWith('POST /effect'))) {
+          w.rxProxy.setMode('pass');
+          w.rxProxy.setMode('hold');
+        }
+      }
+      if (!req) {
+        this.d.log(`fault late_request #${f.k} on ${w.name}: no effect request in 10 s (not injected)`);
+        return false;
+      }
+      w.child.proc.kill('SIGSTOP'); // no heartbeat: the lease lapses and another worker reclaims
+      const answered = await this.d.receiver.failNextAbove(req.key, req.fence, 20_000);
+      w.rxProxy.setMode('pass'); // the late request arrives now
+      const late = () => this.d.receiver.ledger.find((l) => l.key === req!.key && l.fence === req!.fence && l.answeredAt !== null);
+      for (const until = Date.now() + 5000; !late() && Date.now() < until; ) await sleep(50);
+      w.child.proc.kill('SIGCONT');
+      const arrived = late();
+      if (!answered || !arrived) {
+        this.d.log(
+          `fault late_request #${f.k} on ${w.name}: ${req.key} ${answered ? 'held request not delivered' : 'not reclaimed in 20 s'} (not counted)`,
+        );
+        return false;
+      }
+      return this.record('late_request', at, {
+        worker: w.name,
+        owner: w.owner,
+        detail: `${req.key} fence ${req.fence} released late: ${arrived.verdict}`,
+      });
+    } finally {
+      if (w.rxProxy.mode === 'hold') w.rxProxy.setMode('pass');
+      w.child.proc.kill('SIGCONT');
+      w.busy = false;
     }
   }
 
@@ -167,7 +305,9 @@ export class FaultInjector {
    * version 1 runs are in flight.
    */
   async rollingDeploy(): Promise<void> {
+    await this.d.driver.beforeDeploy(3); // version-1 runs in flight as the deploy begins
     const at = Date.now();
+    this.deployStartedAt = at;
     this.d.version.current = 2;
     let replaced = 0;
     for (let round = 0; round < 50; round++) {
@@ -185,23 +325,35 @@ export class FaultInjector {
     this.record('rolling_deploy', at, { detail: `${replaced} workers replaced by version 2` });
   }
 
-  /** Injects faults until `until`; the rolling deploy starts at `deployAt`. Waits for every fault to heal. */
-  async run(until: number, deployAt: number): Promise<void> {
-    let deploy: Promise<void> | null = null;
-    for (let i = 0; i < 100_000 && Date.now() < until; i++) {
-      await sleep(this.d.rng.int(1500, 5000));
-      if (!deploy && Date.now() >= deployAt) {
-        deploy = this.rollingDeploy().catch((err: unknown) => this.d.log(`deploy failed: ${String(err)}`));
-      }
-      if (this.active.size >= MAX_ACTIVE || Date.now() >= until) continue;
-      const kind = this.d.rng.weighted(WEIGHTS);
-      if (GLOBAL.includes(kind) && this.globalActive) continue;
-      const p: Promise<void> = this.inject(kind)
-        .catch((err: unknown) => this.d.log(`fault ${kind} failed: ${(err as Error).stack ?? String(err)}`))
+  /**
+   * Runs the planned faults (each at its planned moment, or later when it must wait for its
+   * turn: at most MAX_ACTIVE at once; nothing is skipped for timing) and the rolling deploy at
+   * its planned moment. An injection that throws is recorded as `injection_failed` (the soak fails).
+   */
+  async run(startedAt: number, plan: { faults: PlannedFault[]; deployAtMs: number }): Promise<void> {
+    const deploy = (async () => {
+      await sleep(Math.max(0, startedAt + plan.deployAtMs - Date.now()));
+      await this.rollingDeploy();
+    })().catch((err: unknown) => this.failed('rolling_deploy', err));
+    for (const f of plan.faults) {
+      await sleep(Math.max(0, startedAt + f.atMs - Date.now()));
+      for (const until = Date.now() + TURN_WAIT_MS; this.active.size >= MAX_ACTIVE && Date.now() < until; ) await sleep(100);
+      if (GLOBAL.includes(f.kind)) while (this.globalActive) await sleep(100);
+      // A fault the moment did not allow (no free worker, no request in time) is tried again, twice at most.
+      const attempt = async () => {
+        for (let i = 0; i < 3; i++) if ((await this.inject(f)) !== false) return;
+      };
+      const p: Promise<void> = attempt()
+        .catch((err: unknown) => this.failed(f.kind, err))
         .finally(() => this.active.delete(p));
       this.active.add(p);
     }
     await Promise.all([...this.active]);
-    if (deploy) await deploy;
+    await deploy;
+  }
+
+  private failed(kind: string, err: unknown): void {
+    const at = Date.now();
+    this.record('injection_failed', at, { detail: `${kind}: ${((err as Error).stack ?? String(err)).slice(0, 500)}` });
   }
 }

@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS chaos.stage_log (
   stage_id bigint NOT NULL, run_id uuid NOT NULL, tool text NOT NULL, tool_class text NOT NULL,
   concurrency_key text, concurrency_limit int,
   old_state text, new_state text NOT NULL, old_fence bigint, new_fence bigint, old_owner text, new_owner text,
-  old_lease_until timestamptz, new_lease_until timestamptz, available_at timestamptz, attempt int NOT NULL
+  old_lease_until timestamptz, new_lease_until timestamptz, available_at timestamptz, attempt int NOT NULL,
+  error_code text
 );
 CREATE TABLE IF NOT EXISTS chaos.run_log (
   id bigint PRIMARY KEY DEFAULT nextval('chaos.log_seq'),
@@ -30,12 +31,13 @@ CREATE TABLE IF NOT EXISTS chaos.run_log (
 CREATE OR REPLACE FUNCTION chaos.log_stage() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
   INSERT INTO chaos.stage_log (op, stage_id, run_id, tool, tool_class, concurrency_key, concurrency_limit, old_state, new_state,
-    old_fence, new_fence, old_owner, new_owner, old_lease_until, new_lease_until, available_at, attempt)
+    old_fence, new_fence, old_owner, new_owner, old_lease_until, new_lease_until, available_at, attempt, error_code)
   VALUES (lower(TG_OP), NEW.id, NEW.run_id, NEW.tool, NEW.tool_class, NEW.concurrency_key, NEW.concurrency_limit,
     CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state,
     CASE WHEN TG_OP = 'UPDATE' THEN OLD.fence END, NEW.fence,
     CASE WHEN TG_OP = 'UPDATE' THEN OLD.owner_id END, NEW.owner_id,
-    CASE WHEN TG_OP = 'UPDATE' THEN OLD.lease_until END, NEW.lease_until, NEW.available_at, NEW.attempt);
+    CASE WHEN TG_OP = 'UPDATE' THEN OLD.lease_until END, NEW.lease_until, NEW.available_at, NEW.attempt,
+    NEW.error ->> 'code');
   RETURN NULL;
 END $fn$;
 CREATE OR REPLACE FUNCTION chaos.log_run() RETURNS trigger LANGUAGE plpgsql AS $fn$
@@ -58,7 +60,7 @@ SELECT id::float8 AS id, ${ms('at')} AS at, ${ms('tx_at')} AS tx_at, txid::text 
   run_id::text AS run_id,
   tool, tool_class, concurrency_key, concurrency_limit, old_state, new_state, old_fence::text AS old_fence, new_fence::text AS new_fence,
   old_owner, new_owner, ${ms('old_lease_until')} AS old_lease_until, ${ms('new_lease_until')} AS new_lease_until,
-  ${ms('available_at')} AS available_at, attempt
+  ${ms('available_at')} AS available_at, attempt, error_code
 FROM chaos.stage_log ORDER BY id`;
 
 export const READ_RUN_LOG_SQL = `
@@ -69,3 +71,8 @@ FROM chaos.run_log ORDER BY id`;
 /** Final stages: a succeeded effect tool's result names the key its effect used. */
 export const READ_STAGES_SQL = `
 SELECT id::text AS id, run_id::text AS run_id, tool, state, result ->> 'key' AS effect_key FROM ratchet.stages ORDER BY id`;
+
+/** The engine's own history (the checker cross-checks it against the trigger log). */
+export const READ_EVENTS_SQL = `
+SELECT id::float8 AS id, run_id::text AS run_id, stage_id::text AS stage_id, type, fence::text AS fence, ${ms('at')} AS at
+FROM ratchet.events ORDER BY id`;

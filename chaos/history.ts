@@ -40,6 +40,8 @@ export interface StageLogRow {
   newLeaseUntil: number | null;
   availableAt: number | null;
   attempt: number;
+  /** NEW.error->>'code' (absent in histories recorded before it was logged). */
+  errorCode?: string | null;
 }
 
 export interface RunLogRow {
@@ -82,6 +84,8 @@ export interface SubmitRecord {
   /** 202 new run, 200 same run again (a duplicate), or the error code. */
   status: number | string;
   duplicate: boolean;
+  /** Tries of this submit (same key) until it was answered: > 1 when an answer was lost or refused. */
+  tries?: number;
   /** Tenant of a keyed workflow (the concurrency key). */
   tenant?: string;
   version?: number;
@@ -95,6 +99,18 @@ export interface RunFinal {
   finishedAt: number | null;
   /** For versioned workflows: the version the run's result says its code ran. */
   resultVersion?: number | null;
+  /** The run's error as the API answered it (failed runs). */
+  error?: unknown;
+}
+
+/** A row of ratchet.events (the engine's own append-only history). */
+export interface EventRow {
+  id: number;
+  runId: string;
+  stageId: string | null;
+  type: string;
+  fence: string | null;
+  at: number;
 }
 
 export interface StageFinal {
@@ -119,7 +135,11 @@ export type FaultKind =
   | 'tenant_flood'
   | 'duplicate_submit'
   | 'cancel'
-  | 'retry';
+  | 'retry'
+  /** A request held in the worker's link to the receiver until its stage was reclaimed and answered (stale fence). */
+  | 'late_request'
+  /** An injection that threw: always a soak failure (a fault that silently did nothing proves nothing). */
+  | 'injection_failed';
 
 export interface FaultRecord {
   kind: FaultKind;
@@ -146,6 +166,23 @@ export interface CheckConfig {
   globalFaultKinds: FaultKind[];
   /** Slack for a global fault's aftermath (reconnects, backoff) in the tenant wait bound. */
   globalFaultSlackMs: number;
+  /**
+   * A failed run is fine only when its error contains this text (the deliberate failure of the
+   * soak's flaky tool); any other failed run is a violation. Absent: failed runs are not judged.
+   */
+  deliberateFailure?: string;
+  /**
+   * What a soak must have exercised, or its checks proved nothing (absent in unit tests of
+   * single invariants): every fault kind at least once, small-tenant waits measured inside flood
+   * windows, the class and flood-key limits reached, a version-1 run finishing after the
+   * rolling deploy began, at least one stale-fence rejection at the receiver.
+   */
+  coverage?: {
+    faultKinds: FaultKind[];
+    floodKey: string;
+    floodKeyLimit: number;
+    staleFence: boolean;
+  };
 }
 
 export interface History {
@@ -165,4 +202,33 @@ export interface History {
   faults: FaultRecord[];
   /** Runs submitted with an explicit version (rolling deploy): id -> version. */
   versions: Record<string, number>;
+  /** ratchet.events (absent in histories recorded before it was read: then not cross-checked). */
+  events?: EventRow[];
+  /** When the rolling deploy began (absent: no deploy). */
+  deployStartedAt?: number | null;
+  /** The planned schedule of faults and submits (what the seed decides), for --json. */
+  plan?: unknown;
+}
+
+/**
+ * The part of a history about `runIds` (their stages' writes, requests, effects, submits,
+ * events; every fault kept): a failing seed's evidence small enough to keep as a test fixture.
+ */
+export function trimHistory(h: History, runIds: Iterable<string>): History {
+  const keep = new Set(runIds);
+  const stageLog = h.stageLog.filter((r) => keep.has(r.runId));
+  const fences = new Set(stageLog.flatMap((r) => [r.oldFence, r.newFence]).filter((f): f is string => f !== null));
+  return {
+    ...h,
+    stageLog,
+    runLog: h.runLog.filter((r) => keep.has(r.runId)),
+    ledger: h.ledger.filter((l) => fences.has(l.fence)),
+    effects: h.effects.filter((e) => fences.has(e.fence)),
+    submits: h.submits.filter((s) => s.runId !== null && keep.has(s.runId)),
+    runs: h.runs.filter((r) => keep.has(r.id)),
+    stages: h.stages.filter((s) => keep.has(s.runId)),
+    versions: Object.fromEntries(Object.entries(h.versions).filter(([id]) => keep.has(id))),
+    ...(h.events ? { events: h.events.filter((e) => keep.has(e.runId)) } : {}),
+    plan: undefined,
+  };
 }

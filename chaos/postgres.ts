@@ -92,6 +92,12 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     } catch {
       /* gone */
     }
+    // The directory too (the server may still be writing to it: removing it is best effort).
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      /* best effort */
+    }
   };
   process.on('exit', onExit);
   return {

@@ -1,7 +1,14 @@
 /**
- * The soak's only source of randomness: mulberry32, seeded from --seed, so one seed replays
- * the same choices (what to submit, which fault, whom it hits, how long). Timing of the
- * processes themselves still varies between runs; the choices do not.
+ * The soak's only source of randomness: mulberry32, seeded from --seed. What the seed decides
+ * is planned before the soak starts, each item from its own fork (rng.fork('fault-' + k),
+ * rng.fork('submit-' + i), rng.fork('flood-' + k + '-' + j)), drawn synchronously: so one seed
+ * always plans the same schedule of faults and submits (printed under `plan` by --json), and
+ * no item's draws depend on how many another made. What timing decides is not planned and may
+ * differ between two runs of one seed: which free worker a fault hits (the planned pick is
+ * applied to the workers free at that moment), whether a request came in time for a receiver
+ * cut or a late request, how far each run had got when a fault hit, the version a chaos_roll
+ * submit gets (the deploy's at that moment), which failed runs the retry loop finds, and a
+ * planned item that must wait for its turn (starting later, or not at all at the end).
  */
 export class Prng {
   private state: number;

@@ -10,7 +10,9 @@ import type { EffectRow, LedgerRow } from './history.js';
  * own database in the private cluster (so a PostgreSQL restart hits it too), with a ledger of
  * every request in arrival order (key, fence, worker, verdict). Each applied effect also
  * writes a row of its own table in the guard's transaction: the ground truth the checker
- * counts. `cutAfterNext` arms the "answer lost after the effect" fault for one worker.
+ * counts. `cutAfterNext` arms the "answer lost after the effect" fault for one worker (it fires
+ * only on an `applied` verdict: the effect happened and its answer is lost); `failNextAbove`
+ * arms the late-request fault.
  */
 export interface ChaosReceiver {
   readonly url: string;
@@ -21,6 +23,13 @@ export interface ChaosReceiver {
    * `cut` black-holes. Resolves true when it fired, false after `timeoutMs` without a request.
    */
   cutAfterNext(worker: string, cut: () => void, timeoutMs: number): Promise<boolean>;
+  /**
+   * The late-request fault's second half: the next request for `key` with a fence above
+   * `fence` (the new owner's) is admitted by the guard and answered 503 by the handler, so the
+   * guard keeps its fence with the key still open; then the held older request is refused
+   * stale_fence. Resolves true once that answer was given, false after `timeoutMs`.
+   */
+  failNextAbove(key: string, fence: string, timeoutMs: number): Promise<boolean>;
   effects(): Promise<EffectRow[]>;
   close(): Promise<void>;
 }
@@ -47,6 +56,7 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
   const ledger: LedgerRow[] = [];
   const flakySeen = new Set<string>();
   const cuts = new Map<string, { cut: () => void; fired: (v: boolean) => void }>();
+  const failing = new Map<string, { fence: bigint; fired: (v: boolean) => void }>();
   let seq = 0;
 
   const server = createServer((req, res) => {
@@ -73,12 +83,16 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       const raw = await readBody(req);
       let status: number;
       let body: unknown;
+      const fail = failing.get(row.key);
+      const failThis = fail !== undefined && /^\d+$/.test(row.fence) && BigInt(row.fence) > fail.fence;
+      if (failThis) failing.delete(row.key);
       try {
         const fingerprint = createHash('sha256').update(raw).digest('hex');
         const result = await guard.run(
           row.key,
           row.fence,
           async (tx) => {
+            if (failThis) return { status: 503, body: { error: 'chaos_late_request', message: 'admitted, answered 503 on purpose' } };
             await tx.query('INSERT INTO chaos_effects (key, fence) VALUES ($1, $2)', [row.key, row.fence]);
             return { status: 201, body: { applied: true, fence: row.fence } };
           },
@@ -93,8 +107,9 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       }
       row.status = status;
       row.answeredAt = Date.now();
+      if (failThis) fail.fired(row.verdict === 'not_stored');
       const armed = cuts.get(row.worker);
-      if (armed && row.verdict !== 'error') {
+      if (armed && row.verdict === 'applied') {
         cuts.delete(row.worker);
         armed.cut();
         armed.fired(true);
@@ -102,7 +117,9 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       reply(res, status, body);
     })().catch((err: unknown) => reply(res, 500, { error: String(err) }));
   });
-  server.keepAliveTimeout = 5000;
+  // Longer than a late request is held (chaos/faults.ts): an idle keep-alive connection closed by
+  // the server while the proxy holds a request on it would lose the request.
+  server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as AddressInfo).port;
 
@@ -124,6 +141,21 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
         });
       });
     },
+    failNextAbove(key, fence, timeoutMs) {
+      return new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => {
+          failing.delete(key);
+          resolve(false);
+        }, timeoutMs);
+        failing.set(key, {
+          fence: BigInt(fence),
+          fired: (v) => {
+            clearTimeout(timer);
+            resolve(v);
+          },
+        });
+      });
+    },
     async effects() {
       const { rows } = await pool.query<{ key: string; fence: string; at: number }>(
         'SELECT key, fence::text AS fence, (extract(epoch from at) * 1000)::float8 AS at FROM chaos_effects ORDER BY id',
@@ -134,6 +166,7 @@ export async function startReceiver(databaseUrl: string): Promise<ChaosReceiver>
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
       for (const c of cuts.values()) c.fired(false);
+      for (const f of failing.values()) f.fired(false);
       await pool.end();
     },
   };

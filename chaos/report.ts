@@ -24,9 +24,16 @@ export function reportJson(o: SoakOutcome) {
       goalMet: s.reclaimAfterKillMs.p99 === null || s.reclaimAfterKillMs.p99 <= RECLAIM_GOAL_MS,
     },
     tenantWaitMs: s.tenantWaitMs,
+    tenantWaitsInFlood: s.tenantWaitsInFlood,
     floodWaitMs: s.floodWaitMs,
+    timeToTerminalMs: s.timeToTerminalMs,
+    peakConcurrency: s.peakConcurrency,
+    v1FinishedAfterDeploy: s.v1FinishedAfterDeploy,
+    failedRuns: s.failedRuns,
+    events: s.events,
     duplicates: s.duplicates,
     staleWrites: s.staleWrites,
+    staleEngineWrites: s.staleEngineWrites,
     lostRuns: s.lostRuns,
     limitViolations: s.limitViolations,
     leases: s.leases,
@@ -34,6 +41,12 @@ export function reportJson(o: SoakOutcome) {
     receiver: { requests: s.receiverRequests, verdicts: s.receiverVerdicts, effectsApplied: s.effectsApplied },
     invariants: o.result.counts,
     violations: o.result.violations.slice(0, 50).map((v) => ({ ...v, evidence: truncate(v.evidence) })),
+    /**
+     * What the seed decided, before the soak started: the same seed plans the same faults and
+     * submits. What timing decides (which worker was free, whether a request came in time, how
+     * far a run got when a fault hit) is an outcome and may differ between two runs of a seed.
+     */
+    plan: o.history.plan ?? null,
   };
 }
 
@@ -63,11 +76,19 @@ export function reportText(o: SoakOutcome): string {
       `(${j.reclaimAfterKillMs.count} stages; goal p99 <= ${RECLAIM_GOAL_MS} ms: ${j.reclaimAfterKillMs.goalMet ? 'met' : 'MISSED'})`,
     `wait due -> claim, small tenants: p50 ${ms(j.tenantWaitMs.p50)}, p99 ${ms(j.tenantWaitMs.p99)}, max ${ms(j.tenantWaitMs.max)} ` +
       `(bound ${j.bounds.tenantWaitBoundMs} ms); flooding tenant: p50 ${ms(j.floodWaitMs.p50)}, max ${ms(j.floodWaitMs.max)}`,
+    `time to terminal after the last fault: p50 ${ms(j.timeToTerminalMs.p50)}, p99 ${ms(j.timeToTerminalMs.p99)} ` +
+      `(bound ${j.bounds.terminalBoundMs} ms); small-tenant waits inside floods ${j.tenantWaitsInFlood}; ` +
+      `version-1 runs finished after the deploy began ${j.v1FinishedAfterDeploy}`,
+    `peak live leases: ${Object.entries(j.peakConcurrency)
+      .filter(([g]) => g.startsWith('class:') || g === `key:${o.config.floodTenant}`)
+      .map(([g, v]) => `${g} ${v.peak}/${v.limit}`)
+      .join(', ')}; failed runs: ${j.failedRuns.deliberate} deliberate, ${j.failedRuns.unexpected} unexpected`,
+    `events: ${j.events ? `${j.events.total} (claims ${j.events.claimEvents}, result_rejected ${j.events.resultRejected}, ownership_unknown ${j.events.ownershipUnknown})` : 'not read'}`,
     `leases ${j.leases}, reclaims ${j.reclaims}; receiver: ${j.receiver.requests} requests ` +
       `(${Object.entries(j.receiver.verdicts)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}), ${j.receiver.effectsApplied} effects applied`,
-    `duplicates ${j.duplicates} · stale writes accepted ${j.staleWrites} · lost runs ${j.lostRuns} · limit violations ${j.limitViolations}`,
+    `duplicates ${j.duplicates} · stale writes accepted ${j.staleWrites} (engine ${j.staleEngineWrites}) · lost runs ${j.lostRuns} · limit violations ${j.limitViolations}`,
     `invariants: ${INVARIANTS.map((i) => `${i} ${j.invariants[i] === 0 ? 'ok' : `${j.invariants[i]} VIOLATED`}`).join(', ')}`,
     j.ok ? 'PASS' : `FAIL: ${o.result.violations.length} violation(s)`,
   ];

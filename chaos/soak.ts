@@ -6,14 +6,15 @@ import { openStore } from '../src/store/index.js';
 import { spawnTs, type Child } from '../test/helpers/child.js';
 import { startPrivateRedis } from '../test/helpers/redis-server.js';
 import { check, type CheckResult } from './checker.js';
-import { agentScript, Driver, FLOOD_TENANT } from './driver.js';
-import { FaultInjector, LEASE_MS } from './faults.js';
+import { agentScript, Driver, FLOOD_TENANT, planStream } from './driver.js';
+import { FaultInjector, LEASE_MS, planFaults, RANDOM_FAULTS } from './faults.js';
 import type { CheckConfig, FaultRecord, History, RunFinal, StageFinal } from './history.js';
-import { INSTALL_HISTORY_SQL, READ_RUN_LOG_SQL, READ_STAGE_LOG_SQL, READ_STAGES_SQL } from './history.sql.js';
+import { INSTALL_HISTORY_SQL, READ_EVENTS_SQL, READ_RUN_LOG_SQL, READ_STAGE_LOG_SQL, READ_STAGES_SQL } from './history.sql.js';
 import { startPrivatePostgres } from './postgres.js';
 import { Prng } from './prng.js';
 import { startReceiver } from './receiver.js';
 import { WorkerPool } from './workers.js';
+import { TENANT_LIMIT } from './workflows/_flows.js';
 import { CHAOS_LIMITED_CONCURRENCY, EFFECT_TOOLS } from './workflows/_tools.js';
 import { fileURLToPath } from 'node:url';
 
@@ -35,15 +36,42 @@ export interface SoakOutcome {
   workerLogs: string;
 }
 
-/** The bounds the checker holds the soak to (stated in the report and the README). */
+/** The workers' poll period (chaos/worker-process.ts): the longest a due stage waits for a free worker to look. */
+export const POLL_MS = 200;
+/** The workers' sweep period (src/worker/worker.ts default): how often expired leases are re-sent to the transport. */
+export const SWEEP_MS = 5000;
+/** Longest work of a stage (chaos/driver.ts planSubmit) and longest retry backoff (chaos/workflows/_tools.ts). */
+const WORK_MAX_MS = 1500;
+const BACKOFF_MAX_MS = 2000;
+/** Most stages of a soak workflow (the agent: model, two tools, model). */
+const MAX_STAGES = 4;
+/** Reconnects after a fault (pools, Redis) and the scheduling noise of a shared 2-core machine. */
+const SLACK_MS = 10_000;
+
+/**
+ * The bounds the checker holds the soak to (stated in the report and the README), derived from
+ * the soak's configuration rather than picked:
+ * - terminal: after the last fault, a run needs at most one lapsed lease and one sweep (a stage
+ *   its killed or paused worker held), then each stage's work and one retry backoff, plus slack;
+ * - tenant wait: a small tenant's due stage is claimed within a lease and a sweep (a slot of its
+ *   key held by a worker a fault stopped; the key's lock held by a partitioned backend is freed
+ *   by the partition's reset, LEASE_MS + PAST_LEASE_MAX_MS at most, inside that) plus a poll.
+ */
 export const SOAK_CONFIG: CheckConfig = {
-  terminalBoundMs: 90_000,
-  tenantWaitBoundMs: 15_000,
+  terminalBoundMs: LEASE_MS + SWEEP_MS + MAX_STAGES * (WORK_MAX_MS + BACKOFF_MAX_MS) + SLACK_MS,
+  tenantWaitBoundMs: LEASE_MS + SWEEP_MS + POLL_MS + 2000,
   floodTenant: FLOOD_TENANT,
   classLimits: { chaos_limited: CHAOS_LIMITED_CONCURRENCY },
   effectTools: EFFECT_TOOLS,
   globalFaultKinds: ['pg_restart', 'redis_restart'],
   globalFaultSlackMs: 10_000,
+  deliberateFailure: 'fails on purpose',
+  coverage: {
+    faultKinds: [...RANDOM_FAULTS, 'rolling_deploy'],
+    floodKey: FLOOD_TENANT,
+    floodKeyLimit: TENANT_LIMIT,
+    staleFence: true,
+  },
 };
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -122,19 +150,38 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       faults,
       log,
     });
-    const injector = new FaultInjector({ rng: rng.fork('faults'), pool, receiver, redis, pg: cluster, driver, faults, log, version });
+    const injector = new FaultInjector({ pool, receiver, redis, pg: cluster, driver, faults, log, version });
+    const durationMs = options.durationS * 1000;
+    const faultPlan = planFaults(rng.fork('faults'), durationMs);
+    const submitPlan = planStream(rng.fork('driver').fork('stream'), options.seed, durationMs, options.rate);
+    const plan = {
+      deployAtMs: faultPlan.deployAtMs,
+      faults: faultPlan.faults,
+      submits: submitPlan.map((p) => ({
+        id: p.id,
+        atMs: p.atMs,
+        workflow: p.workflow,
+        ...(p.twiceAtOnce ? { twiceAtOnce: true } : {}),
+        ...(p.againAfterMs !== null ? { againAfterMs: p.againAfterMs } : {}),
+        ...(p.cancelAfterMs !== null ? { cancelAfterMs: p.cancelAfterMs } : {}),
+      })),
+    };
     const startedAt = Date.now();
-    const until = startedAt + options.durationS * 1000;
-    const deployAt = startedAt + options.durationS * 1000 * (0.3 + 0.3 * rng.next());
-    log(`soak: seed ${options.seed}, ${options.durationS} s, ${options.workers} workers, ${options.rate} submits/s`);
-    await Promise.all([driver.stream(until), driver.retries(until), injector.run(until, deployAt)]);
+    const until = startedAt + durationMs;
+    log(
+      `soak: seed ${options.seed}, ${options.durationS} s, ${options.workers} workers, ${options.rate} submits/s; ` +
+        `planned ${faultPlan.faults.length} faults (${faultPlan.faults.map((f) => f.kind).join(' ')}), ${submitPlan.length} submits`,
+    );
+    await Promise.all([driver.stream(startedAt, until, submitPlan), driver.retries(until), injector.run(startedAt, faultPlan)]);
     await driver.settle(60_000);
     const lastFaultEndAt = Math.max(until, ...faults.map((f) => f.endAt));
     log(`faults over (${faults.length}); draining`);
 
     // Drain: wait (bounded) until every accepted run is terminal, read from the database.
     const ids = [...driver.accepted.keys()];
-    const drainUntil = lastFaultEndAt + SOAK_CONFIG.terminalBoundMs;
+    // Keyed backlogs (a flood) drain at their key's limit after the last fault: the checker judges
+    // each run against its own clock; the drain only caps the wait.
+    const drainUntil = lastFaultEndAt + 3 * SOAK_CONFIG.terminalBoundMs;
     for (;;) {
       const { rows } = await history
         .query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.runs WHERE id = ANY($1::uuid[]) AND state IN ('queued', 'running')`, [
@@ -153,7 +200,14 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
     for (let page = 0; page < 10_000; page++) {
       const list = await client.list({ limit: 500, ...(cursor ? { cursor } : {}) });
       for (const r of list.runs) {
-        runs.push({ id: r.id, workflow: r.workflow, state: r.state, createdAt: Date.parse(r.createdAt), finishedAt: toMs(r.finishedAt) });
+        runs.push({
+          id: r.id,
+          workflow: r.workflow,
+          state: r.state,
+          createdAt: Date.parse(r.createdAt),
+          finishedAt: toMs(r.finishedAt),
+          ...(r.state === 'failed' ? { error: r.error } : {}),
+        });
       }
       if (!list.nextCursor) break;
       cursor = list.nextCursor;
@@ -185,6 +239,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       newLeaseUntil: r.new_lease_until as number | null,
       availableAt: r.available_at as number | null,
       attempt: r.attempt as number,
+      errorCode: r.error_code as string | null,
     }));
     const runLog = rowsOf((await history.query(READ_RUN_LOG_SQL)).rows, (r) => ({
       id: r.id as number,
@@ -218,6 +273,16 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       stages,
       faults,
       versions: driver.versions,
+      events: rowsOf((await history.query(READ_EVENTS_SQL)).rows, (r) => ({
+        id: r.id as number,
+        runId: r.run_id as string,
+        stageId: r.stage_id as string | null,
+        type: r.type as string,
+        fence: r.fence as string | null,
+        at: r.at as number,
+      })),
+      deployStartedAt: injector.deployStartedAt,
+      plan,
     };
     const workerLogs = pool.logs();
     const result = check(h, SOAK_CONFIG);

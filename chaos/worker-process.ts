@@ -27,9 +27,11 @@ const worker = ratchet.worker({
 await worker.start();
 process.stdout.write(`${JSON.stringify({ ready: true, owner: worker.owner })}\n`);
 
+let blocks = 0;
 process.on('SIGUSR2', () => {
   const until = Date.now() + Number(process.env.BLOCK_MS ?? 4500);
-  process.stdout.write(`${JSON.stringify({ blocking: true })}\n`);
+  // Written before the loop (stdout pipes are synchronous on Linux): the harness waits for it before it counts the block.
+  process.stdout.write(`${JSON.stringify({ blocking: true, n: ++blocks })}\n`);
   while (Date.now() < until) {
     /* the event loop is blocked on purpose */
   }

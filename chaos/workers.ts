@@ -18,6 +18,8 @@ export interface ChaosWorker {
   readonly rxProxy: TcpProxy;
   /** A fault is acting on it (never two at once on one worker). */
   busy: boolean;
+  /** Event-loop blocks asked of it (SIGUSR2); it prints {"blocking":true,"n":<this>} when each starts. */
+  blocks: number;
   exited: boolean;
 }
 
@@ -72,7 +74,7 @@ export class WorkerPool {
       await rxProxy.close();
       throw err;
     }
-    const w: ChaosWorker = { name, owner: String(ready.owner), version, child, pgProxy, rxProxy, busy: false, exited: false };
+    const w: ChaosWorker = { name, owner: String(ready.owner), version, child, pgProxy, rxProxy, busy: false, blocks: 0, exited: false };
     void child.exit.then((e) => {
       w.exited = true;
       const i = this.live.indexOf(w);

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { check, leaseIntervals, quantile, type Invariant } from '../../chaos/checker.js';
 import type { CheckConfig, History, StageLogRow } from '../../chaos/history.js';
@@ -37,10 +38,11 @@ function stageRow(p: Partial<StageLogRow> & Pick<StageLogRow, 'stageId' | 'newSt
     newFence: null,
     oldOwner: null,
     newOwner: null,
-    oldLeaseUntil: null,
     newLeaseUntil: null,
     availableAt: null,
     attempt: 0,
+    // By default a write on a running stage is made while its lease is live (a stale one says so).
+    oldLeaseUntil: p.oldState === 'running' ? p.at + 1000 : null,
     ...p,
   };
 }
@@ -197,6 +199,18 @@ describe('chaos invariant checker', () => {
     const late = clean();
     late.runs[1]!.finishedAt = late.lastFaultEndAt + cfg.terminalBoundMs + 1;
     only(late, 'lost_run');
+    // A keyed run's clock starts when the run `limit` places before it on its key ended (its key's backlog).
+    const backlog = clean();
+    backlog.stageLog = [
+      ...stageLife('s1', 'r1', T0, { key: 'flood', limit: 1 }),
+      ...stageLife('s2', 'r2', T0 + 2000, { key: 'flood', limit: 1 }),
+    ];
+    backlog.runs[0]!.finishedAt = backlog.lastFaultEndAt + cfg.terminalBoundMs - 10;
+    backlog.runs[1]!.finishedAt = backlog.lastFaultEndAt + cfg.terminalBoundMs + 500; // 510 ms after r1: within its bound
+    const kept = check(backlog, cfg).violations.filter((v) => v.invariant === 'lost_run');
+    expect(kept).toEqual([]);
+    backlog.stageLog = backlog.stageLog.map((r) => ({ ...r, concurrencyKey: null, concurrencyLimit: null }));
+    expect(check(backlog, cfg).violations.filter((v) => v.invariant === 'lost_run')).toHaveLength(1);
   });
 
   it('duplicate_run: one submit key answered with two runs', () => {
@@ -207,9 +221,11 @@ describe('chaos invariant checker', () => {
 
   it('duplicate_effect and missing_effect: from the receiver ledger and the succeeded effect stages', () => {
     const h = clean();
-    h.effects.push({ key: 'k1', fence: '13', at: T0 + 200 });
-    expect(only(h, 'duplicate_effect')[0]!.evidence).toMatchObject({ key: 'k1' });
-    expect(check(h, cfg).stats.duplicates).toBe(1);
+    h.effects.push({ key: 'k1', fence: '11', at: T0 + 200 });
+    const v = check(h, cfg).violations;
+    expect(v.map((x) => x.invariant)).toEqual(['duplicate_effect', 'effect_per_stage']);
+    expect(v[0]!.evidence).toMatchObject({ key: 'k1' });
+    expect(v[1]!.message).toBe('stage s1 has 2 applied effects');
     // Answered applied twice for one key while the table kept one row (an acknowledged commit lost).
     const twice = clean();
     twice.ledger.push({
@@ -217,33 +233,135 @@ describe('chaos invariant checker', () => {
       arrivedAt: T0 + 300,
       answeredAt: T0 + 310,
       key: 'k1',
-      fence: '14',
+      fence: '12',
       worker: 'w2',
       verdict: 'applied',
       status: 201,
     });
-    expect(only(twice, 'duplicate_effect')[0]!.message).toBe('key k1 was answered applied 2 times');
+    const tv = check(twice, cfg).violations;
+    expect(tv.map((x) => x.invariant)).toEqual(['duplicate_effect', 'effect_per_stage', 'effect_per_stage']);
+    expect(tv[0]!.message).toBe('key k1 was answered applied 2 times');
+    expect(tv[1]!.message).toBe('stage s2 sent 2 idempotency keys: k2, k1');
+    expect(tv[2]!.message).toBe('stage s2 has 2 applied effects');
     const missing = clean();
     missing.effects = missing.effects.slice(1);
     expect(only(missing, 'missing_effect')[0]!.message).toMatch(/stage s1/);
   });
 
-  it('stale_write: an effect applied with a fence lower than one seen before for its key', () => {
+  it('stale_write: an effect applied with a fence lower than one the guard admitted before for its key', () => {
     const h = clean();
+    // Stage s1 reclaimed (fence 11 -> 21); the new owner's request was applied first, the old owner's late one after it.
+    h.stageLog.push(
+      stageRow({
+        stageId: 's9',
+        runId: 'r1',
+        op: 'insert',
+        newState: 'running',
+        at: T0 + 50,
+        newFence: '21',
+        newOwner: 'w2',
+        newLeaseUntil: T0 + 3050,
+      }),
+    );
     h.ledger = [
-      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '20', worker: 'w2', verdict: 'in_progress', status: 409 },
+      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '21', worker: 'w2', verdict: 'applied', status: 201 },
       { seq: 2, arrivedAt: T0 + 2, answeredAt: T0 + 3, key: 'k1', fence: '11', worker: 'w1', verdict: 'applied', status: 201 },
       ...h.ledger.slice(1),
     ];
-    expect(only(h, 'stale_write')[0]!.evidence).toMatchObject({ applied: { fence: '11' } });
-    // The same requests the other way round are fine: the higher fence came later and was refused.
+    const v = check(h, cfg).violations;
+    expect(v.filter((x) => x.invariant === 'stale_write')).toHaveLength(1);
+    expect(v.find((x) => x.invariant === 'stale_write')!.evidence).toMatchObject({ applied: { fence: '11' } });
+    expect(check(h, cfg).stats.staleWrites).toBe(1);
+    // A higher fence the guard did not record (answered in_progress before it was admitted) is not a mark to beat.
     const ok = clean();
+    ok.stageLog.push(...h.stageLog.slice(-1));
     ok.ledger = [
-      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '11', worker: 'w1', verdict: 'applied', status: 201 },
-      { seq: 2, arrivedAt: T0 + 2, answeredAt: T0 + 3, key: 'k1', fence: '20', worker: 'w2', verdict: 'replayed', status: 201 },
+      { seq: 1, arrivedAt: T0, answeredAt: T0 + 1, key: 'k1', fence: '21', worker: 'w2', verdict: 'in_progress', status: 409 },
+      { seq: 2, arrivedAt: T0 + 2, answeredAt: T0 + 3, key: 'k1', fence: '11', worker: 'w1', verdict: 'applied', status: 201 },
       ...ok.ledger.slice(1),
     ];
-    expect(check(ok, cfg).violations).toEqual([]);
+    expect(check(ok, cfg).violations.filter((x) => x.invariant === 'stale_write')).toEqual([]);
+  });
+
+  it('stale_engine_write: an owner finishing or extending after its lease ended, caught from the trigger log', () => {
+    const finish = clean();
+    const done = finish.stageLog.find((r) => r.stageId === 's1' && r.newState === 'succeeded')!;
+    done.oldLeaseUntil = T0 + 1400; // lease ended 100 ms before the finish's transaction began
+    done.txAt = T0 + 1500;
+    const v = only(finish, 'stale_engine_write');
+    expect(v[0]!.message).toMatch(/stage s1: fence 11 \(owner w1\) wrote running -> succeeded/);
+    expect(check(finish, cfg).stats).toMatchObject({ staleEngineWrites: 1, staleWrites: 1 });
+    // An extension of a lapsed lease: a stale write, and it does not revive the lease interval.
+    const extend = clean();
+    const ext = extend.stageLog.find((r) => r.stageId === 's1' && r.newState === 'running' && r.oldState === 'running')!;
+    ext.oldLeaseUntil = T0 + 900;
+    ext.txAt = T0 + 1000;
+    const rows = extend.stageLog.filter((r) => r.stageId === 's1');
+    rows[1]!.newLeaseUntil = T0 + 900;
+    expect(only(extend, 'stale_engine_write')).toHaveLength(1); // the extension (the finish after it saw the row it wrote)
+    expect(leaseIntervals(extend.stageLog).find((iv) => iv.stageId === 's1')!.end).toBe(T0 + 900);
+    // Not the owner's: a cancel, the startup expiry, the exhausted-attempts sweep, even past the lease.
+    const others = clean();
+    const base = { stageId: 's1', runId: 'r1', oldState: 'running', oldFence: '11', newFence: '11', oldLeaseUntil: T0 + 100 } as const;
+    others.stageLog.push(
+      stageRow({ ...base, newState: 'running', at: T0 + 200, newLeaseUntil: T0 + 199 }),
+      stageRow({ ...base, newState: 'cancelled', at: T0 + 300 }),
+      stageRow({ ...base, newState: 'failed', at: T0 + 400, errorCode: 'attempts_exhausted' }),
+    );
+    expect(check(others, cfg).violations.filter((x) => x.invariant === 'stale_engine_write')).toEqual([]);
+  });
+
+  it('effect_per_stage: requests mapped to their stage by fence, one key per stage, one applied effect per stage', () => {
+    // The tool reports key k1 but its stage's requests used two keys: caught without the tool's word.
+    const keys = clean();
+    keys.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'other',
+      fence: '11',
+      worker: 'w1',
+      verdict: 'replayed',
+      status: 201,
+    });
+    expect(only(keys, 'effect_per_stage')[0]!.message).toBe('stage s1 sent 2 idempotency keys: k1, other');
+    // Two applied effects under two keys for one stage (no key applied twice, so the per-key check alone would miss it).
+    const two = clean();
+    two.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'k1b',
+      fence: '11',
+      worker: 'w1',
+      verdict: 'applied',
+      status: 201,
+    });
+    two.effects.push({ key: 'k1b', fence: '11', at: T0 + 122 });
+    const v = check(two, cfg).violations.filter((x) => x.invariant === 'effect_per_stage');
+    expect(v.map((x) => x.message)).toContain('stage s1 has 2 applied effects');
+    expect(check(two, cfg).stats.duplicates).toBe(1);
+    // A request whose fence no stage was given.
+    const stray = clean();
+    stray.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'k9',
+      fence: '999',
+      worker: 'w1',
+      verdict: 'stale_fence',
+      status: 409,
+    });
+    expect(only(stray, 'effect_per_stage')[0]!.message).toMatch(/fence 999 that no stage was given/);
+    // missing_effect no longer trusts the output's key: the effect under the stage's fence counts.
+    const lied = clean();
+    lied.stages[0]!.effectKey = 'nonsense';
+    expect(check(lied, cfg).violations).toEqual([]);
+    const none = clean();
+    none.effects[0]!.fence = '12';
+    none.effects[0]!.key = 'k2';
+    expect(check(none, cfg).violations.map((x) => x.invariant)).toEqual(expect.arrayContaining(['missing_effect']));
   });
 
   it('fence_order: a stage claimed again with a lower fence, or one fence on two stages', () => {
@@ -277,7 +395,9 @@ describe('chaos invariant checker', () => {
         if (r.newFence) r.newFence = '11';
         if (r.oldFence) r.oldFence = '11';
       }
-    expect(only(twice, 'fence_order')[0]!.message).toMatch(/fence 11 handed to stages s1 and s2/);
+    expect(check(twice, cfg).violations.filter((v) => v.invariant === 'fence_order')[0]!.message).toMatch(
+      /fence 11 handed to stages s1 and s2/,
+    );
   });
 
   it('illegal_transition: a stage or run move the state table does not allow', () => {
@@ -478,6 +598,18 @@ describe('chaos invariant checker', () => {
     h.stageLog = [...late, ...stageLife('s2', 'r2', T0 + 2000)];
     h.runs[0]!.finishedAt = T0 + 13_000;
     expect(only(h, 'tenant_wait')[0]!.message).toMatch(/tenant small waited 12000 ms/);
+    // The whole machine queued as long (an un-keyed stage due then waited 11 s): not a tenant's backlog.
+    const busy = structuredClone(h);
+    const u = stageLife('s5', 'r2', T0 + 100, { fence: '55' });
+    u[1]!.at = T0 + 11_100;
+    u[2]!.at = T0 + 11_500;
+    u[3]!.at = T0 + 12_000;
+    u[1]!.newLeaseUntil = u[2]!.oldLeaseUntil = T0 + 14_000;
+    busy.stageLog.push(...u);
+    busy.stages.push({ id: 's5', runId: 'r2', tool: 'pure', state: 'succeeded', effectKey: null });
+    expect(check(busy, cfg).violations).toEqual([]);
+    u[1]!.at = T0 + 1100; // it waited 1 s: the tenant's 12 s are 11 s beyond the machine's queueing
+    expect(only(busy, 'tenant_wait')[0]!.message).toMatch(/waited 12000 ms, 11000 ms more than un-keyed stages due then/);
     h.faults.push({ kind: 'pg_restart', at: T0 + 4000, endAt: T0 + 6000 });
     expect(check(h, cfg).violations).toEqual([]);
     // The flooding tenant's own waits are measured, not bounded.
@@ -521,11 +653,140 @@ describe('chaos invariant checker', () => {
     );
     h.stageLog.push(...stageLife('s2', 'r2', T0 + 2000).map((r) => ({ ...r, newFence: r.newFence && '70', oldFence: r.oldFence && '70' })));
     h.faults = [{ kind: 'sigkill', at: T0 + 1000, endAt: T0 + 1000, worker: 'a', owner: 'w1' }];
+    h.ledger[1]!.fence = '70';
+    h.effects[1]!.fence = '70';
     const result = check(h, cfg);
     expect(result.violations).toEqual([]);
     // s2 is owned by w1 too but was claimed after the kill (same owner name in this synthetic history): not counted.
     expect(result.stats.reclaimAfterKillMs).toEqual({ count: 1, p50: 2500, p99: 2500, max: 2500 });
     expect(result.stats.reclaims).toBe(1);
+  });
+
+  it('events_mismatch: each claim has its claim event with its fence; no event of an unknown run', () => {
+    const withEvents = (h: History) => {
+      h.events = [
+        { id: 1, runId: 'r1', stageId: 's1', type: 'job_claimed', fence: '11', at: T0 + 10 },
+        { id: 2, runId: 'r2', stageId: 's2', type: 'job_claimed', fence: '12', at: T0 + 2010 },
+        { id: 3, runId: 'r1', stageId: 's1', type: 'result_rejected', fence: '11', at: T0 + 1600 },
+      ];
+      return h;
+    };
+    const ok = check(withEvents(clean()), cfg);
+    expect(ok.violations).toEqual([]);
+    expect(ok.stats.events).toEqual({ total: 3, resultRejected: 1, ownershipUnknown: 0, claimEvents: 2 });
+    const wrongFence = withEvents(clean());
+    wrongFence.events![1]!.fence = '99';
+    const v = only(wrongFence, 'events_mismatch');
+    expect(v.map((x) => x.message)).toEqual([
+      '1 claim(s) in the trigger log without their job_claimed / lease_reclaimed event',
+      '1 claim event(s) with no claim of that stage and fence in the trigger log',
+    ]);
+    const stranger = withEvents(clean());
+    stranger.events!.push({ id: 4, runId: 'ghost', stageId: null, type: 'run_submitted', fence: null, at: T0 });
+    expect(only(stranger, 'events_mismatch')[0]!.message).toMatch(/1 event\(s\) of runs neither/);
+  });
+
+  it('unexpected_failure: a failed run is fine only with the deliberate error', () => {
+    const c = { ...cfg, deliberateFailure: 'fails on purpose' };
+    const h = clean();
+    h.runs[0]!.state = 'failed';
+    h.runs[0]!.error = { code: 'tool_failed', message: 'flaky: the first call of this key fails on purpose' };
+    expect(check(h, c).violations).toEqual([]);
+    expect(check(h, c).stats.failedRuns).toEqual({ deliberate: 1, unexpected: 0 });
+    h.runs[0]!.error = { code: 'attempts_exhausted', message: 'all 12 attempts were used' };
+    const v = check(h, c).violations;
+    expect(v.map((x) => x.invariant)).toEqual(['unexpected_failure']);
+    expect(check(h, c).stats.failedRuns).toEqual({ deliberate: 0, unexpected: 1 });
+  });
+
+  it('lost_run and duplicate_run: every listed run terminal, one 202 per key; time to terminal after the last fault', () => {
+    const stray = clean();
+    stray.runs.push({ id: 'r7', workflow: 'w', state: 'running', createdAt: T0, finishedAt: null });
+    expect(only(stray, 'lost_run')[0]!.message).toMatch(/run r7 .* never answered to a submit, is still running/);
+    const twice = clean();
+    twice.submits[1]!.status = 202;
+    expect(only(twice, 'duplicate_run')[0]!.message).toBe('idempotency key sub-1 was answered 202 (a new run) 2 times');
+    const none = clean();
+    none.submits[0]!.status = 200;
+    only(none, 'duplicate_run');
+    none.submits[0]!.tries = 2; // the first try's answer was lost: its retry is answered 200
+    expect(check(none, cfg).violations).toEqual([]);
+    const t = clean();
+    t.runs[1]!.finishedAt = t.lastFaultEndAt + 4000;
+    expect(check(t, cfg).stats.timeToTerminalMs).toEqual({ count: 1, p50: 4000, p99: 4000, max: 4000 });
+  });
+
+  it('coverage: a soak that exercised nothing fails; an injection that threw fails', () => {
+    const c: CheckConfig = {
+      ...cfg,
+      classLimits: { io: 1 },
+      coverage: { faultKinds: ['sigkill', 'rolling_deploy'], floodKey: 'flood', floodKeyLimit: 1, staleFence: true },
+    };
+    const h = clean();
+    const messages = check(h, c)
+      .violations.filter((v) => v.invariant === 'coverage')
+      .map((v) => v.message);
+    expect(messages).toEqual([
+      'no rolling_deploy fault was injected',
+      'no small-tenant wait was measured inside a flood window',
+      'key flood peaked at 0 live leases, never its limit 1',
+      'no version-1 run finished after the rolling deploy began',
+      'the receiver never answered stale_fence',
+    ]);
+    // Everything exercised: a flood with a small tenant waiting inside it, the key and class at their limits, a deploy
+    // that a version-1 run outlived, a stale fence refused.
+    const full = clean();
+    full.stageLog = [
+      ...stageLife('s1', 'r1', T0, { key: 'small', limit: 2 }),
+      ...stageLife('s2', 'r2', T0 + 2000, { key: 'flood', limit: 1 }),
+    ];
+    full.faults.push({ kind: 'tenant_flood', at: T0 - 100, endAt: T0 + 50 }, { kind: 'rolling_deploy', at: T0 + 1000, endAt: T0 + 1200 });
+    full.deployStartedAt = T0 + 1000;
+    full.versions = { r1: 1 };
+    full.runs[0]!.resultVersion = 1;
+    full.ledger.push({
+      seq: 3,
+      arrivedAt: T0 + 120,
+      answeredAt: T0 + 125,
+      key: 'k1',
+      fence: '11',
+      worker: 'w1',
+      verdict: 'stale_fence',
+      status: 409,
+    });
+    const r = check(full, c);
+    expect(r.violations).toEqual([]);
+    expect(r.stats.peakConcurrency).toEqual({
+      'class:io': { peak: 1, limit: 1 },
+      'key:small': { peak: 1, limit: 2 },
+      'key:flood': { peak: 1, limit: 1 },
+    });
+    expect(r.stats.tenantWaitsInFlood).toBe(1);
+    expect(r.stats.v1FinishedAfterDeploy).toBe(1);
+    full.faults.push({ kind: 'injection_failed', at: T0, endAt: T0, detail: 'sigstop: ESRCH' });
+    expect(check(full, c).violations.map((v) => v.message)).toEqual(['1 injection(s) failed: sigstop: ESRCH']);
+  });
+
+  it('a recorded history (seed 13, 45 s, trimmed to 11 runs: a late request, reclaims, a cancel, a flood, a rolling deploy) passes', () => {
+    // Real rows, kept as a regression fixture: made with trimHistory (chaos/history.ts) from `--history`.
+    const saved = JSON.parse(readFileSync(new URL('./fixtures/seed-13-late-request.json', import.meta.url), 'utf8')) as {
+      config: CheckConfig;
+      history: History;
+    };
+    const r = check(saved.history, saved.config);
+    expect(r.violations).toEqual([]);
+    expect(r.stats.receiverVerdicts).toMatchObject({ not_stored: 1 });
+    expect(r.stats.reclaims).toBeGreaterThan(0);
+    expect(r.stats.events!.claimEvents).toBe(r.stats.leases);
+    // The same rows with one owner write moved past its lease: caught.
+    const stale = structuredClone(saved.history);
+    const w = stale.stageLog.find((x) => x.op === 'update' && x.oldState === 'running' && x.newState === 'succeeded')!;
+    w.txAt = w.oldLeaseUntil! + 1;
+    expect(check(stale, saved.config).violations.map((v) => v.invariant)).toEqual(['stale_engine_write']);
+    // And a claim whose event is gone: caught.
+    const noEvent = structuredClone(saved.history);
+    noEvent.events = noEvent.events!.filter((e) => e.type !== 'lease_reclaimed');
+    expect(check(noEvent, saved.config).violations.map((v) => v.invariant)).toEqual(['events_mismatch']);
   });
 
   it('quantile: nearest rank', () => {

@@ -80,6 +80,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
   // If the test process dies without close(), do not leave a redis-server behind.
   const onExit = () => {
     proc?.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true }); // its directory too (log, no data: --save '')
   };
   process.on('exit', onExit);
 

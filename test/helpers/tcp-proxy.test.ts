@@ -123,6 +123,35 @@ describe('tcp proxy, raw sockets against an echo server', () => {
     await until(() => e.state.data === 'back');
   });
 
+  it('hold keeps the client bytes (open and new connections) and sends them, in order, on pass', async () => {
+    proxy.setMode('pass');
+    const a = await connect();
+    a.s.write('one');
+    await until(() => a.state.data === 'one');
+    proxy.setMode('hold');
+    const before = received;
+    a.s.write('late-');
+    a.s.write('request');
+    const b = await connect();
+    b.s.write('new');
+    await until(() => proxy.held().length === 2);
+    await sleep(100);
+    expect(received).toBe(before); // nothing reached the target
+    expect(proxy.held().map((x) => x.toString())).toEqual(['late-request', 'new']);
+    proxy.setMode('pass');
+    await until(() => a.state.data === 'onelate-request' && b.state.data === 'new');
+    expect(proxy.held()).toEqual([]);
+    expect(proxy.stats().heldBytes).toBe('late-request'.length + 'new'.length);
+    // Held bytes are dropped by a reset.
+    proxy.setMode('hold');
+    a.s.write('dropped');
+    await until(() => proxy.held().length === 1);
+    proxy.setMode('reset');
+    await until(() => a.state.closed && b.state.closed);
+    expect(a.state.data).toBe('onelate-request');
+    proxy.setMode('pass');
+  });
+
   it('url() and pgUrlVia() rewrite host and port only', () => {
     expect(proxy.url('postgres://root:pw@db.example:5432/test?sslmode=disable')).toBe(
       `postgres://root:pw@127.0.0.1:${proxy.port}/test?sslmode=disable`,

@@ -26,8 +26,13 @@ import net from 'node:net';
  *   RST (`socket.resetAndDestroy()`), and every new connection is accepted and reset at once
  *   (clients see ECONNRESET / "Connection terminated unexpectedly", fast). The listener stays
  *   open, so the port cannot be taken by someone else meanwhile.
+ * - `hold`: a late request. Bytes from the client to the target (of open connections and new
+ *   ones) are kept in the proxy, in order, instead of being sent; bytes from the target to the
+ *   client still flow. `held()` shows what is kept; the next `setMode('pass')` sends it all
+ *   (then a client FIN that came meanwhile), as if the network had delayed it; `blackhole` or
+ *   `reset` drop it.
  */
-export type ProxyMode = 'pass' | 'blackhole' | 'reset';
+export type ProxyMode = 'pass' | 'blackhole' | 'reset' | 'hold';
 
 export interface TcpProxyOptions {
   target: { host: string; port: number };
@@ -44,6 +49,8 @@ export interface TcpProxyStats {
   forwardedBytes: number;
   /** Bytes read and discarded by black-holed connections (both directions). */
   droppedBytes: number;
+  /** Client bytes kept by `hold` (released or dropped since included). */
+  heldBytes: number;
 }
 
 export interface TcpProxy {
@@ -54,6 +61,8 @@ export interface TcpProxy {
   readonly mode: ProxyMode;
   /** Connections with at least one open half (client side or upstream side). */
   connections(): number;
+  /** The client bytes `hold` keeps now, per connection (in arrival order), not sent yet. */
+  held(): Buffer[];
   stats(): TcpProxyStats;
   /** Stops listening and destroys every connection. Idempotent. */
   close(): Promise<void>;
@@ -63,6 +72,9 @@ interface Pair {
   client: net.Socket;
   upstream: net.Socket | null;
   blackholed: boolean;
+  /** Client bytes kept by `hold`, and whether the client's FIN came meanwhile. */
+  held: Buffer[];
+  heldEnd: boolean;
 }
 
 function isOpen(s: net.Socket | null): s is net.Socket {
@@ -81,16 +93,22 @@ export async function startTcpProxy(opts: TcpProxyOptions): Promise<TcpProxy> {
   let mode: ProxyMode = opts.mode ?? 'pass';
   let closed = false;
   const pairs = new Set<Pair>();
-  const stats: TcpProxyStats = { accepted: 0, forwardedBytes: 0, droppedBytes: 0 };
+  const stats: TcpProxyStats = { accepted: 0, forwardedBytes: 0, droppedBytes: 0, heldBytes: 0 };
 
   const forget = (p: Pair) => {
     if (!isOpen(p.client) && !isOpen(p.upstream)) pairs.delete(p);
   };
 
-  /** Relays `from` → `to` while the pair is not black-holed. */
+  /** Relays `from` → `to` while the pair is not black-holed (client bytes kept while `hold`). */
   const wire = (p: Pair, from: net.Socket, to: () => net.Socket | null) => {
+    const fromClient = from === p.client;
     from.on('data', (chunk: Buffer) => {
       const dest = to();
+      if (fromClient && mode === 'hold' && !p.blackholed) {
+        stats.heldBytes += chunk.length;
+        p.held.push(chunk);
+        return;
+      }
       if (p.blackholed || !isOpen(dest)) {
         stats.droppedBytes += chunk.length;
         return;
@@ -103,6 +121,10 @@ export async function startTcpProxy(opts: TcpProxyOptions): Promise<TcpProxy> {
     });
     from.on('end', () => {
       const dest = to();
+      if (fromClient && p.held.length > 0) {
+        p.heldEnd = true;
+        return;
+      }
       if (!p.blackholed && isOpen(dest)) dest.end();
     });
     from.on('error', () => {
@@ -111,6 +133,7 @@ export async function startTcpProxy(opts: TcpProxyOptions): Promise<TcpProxy> {
     });
     from.on('close', () => {
       const dest = to();
+      if (fromClient && p.held.length > 0) return; // sent (then ended) when the hold is released
       if (!p.blackholed && isOpen(dest)) dest.destroy();
       forget(p);
     });
@@ -123,7 +146,7 @@ export async function startTcpProxy(opts: TcpProxyOptions): Promise<TcpProxy> {
       reset(client);
       return;
     }
-    const p: Pair = { client, upstream: null, blackholed: mode === 'blackhole' };
+    const p: Pair = { client, upstream: null, blackholed: mode === 'blackhole', held: [], heldEnd: false };
     pairs.add(p);
     if (p.blackholed) {
       // Partitioned from the start: accept, read and drop, never dial the target.
@@ -166,7 +189,20 @@ export async function startTcpProxy(opts: TcpProxyOptions): Promise<TcpProxy> {
     },
     setMode(next: ProxyMode): void {
       if (closed) throw new Error('tcp proxy: closed');
+      const wasHold = mode === 'hold';
       mode = next;
+      if (next !== 'hold' && wasHold) {
+        for (const p of pairs) {
+          const kept = p.held;
+          p.held = [];
+          if (next !== 'pass' || p.blackholed || !isOpen(p.upstream)) continue;
+          for (const chunk of kept) {
+            stats.forwardedBytes += chunk.length;
+            p.upstream.write(chunk);
+          }
+          if (p.heldEnd) p.upstream.end();
+        }
+      }
       if (next === 'blackhole') {
         for (const p of pairs) {
           p.blackholed = true;
@@ -182,6 +218,9 @@ export async function startTcpProxy(opts: TcpProxyOptions): Promise<TcpProxy> {
           pairs.delete(p);
         }
       }
+    },
+    held(): Buffer[] {
+      return [...pairs].filter((p) => p.held.length > 0).map((p) => Buffer.concat(p.held));
     },
     connections(): number {
       let n = 0;

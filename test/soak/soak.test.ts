@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ROOT } from '../helpers/build.js';
 
 /**
@@ -14,6 +14,36 @@ import { ROOT } from '../helpers/build.js';
 export const CI_SOAK = { seed: 13, durationS: 180 };
 /** Seeds that found a bug: seed 1 (40 s) killed the receiver when its database connection died between statements. */
 export const REGRESSION_SEEDS = [{ seed: 1, durationS: 40 }];
+
+/** Every fault kind the soak must have injected (chaos/faults.ts RANDOM_FAULTS, the deploy, the driver's). */
+const EVERY_KIND = [
+  'sigkill',
+  'sigstop',
+  'pg_blackhole',
+  'receiver_cut',
+  'late_request',
+  'loop_block',
+  'redis_flushall',
+  'redis_restart',
+  'pg_restart',
+  'tenant_flood',
+  'rolling_deploy',
+  'duplicate_submit',
+  'cancel',
+];
+/** How long past its duration a soak may take (start, drain, check) before it is stopped. */
+const OVERRUN_S = 200;
+const children = new Set<ReturnType<typeof spawn>>();
+/** A soak the test gave up on (timeout, failure) is not left running: SIGINT (its exit hooks clean up), then SIGKILL. */
+function stop(proc: ReturnType<typeof spawn>): void {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  proc.kill('SIGINT');
+  setTimeout(() => proc.kill('SIGKILL'), 10_000).unref();
+}
+afterEach(() => {
+  for (const p of children) stop(p);
+  children.clear();
+});
 
 type SoakRun = { code: number | null; report: Record<string, unknown> | null; stdout: string; stderr: string; history: string };
 
@@ -34,6 +64,8 @@ function soak(seed: number, durationS: number): Promise<SoakRun> {
   ];
   return new Promise((resolve) => {
     const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.add(proc);
+    const overrun = setTimeout(() => stop(proc), (durationS + OVERRUN_S) * 1000);
     let stdout = '';
     let stderr = '';
     proc.stdout.on('data', (d: Buffer) => {
@@ -43,6 +75,8 @@ function soak(seed: number, durationS: number): Promise<SoakRun> {
       stderr += d.toString();
     });
     proc.on('exit', (code) => {
+      clearTimeout(overrun);
+      children.delete(proc);
       let report: Record<string, unknown> | null = null;
       try {
         report = JSON.parse(stdout) as Record<string, unknown>;
@@ -73,6 +107,15 @@ async function expectClean(seed: number, durationS: number): Promise<void> {
     limitViolations: 0,
   });
   expect((report!.runs as { accepted: number }).accepted, why).toBeGreaterThan(durationS);
+  // Every fault happened (an injection that threw is its own kind and fails the checker), the
+  // late request was refused as a stale fence, and the checks had something to catch.
+  const faults = report!.faults as Record<string, number>;
+  for (const kind of EVERY_KIND) expect(faults[kind] ?? 0, `${kind} never injected; ${why}`).toBeGreaterThanOrEqual(1);
+  expect(faults.injection_failed ?? 0, why).toBe(0);
+  const verdicts = (report!.receiver as { verdicts: Record<string, number> }).verdicts;
+  expect(verdicts.stale_fence ?? 0, why).toBeGreaterThanOrEqual(1);
+  expect(report!.tenantWaitsInFlood as number, why).toBeGreaterThan(0);
+  expect(report!.v1FinishedAfterDeploy as number, why).toBeGreaterThan(0);
   expect(code, why).toBe(0);
   rmSync(history, { force: true });
 }
@@ -83,7 +126,7 @@ describe('chaos soak', () => {
     async () => {
       await expectClean(CI_SOAK.seed, CI_SOAK.durationS);
     },
-    (CI_SOAK.durationS + 240) * 1000,
+    (CI_SOAK.durationS + OVERRUN_S + 30) * 1000,
   );
 
   for (const { seed, durationS } of REGRESSION_SEEDS) {
@@ -92,7 +135,7 @@ describe('chaos soak', () => {
       async () => {
         await expectClean(seed, durationS);
       },
-      (durationS + 240) * 1000,
+      (durationS + OVERRUN_S + 30) * 1000,
     );
   }
 });
