@@ -49,7 +49,23 @@ export class WorkerPool {
     process.on('exit', this.onExit);
   }
 
+  /**
+   * Starts a worker process as a supervisor would: one that dies before it is ready (its start-up met a PostgreSQL
+   * restart, say: the migrator's connection reset) is started again, up to 3 times, a second apart.
+   */
   async spawn(version: 1 | 2): Promise<ChaosWorker> {
+    for (let i = 1; ; i++) {
+      try {
+        return await this.spawnOnce(version);
+      } catch (err) {
+        if (i >= 3) throw err;
+        this.log(`worker start failed (attempt ${i}), starting it again: ${(err as Error).message.slice(0, 200)}`);
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+  }
+
+  private async spawnOnce(version: 1 | 2): Promise<ChaosWorker> {
     const name = `w${++this.count}v${version}`;
     const pg = new URL(this.targets.pgUrl);
     const rx = new URL(this.targets.receiverUrl);
