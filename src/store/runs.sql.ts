@@ -7,9 +7,10 @@
  * A repeated key inserts nothing and returns no row.
  */
 export const INSERT_RUN_SQL = `
-INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at, priority)
+INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at, priority,
+  sinks_left)
 VALUES ($1, $2, $3, $4::jsonb, 'queued', coalesce($5::timestamptz, ratchet.db_now() + $8::int * interval '1 millisecond'), $6, $7,
-  ratchet.db_now(), ratchet.db_now(), $9::int)
+  ratchet.db_now(), ratchet.db_now(), $9::int, $10::int)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, state`;
 
@@ -21,14 +22,15 @@ RETURNING id, state`;
 export const INSERT_STAGES_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 ins AS (
-  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
-    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at, priority)
-  SELECT $1::uuid, r.definition_hash, p.seq, p.name, p.tool, p."toolClass", p.state,
+  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, step, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, deps, next_seqs, deps_left, continue_on_error, sink,
+    available_at, created_at, updated_at, priority)
+  SELECT $1::uuid, r.definition_hash, p.seq, p.name, p.step, p.tool, p."toolClass", p.state,
     p."leaseMs", p."timeoutMs", p."maxDurationMs", p."maxAttempts", p."idempotencyKey", p."concurrencyKey", p."concurrencyLimit", p.input,
-    clk.t, clk.t, clk.t, r.priority
-  FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, tool text, "toolClass" text, state text, "leaseMs" int,
+    p.deps, p."nextSeqs", p."depsLeft", p."continueOnError", p.sink, clk.t, clk.t, clk.t, r.priority
+  FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, step text, tool text, "toolClass" text, state text, "leaseMs" int,
     "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "concurrencyKey" text,
-    "concurrencyLimit" int, input jsonb), clk, (SELECT definition_hash, priority FROM ratchet.runs WHERE id = $1::uuid) r
+    "concurrencyLimit" int, input jsonb, deps int[], "nextSeqs" int[], "depsLeft" int, "continueOnError" boolean, sink text), clk, (SELECT definition_hash, priority FROM ratchet.runs WHERE id = $1::uuid) r
   RETURNING id, seq, state, tool_class
 ),
 ev AS (
@@ -127,7 +129,9 @@ failed_stage AS (
   ORDER BY s.seq LIMIT 1
 ),
 run AS (
-  UPDATE ratchet.runs r SET state = 'running', error = NULL, result = NULL, finished_at = NULL, updated_at = clk.t
+  UPDATE ratchet.runs r SET state = 'running', error = NULL, finished_at = NULL, updated_at = clk.t,
+    -- a run with several sinks keeps the part of its result its ended sinks wrote
+    result = CASE WHEN r.sinks_left IS NULL THEN NULL ELSE r.result END
   FROM clk, failed_stage f
   WHERE r.id = $1::uuid AND r.state = 'failed' AND (r.deadline IS NULL OR r.deadline > clk.t)
   RETURNING r.id
@@ -139,10 +143,13 @@ st AS (
   WHERE s.id = f.id AND s.state = 'failed'
   RETURNING s.id
 ),
+-- The stages the failure cancelled: pending again while they wait for something (their join counter
+-- kept what had ended), queued when they were already due (a parallel branch cancelled while queued or running).
 later AS (
-  UPDATE ratchet.stages s SET state = 'pending', finished_at = NULL, updated_at = clk.t
+  UPDATE ratchet.stages s SET state = CASE WHEN s.deps_left > 0 THEN 'pending' ELSE 'queued' END, attempt = 0, owner_id = NULL,
+    lease_until = NULL, heartbeat_at = NULL, claimed_at = NULL, first_claimed_at = NULL, available_at = clk.t, finished_at = NULL, updated_at = clk.t
   FROM run, failed_stage f, clk
-  WHERE s.run_id = run.id AND s.seq > f.seq AND s.state = 'cancelled'
+  WHERE s.run_id = run.id AND s.state = 'cancelled'
   RETURNING s.id
 ),
 ev AS (
@@ -175,3 +182,8 @@ WHERE ($1::text[] IS NULL OR r.state = ANY($1::text[]))
   AND ($5::timestamptz IS NULL OR (r.created_at, r.id) < ($5::timestamptz, $6::uuid))
 ORDER BY r.created_at DESC, r.id DESC
 LIMIT $7`;
+
+/** Run $1's stages as the planner reads them at a claim (no inputs: a map item's own is on its claim row). */
+export const GRAPH_STAGES_SQL = `
+SELECT seq, name, tool, state, result, error, item_index, group_seq
+FROM ratchet.stages WHERE run_id = $1::uuid ORDER BY seq`;

@@ -12,6 +12,7 @@ import {
   GET_RUN_BY_KEY_SQL,
   GET_RUN_SQL,
   GET_STAGES_SQL,
+  GRAPH_STAGES_SQL,
   INSERT_RUN_SQL,
   INSERT_STAGES_SQL,
   LIST_EVENTS_SQL,
@@ -49,6 +50,16 @@ export const stageSpecSchema = z
       .optional(),
     concurrencyLimit: z.number().int().min(1).max(100_000).optional(),
     input: z.unknown().optional(),
+    /**
+     * The run graph (issue 11): the seqs (1-based positions) this stage waits for and those that wait
+     * for it. Given on every stage or none: without them the stages form a chain (each waits for the one before).
+     */
+    deps: z.array(z.number().int().min(1)).optional(),
+    nextSeqs: z.array(z.number().int().min(1)).optional(),
+    step: name.optional(),
+    continueOnError: z.boolean().optional(),
+    /** How a sink's value enters the run's result (with the run's sinksLeft). */
+    sink: z.enum(['only', 'one_of']).nullable().optional(),
   })
   .strict()
   .refine((s) => (s.concurrencyKey === undefined) === (s.concurrencyLimit === undefined), {
@@ -84,8 +95,14 @@ const createRunSchema = z
     /** Higher is claimed first within a tool class (PRIORITY_RANGE); default 0. */
     priority: prioritySchema.optional(),
     stages: z.array(stageSpecSchema).min(1).max(10_000),
+    /** Sinks the run waits for before it succeeds (a static workflow's graph); absent: the run ends explicitly (agents). */
+    sinksLeft: z.number().int().min(1).optional(),
   })
   .strict()
+  .refine((r) => r.stages.every((s) => s.deps === undefined) || r.stages.every((s) => s.deps !== undefined && s.nextSeqs !== undefined), {
+    message: 'give deps and nextSeqs on every stage or on none',
+    path: ['stages'],
+  })
   .refine((r) => r.deadline === undefined || r.deadlineInMs === undefined, {
     message: 'give deadline or deadlineInMs, not both',
     path: ['deadlineInMs'],
@@ -110,6 +127,8 @@ export interface CreatedRun {
   state: RunState;
   created: boolean;
   stageIds: string[];
+  /** The stages queued at once (those that wait for nothing), to wake a worker of each class. */
+  queued: { stageId: string; toolClass: string }[];
 }
 
 /**
@@ -142,12 +161,20 @@ export function requestHash(
 export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedRun> {
   const run = parseInput(createRunSchema, input, 'createRun');
   const inputText = toJsonText(run.input, 'createRun.input');
+  const graph = run.stages[0]!.deps !== undefined;
+  const n = run.stages.length;
   const stages = run.stages.map((s, i) => ({
     seq: i + 1,
     name: s.name,
+    step: s.step ?? null,
     tool: s.tool,
     toolClass: s.toolClass,
-    state: i === 0 ? 'queued' : 'pending',
+    state: (graph ? s.deps!.length === 0 : i === 0) ? 'queued' : 'pending',
+    deps: graph ? s.deps! : i === 0 ? [] : [i],
+    nextSeqs: graph ? s.nextSeqs! : i === n - 1 ? [] : [i + 2],
+    depsLeft: graph ? s.deps!.length : i === 0 ? 0 : 1,
+    continueOnError: s.continueOnError ?? false,
+    sink: s.sink ?? null,
     leaseMs: s.leaseMs,
     timeoutMs: s.timeoutMs,
     maxDurationMs: s.maxDurationMs,
@@ -155,8 +182,13 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
     idempotencyKey: s.idempotencyKey,
     concurrencyKey: s.concurrencyKey ?? null,
     concurrencyLimit: s.concurrencyLimit ?? null,
-    input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
+    input: graph ? (s.input ?? null) : i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
   }));
+  for (const [i, s] of stages.entries()) {
+    for (const [j, d] of [...s.deps, ...s.nextSeqs].entries())
+      if (d > n || d === s.seq)
+        throw new InvalidInputError(`stage ${s.seq} names stage ${d}, which this run does not have`, `createRun.stages[${i}].deps[${j}]`);
+  }
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
   const hash = requestHash(run.workflow, run.input, run.requestedDeadline, run.requestedVersion, run.priority);
   const id = run.id ?? uuidv7();
@@ -173,15 +205,22 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
       hash,
       run.deadlineInMs ?? null,
       run.priority ?? 0,
+      run.sinksLeft ?? null,
     ]);
     if (inserted.length === 0) {
       const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
       if (!existing) throw new InvalidInputError('run id already exists', 'createRun.id');
       if (existing.request_hash !== hash) throw new IdempotencyConflictError(run.idempotencyKey!, existing.id as string);
-      return { id: existing.id as string, state: existing.state as RunState, created: false, stageIds: [] };
+      return { id: existing.id as string, state: existing.state as RunState, created: false, stageIds: [], queued: [] };
     }
     const rows = await tx.query(INSERT_STAGES_SQL, [id, JSON.stringify(stages)]);
-    return { id, state: 'queued', created: true, stageIds: rows.map((r) => r.id as string) };
+    return {
+      id,
+      state: 'queued',
+      created: true,
+      stageIds: rows.map((r) => r.id as string),
+      queued: rows.filter((r) => r.state === 'queued').map((r) => ({ stageId: r.id as string, toolClass: r.tool_class as string })),
+    };
   });
 }
 
@@ -336,4 +375,31 @@ export async function cancelRun(q: Queryable, runId: string): Promise<CancelResu
     previousState: r.previous_state as RunState,
     runningStageIds: (r.running_stage_ids as string[]) ?? [],
   };
+}
+
+/** A stage of a run as the planner decides from it (src/planner/decide.ts PersistedStage) and an agent rebuilds its conversation from. */
+export interface GraphStageRow {
+  seq: number;
+  name: string;
+  tool: string;
+  state: string;
+  result: unknown;
+  error: unknown;
+  itemIndex: number | null;
+  groupSeq: number | null;
+}
+
+/** Run `runId`'s stages in seq order, with results and errors (what the planner needs at a claim). */
+export async function graphStages(q: Queryable, runId: string): Promise<GraphStageRow[]> {
+  const rows = await q.query(GRAPH_STAGES_SQL, [runId], 'ratchet_graph_stages');
+  return rows.map((r) => ({
+    seq: r.seq as number,
+    name: r.name as string,
+    tool: r.tool as string,
+    state: r.state as string,
+    result: r.result ?? null,
+    error: r.error ?? null,
+    itemIndex: (r.item_index as number | null) ?? null,
+    groupSeq: (r.group_seq as number | null) ?? null,
+  }));
 }

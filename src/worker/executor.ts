@@ -5,10 +5,31 @@ import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../defin
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { buildMessages } from '../agent/messages.js';
 import { callModel } from '../agent/model-client.js';
-import { onAgentToolSuccess, onModelAnswer } from '../dispatcher/agent.js';
-import { onFailure, onSuccess, onUnstorable, stepInput, terminal, type DispatchDeps } from '../dispatcher/dispatcher.js';
+import { onModelAnswer } from '../dispatcher/agent.js';
+import {
+  applyGroupRule,
+  groupFailure,
+  onFailure,
+  onUnstorable,
+  succeededRow,
+  terminal,
+  type DispatchDeps,
+} from '../dispatcher/dispatcher.js';
+import { decideAtClaim, type ClaimDecision, type PersistedStage } from '../planner/decide.js';
+import { runGraph } from '../planner/graph.js';
+import { ITEM_SEQ_STRIDE } from '../planner/map.js';
+import { fastPathInput } from '../planner/settle.js';
+import { linearSuccessor } from '../planner/graph.js';
 import { toJsonText } from '../store/json.js';
-import { classifyDbError, monotonicNow, type ClaimedStage, type FinishRow, type FinishVerdict, type Store } from '../store/index.js';
+import {
+  classifyDbError,
+  monotonicNow,
+  type ClaimedStage,
+  type FinishRow,
+  type FinishVerdict,
+  type GraphStageRow,
+  type Store,
+} from '../store/index.js';
 import { Attempt } from './attempt.js';
 import type { EventWriter } from './event-writer.js';
 import type { LeaseKeeper } from './lease-keeper.js';
@@ -120,31 +141,61 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
   deps.keeper.add(attempt);
   const started = monotonicNow();
   const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
-  const reads = storeReads(deps, attempt, log);
+  const reads = storeReads(deps);
   const withKey = (row: FinishRow): FinishRow =>
     attempt.effectKey === null ? row : { ...row, effectKey: attempt.effectKey, data: { ...row.data, effectKey: attempt.effectKey } };
   try {
     let row: FinishRow;
     if (step.kind === 'model') {
-      const history = await askStore(attempt, log, 'the run history', () => deps.store.runStages(stage.runId));
-      const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
-      const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
-      const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
-      if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      row = onModelAnswer(step.agent, stage, answer, history, {
-        ...data(),
-        ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer),
+      const history = await askStore(attempt, log, 'the run history', () => deps.store.graphStages(stage.runId));
+      const decision = decideAtClaim({
+        workflow,
+        runId: stage.runId,
+        runInput: stage.runInput,
+        seq: stage.seq,
+        stages: history.map(persisted),
       });
-    } else {
-      const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
-      const output = await produce(deps, log, workflow, step.tool, ready, attempt);
+      if (decision.kind === 'fail') row = groupFailure(workflow, stage, decision.error, data());
+      else {
+        const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
+        const call = () => callModel(step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs);
+        const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
+        if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
+        row = onModelAnswer(step.agent, stage, answer, history, {
+          ...data(),
+          ...recordModelUsage(deps.metrics.registry, step.agent.model.name, stage.workflow, answer),
+        });
+      }
+    } else if (step.kind === 'agent_tool') {
+      const output = await produce(deps, log, workflow, step.tool, stage, attempt);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      if (step.kind === 'agent_tool') {
-        row = onAgentToolSuccess(stage, output, data());
-      } else {
-        row = await onSuccess(reads, workflow, stage, output, data());
-        const nextClass = workflow.steps[stage.seq]?.tool.class.name;
-        if (row.next && !row.next.error && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
+      row = succeededRow(stage, output, data());
+    } else {
+      // The run graph: what this stage does now, decided from the persisted stages of its run.
+      const decision = await decideNow(deps, attempt, log, workflow, stage);
+      switch (decision.kind) {
+        case 'run': {
+          const output = await produce(deps, log, workflow, step.tool, { ...stage, input: decision.input }, attempt);
+          if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
+          row = await graphSuccess(deps, attempt, log, workflow, stage, output, data());
+          break;
+        }
+        case 'done':
+          row = await graphSuccess(deps, attempt, log, workflow, stage, decision.result, data());
+          break;
+        case 'skip':
+          row = { stageId: stage.id, fence: stage.fence, outcome: 'skipped', data: { ...data(), reason: decision.reason } };
+          break;
+        case 'fail':
+          row = groupFailure(workflow, stage, decision.error, data());
+          break;
+        case 'wait':
+          slot.release();
+          return handBack(deps, log, stage);
+        default:
+          throw new PermanentError(`stage ${stage.seq} (${stage.name}) needs ${decision.kind}, which this version does not run`, {
+            code: 'graph_not_runnable',
+          });
       }
     }
     if (!row.claimNext) slot.release(); // the tool is done: its slot serves the next claim while this finish commits
@@ -162,7 +213,9 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return await settle(deps, log, stage, withKey(onFailure(reads, policy, stage, err, data())), attempt.confirmedUntil);
+    let failed = onFailure(reads, policy, stage, err, data());
+    if (failed.outcome === 'failed' && step.kind !== 'model') failed = applyGroupRule(workflow, stage, failed);
+    return await settle(deps, log, stage, withKey(failed), attempt.confirmedUntil);
   } finally {
     const outcome = attempt.abortReason ?? 'finished';
     deps.metrics.stageDuration.observe({ ...attempt.labels, outcome }, (monotonicNow() - started) / 1000);
@@ -183,7 +236,9 @@ function resolveStep(workflow: Workflow, stage: ClaimedStage): ResolvedStep | nu
     const tool = workflow.agent.tools.find((t) => t.name === stage.tool);
     return tool ? { kind: 'agent_tool', tool, cls: tool.class } : null;
   }
-  const step = workflow.steps[stage.seq - 1];
+  // A map item's stage belongs to its map step (seq = mapSeq × ITEM_SEQ_STRIDE + index).
+  const index = stage.seq >= ITEM_SEQ_STRIDE ? Math.floor(stage.seq / ITEM_SEQ_STRIDE) - 1 : stage.seq - 1;
+  const step = workflow.steps[index];
   return step && step.tool.name === stage.tool ? { kind: 'static', tool: step.tool, cls: step.tool.class } : null;
 }
 
@@ -324,21 +379,8 @@ async function askStore<T>(attempt: Attempt, log: Logger, what: string, read: ()
   }
 }
 
-function storeReads(deps: ExecutorDeps, attempt: Attempt, log: Logger): DispatchDeps {
-  return { stageResults: (runId) => askStore(attempt, log, 'earlier results', () => deps.store.stageResults(runId)), random: deps.random };
-}
-
-/**
- * A static stage after the first whose input was never computed (its step's input() failed
- * when the stage before it finished, and the run was retried): computed now from persisted
- * results, so the retry runs the step with the input it would have had. Still failing is this
- * stage's own permanent failure.
- */
-async function inputNow(reads: DispatchDeps, workflow: Workflow, stage: ClaimedStage): Promise<ClaimedStage> {
-  if (stage.seq === 1 || stage.input !== null || !workflow.steps[stage.seq - 1]?.input) return stage;
-  const computed = await stepInput(reads, workflow, stage, stage.seq);
-  if (!computed.ok) throw computed.error;
-  return { ...stage, input: computed.input };
+function storeReads(deps: ExecutorDeps): DispatchDeps {
+  return { random: deps.random };
 }
 
 /**
@@ -413,9 +455,8 @@ async function settle(
     );
   }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
-  else if (verdict.nextStageId && verdict.nextToolClass) {
-    deps.onQueued(verdict.nextToolClass, stage.definitionHash, { stageId: verdict.nextStageId, attempt: 1 });
-  }
+  // Every stage this finish made ready (a join reached, a fan-out, an agent's tool calls, a map's items).
+  for (const w of verdict.woken) deps.onQueued(w.toolClass, stage.definitionHash, { stageId: w.stageId, attempt: 1 });
   if (row.outcome === 'queued') {
     deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   }
@@ -447,3 +488,57 @@ export const inlineRunner: ToolRunner = {
   run: ({ tool, input, ctx }) => tool.run(input, ctx),
   reconcile: ({ tool, input, ctx }) => tool.reconcile!(input, ctx),
 };
+
+/** A stage as the planner reads it. */
+const persisted = (s: GraphStageRow): PersistedStage => ({ ...s });
+
+/**
+ * What a stage of a static workflow does at its claim (planner/decide.ts), from the persisted
+ * stages of its run: read only when the decision needs them (a stage that waits for something,
+ * a map or a child step). A map item, and a tool stage whose input its finisher already computed
+ * (the fast path, or a first stage's input computed at submit), run with that input.
+ */
+async function decideNow(
+  deps: ExecutorDeps,
+  attempt: Attempt,
+  log: Logger,
+  workflow: Workflow,
+  stage: ClaimedStage,
+): Promise<ClaimDecision> {
+  if (stage.seq >= ITEM_SEQ_STRIDE) return { kind: 'run', input: stage.input ?? null };
+  const node = runGraph(workflow).bySeq.get(stage.seq)!;
+  if (node.step.kind === 'tool' && stage.input !== null) return { kind: 'run', input: stage.input };
+  const read = node.deps.length > 0 || node.step.kind !== 'tool';
+  const stages = read ? await askStore(attempt, log, 'the run graph', () => deps.store.graphStages(stage.runId)) : [];
+  return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted) });
+}
+
+/**
+ * A static stage succeeded (a tool's output, or a value decided without one): on a linear stretch
+ * (its one successor waits for it alone) the successor's input is computed now, from the persisted
+ * results and this fresh one, so the finish can claim it for this worker (the fast path) or queue
+ * it ready; a fan-out or a join is left to the finish's join and the successors' own claims.
+ */
+async function graphSuccess(
+  deps: ExecutorDeps,
+  attempt: Attempt,
+  log: Logger,
+  workflow: Workflow,
+  stage: ClaimedStage,
+  output: unknown,
+  data: Record<string, unknown>,
+): Promise<FinishRow> {
+  const row = succeededRow(stage, output, data);
+  if (stage.seq >= ITEM_SEQ_STRIDE) return row;
+  const nextSeq = linearSuccessor(workflow, stage.seq);
+  const nextStep = nextSeq === null ? undefined : workflow.steps[nextSeq - 1];
+  if (nextSeq === null || !nextStep || nextStep.kind !== 'tool') return row;
+  let next: { seq: number; input: unknown } | null;
+  if (!nextStep.input && !nextStep.when) next = { seq: nextSeq, input: stage.runInput };
+  else {
+    const stages = await askStore(attempt, log, 'earlier results', () => deps.store.graphStages(stage.runId));
+    next = fastPathInput(workflow, { runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted) }, output);
+  }
+  if (!next) return row;
+  return { ...row, next, ...(deps.canClaimNext(nextStep.tool.class.name, stage.toolClass) ? { claimNext: true } : {}) };
+}
