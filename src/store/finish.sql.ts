@@ -108,7 +108,9 @@ done AS (
 dec AS (
   SELECT d.run_id, n.seq, count(*)::int AS k, min(d.id) AS by_id, min(d.fence) AS by_fence,
     (count(*) = 1 AND bool_and(d.claim_next)) AS claim, (array_agg(d.next_input) FILTER (WHERE d.next_input IS NOT NULL))[1] AS next_input
-  FROM done d CROSS JOIN LATERAL unnest(d.next_seqs) AS n(seq)
+  -- (a row written by an older release after the upgrade has no next_seqs: its finisher's nextSeq stands in)
+  FROM done d CROSS JOIN LATERAL unnest(CASE WHEN cardinality(d.next_seqs) = 0 AND d.next_seq IS NOT NULL
+    THEN ARRAY[d.next_seq] ELSE d.next_seqs END) AS n(seq)
   GROUP BY d.run_id, n.seq
 ),
 dec_claim AS (
@@ -121,18 +123,18 @@ dec_claim AS (
 -- version, so exactly one finish sees the counter reach 0).
 joined AS (
   UPDATE ratchet.stages s SET
-    deps_left = s.deps_left - d.k,
+    deps_left = greatest(s.deps_left - d.k, 0),
     state = CASE WHEN s.deps_left - d.k > 0 THEN s.state WHEN d.may_claim AND s.state = 'pending' THEN 'running' ELSE 'queued' END,
-    input = CASE WHEN s.deps_left - d.k = 0 AND d.next_input IS NOT NULL THEN d.next_input ELSE s.input END,
-    available_at = CASE WHEN s.deps_left - d.k = 0 THEN clk.t ELSE s.available_at END,
-    owner_id = CASE WHEN s.deps_left - d.k = 0 AND d.may_claim AND s.state = 'pending' THEN $1 ELSE s.owner_id END,
-    fence = CASE WHEN s.deps_left - d.k = 0 AND d.may_claim AND s.state = 'pending' THEN nextval('ratchet.fence_seq') ELSE s.fence END,
-    attempt = CASE WHEN s.deps_left - d.k = 0 AND d.may_claim AND s.state = 'pending' THEN s.attempt + 1 ELSE s.attempt END,
-    lease_until = CASE WHEN s.deps_left - d.k = 0 AND d.may_claim AND s.state = 'pending'
+    input = CASE WHEN s.deps_left - d.k <= 0 AND d.next_input IS NOT NULL THEN d.next_input ELSE s.input END,
+    available_at = CASE WHEN s.deps_left - d.k <= 0 THEN clk.t ELSE s.available_at END,
+    owner_id = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN $1 ELSE s.owner_id END,
+    fence = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN nextval('ratchet.fence_seq') ELSE s.fence END,
+    attempt = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN s.attempt + 1 ELSE s.attempt END,
+    lease_until = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'
       THEN clk.t + s.lease_ms * interval '1 millisecond' ELSE s.lease_until END,
-    heartbeat_at = CASE WHEN s.deps_left - d.k = 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.heartbeat_at END,
-    claimed_at = CASE WHEN s.deps_left - d.k = 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.claimed_at END,
-    first_claimed_at = CASE WHEN s.deps_left - d.k = 0 AND d.may_claim AND s.state = 'pending'
+    heartbeat_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.heartbeat_at END,
+    claimed_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.claimed_at END,
+    first_claimed_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'
       THEN coalesce(s.first_claimed_at, clk.t) ELSE s.first_claimed_at END,
     updated_at = clk.t
   FROM dec_claim d, clk

@@ -530,6 +530,9 @@ async function graphSuccess(
 ): Promise<FinishRow> {
   const row = succeededRow(stage, output, data);
   if (stage.seq >= ITEM_SEQ_STRIDE) return row;
+  // A plain sequence's last step also ends its run explicitly, as it always did: a run written after
+  // the upgrade by a submitter of the previous release has no sink counter (the statement ends it once).
+  if (!workflow.graph && stage.seq === workflow.steps.length) return { ...row, run: { state: 'succeeded', result: output } };
   const nextSeq = linearSuccessor(workflow, stage.seq);
   const nextStep = nextSeq === null ? undefined : workflow.steps[nextSeq - 1];
   if (nextSeq === null || !nextStep || nextStep.kind !== 'tool') return row;
@@ -539,6 +542,7 @@ async function graphSuccess(
     const stages = await askStore(attempt, log, 'earlier results', () => deps.store.graphStages(stage.runId));
     next = fastPathInput(workflow, { runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted) }, output);
   }
-  if (!next) return row;
+  // Without an input computed now, the successor is only queued (its claim decides); the seq still names it for a row of the previous release.
+  if (!next) return { ...row, next: { seq: nextSeq, input: null } };
   return { ...row, next, ...(deps.canClaimNext(nextStep.tool.class.name, stage.toolClass) ? { claimNext: true } : {}) };
 }
