@@ -5,7 +5,7 @@ import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../defin
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { buildMessages } from '../agent/messages.js';
 import { callModel } from '../agent/model-client.js';
-import { onModelAnswer } from '../dispatcher/agent.js';
+import { onModelAnswer, toPlanRow } from '../dispatcher/agent.js';
 import {
   applyGroupRule,
   groupFailure,
@@ -188,6 +188,19 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
           break;
         case 'fail':
           row = groupFailure(workflow, stage, decision.error, data());
+          break;
+        case 'expand':
+          // A map's first claim: its items inserted with this finish (queued, keyed run:step:i, at most
+          // maxParallel leased at once through their concurrency key); the map stage waits without a lease
+          // for all of them, and the last item's finish queues it again to gather their outputs in order.
+          row = {
+            stageId: stage.id,
+            fence: stage.fence,
+            outcome: 'waiting',
+            waitFor: decision.items.length,
+            plan: decision.items.map(toPlanRow),
+            data: { ...data(), items: decision.items.length },
+          };
           break;
         case 'wait':
           slot.release();

@@ -124,8 +124,12 @@ export class Worker {
     const keyed = new Set(
       deps.registry
         .list()
-        .filter((w) => w.concurrencyKey)
-        .flatMap((w) => w.steps.map((s) => s.tool.class.name)),
+        .flatMap((w) =>
+          w.steps
+            // a workflow's concurrency key, or a map's maxParallel (its items hold a key per run and step)
+            .filter((s) => w.concurrencyKey || (s.kind === 'map' && s.map!.maxParallel !== null))
+            .map((s) => s.tool.class.name),
+        ),
     );
     for (const c of classes) {
       const limits: ClaimLimits = {
