@@ -25,13 +25,13 @@ export function concurrencyOf(
 
 /**
  * What of the run graph this version runs: dependencies and joins, `when` with skip propagation,
- * several sinks, continueOnError, maps. Child runs (and a workflow offered to an agent as a
- * tool) are defined and checked but not run yet: such a workflow is refused at submit, with
+ * several sinks, continueOnError, maps, child runs. A workflow offered to an agent as a tool is
+ * defined and checked but not run yet: such a workflow is refused at submit, with
  * nothing written, rather than run wrongly.
  */
 export function assertRunnable(workflow: Workflow): void {
   const childTool = workflow.agent?.tools.findIndex((t) => t.childWorkflow) ?? -1;
-  const step = workflow.steps.findIndex((s) => s.kind === 'workflow');
+  const step = -1; // every step kind runs; a workflow offered to an agent as a tool does not yet
   if (step < 0 && childTool < 0) return;
   const what =
     step >= 0 ? `step ${workflow.steps[step]!.name} (${workflow.steps[step]!.kind})` : 'a workflow as an agent tool (a child run)';

@@ -45,11 +45,11 @@ const UNENDED = `'pending','queued','waiting','running'`;
  * Returns every row's verdict: accepted (now or by a replay), the stages it queued (to wake), the next stage to run.
  */
 export const FINISH_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 req AS (
   SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id bigint, fence bigint, outcome text, result jsonb, error jsonb,
     "retryDelayMs" int, "asValue" boolean, "waitFor" int, "nextSeq" int, "nextInput" jsonb, "nextError" jsonb, "claimNext" boolean,
-    plan jsonb, "runState" text, "runResult" jsonb, "runError" jsonb, "effectKey" text, data jsonb)
+    plan jsonb, child jsonb, "runState" text, "runResult" jsonb, "runError" jsonb, "effectKey" text, data jsonb)
 ),
 -- The fence: state = 'running', this owner, this token, lease not expired. Such an attempt ends as
 -- asked (a retry is 'queued' again after retryDelayMs; 'waiting' holds no lease and waits for its
@@ -73,7 +73,7 @@ accepted AS (
     coalesce(s.step, s.name) AS step, s.next_seqs, s.sink, req.outcome, req."retryDelayMs" AS retry_delay_ms,
     req.result, req.error, (req.outcome = 'failed' AND coalesce(req."asValue", false)) AS as_value,
     req."nextSeq" AS next_seq, req."nextInput" AS next_input, req."nextError" AS next_error, coalesce(req."claimNext", false) AS claim_next,
-    req.plan, req."runState" AS run_state, req."runResult" AS run_result, req."runError" AS run_error, req.data
+    req.plan, req.child, req."runState" AS run_state, req."runResult" AS run_result, req."runError" AS run_error, req.data
 ),
 -- The rows the fence refused: only these are looked up further (a replay, or result_rejected).
 refused AS MATERIALIZED (
@@ -139,7 +139,7 @@ joined AS (
     updated_at = clk.t
   FROM dec_claim d, clk
   WHERE s.run_id = d.run_id AND s.seq = d.seq AND s.state IN ('pending', 'waiting')
-  RETURNING ${NEXT_COLUMNS}, s.deps_left, d.by_id AS after_id, d.by_fence AS after_fence
+  RETURNING ${NEXT_COLUMNS}, s.deps_left, s.definition_hash, d.by_id AS after_id, d.by_fence AS after_fence
 ),
 -- The run's own counter: the sinks that ended here, their values accumulated in the runs row's
 -- UPDATE (re-evaluated on the newest version of the row, so two sinks finishing at once both land).
@@ -202,7 +202,7 @@ planned AS (
     "continueOnError" boolean, sink text)
   CROSS JOIN clk
   WHERE f.plan IS NOT NULL AND f.run_state IS NULL
-  RETURNING id, run_id, tool_class, state, seq
+  RETURNING id, run_id, tool_class, state, seq, definition_hash
 ),
 run_ended AS (
   UPDATE ratchet.runs r SET state = f.run_state, result = f.run_result, error = f.run_error, finished_at = clk.t, updated_at = clk.t
@@ -220,6 +220,57 @@ rest_cancelled AS (
   FROM rest_old o, clk
   WHERE s.id = o.id AND s.state IN (${UNENDED})
   RETURNING s.id, s.run_id, s.fence, s.attempt, o.state AS old_state
+),
+-- A child run started by a waiting stage, keyed by it (unique parent_stage_id and idempotency key
+-- child:<stage>: a retry or a crash never starts a second one), with its planned stages.
+child_run AS (
+  INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, created_at, updated_at, priority,
+    sinks_left, parent_run_id, parent_stage_id)
+  SELECT (f.child->>'id')::uuid, f.child->>'workflow', f.child->>'definitionHash', f.child->'input', 'queued',
+    (SELECT p.deadline FROM ratchet.runs p WHERE p.id = f.run_id), 'child:' || f.id::text, clk.t, clk.t, f.priority,
+    (f.child->>'sinksLeft')::int, f.run_id, f.id
+  FROM accepted f, clk WHERE f.child IS NOT NULL AND f.outcome = 'waiting'
+  ON CONFLICT DO NOTHING
+  RETURNING id, definition_hash, priority, parent_run_id, parent_stage_id
+),
+child_stages AS (
+  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, step, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, deps, next_seqs, deps_left, continue_on_error, sink,
+    available_at, created_at, updated_at, priority)
+  SELECT c.id, c.definition_hash, p.seq, p.name, p.step, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
+    p."maxAttempts", coalesce(p."idempotencyKey", c.id::text || ':' || p.seq || ':' || p.tool), p."concurrencyKey", p."concurrencyLimit",
+    p.input, p.deps, p."nextSeqs", p."depsLeft", p."continueOnError", p.sink, clk.t, clk.t, clk.t, c.priority
+  FROM child_run c JOIN accepted f ON f.id = c.parent_stage_id
+  CROSS JOIN LATERAL jsonb_to_recordset(f.child->'stages') AS p(seq int, name text, step text, tool text, "toolClass" text, state text,
+    "leaseMs" int, "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "concurrencyKey" text,
+    "concurrencyLimit" int, input jsonb, deps int[], "nextSeqs" int[], "depsLeft" int, "continueOnError" boolean, sink text)
+  CROSS JOIN clk
+  RETURNING id, run_id, tool_class, state, definition_hash
+),
+-- A run that ended here wakes the stage of its parent that started it (waiting without a lease):
+-- claimed again, that stage takes the child's result or error.
+parent_woken AS (
+  UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM (SELECT parent_stage_id FROM run_done WHERE state = 'succeeded' UNION ALL SELECT parent_stage_id FROM run_ended) e, clk
+  WHERE p.id = e.parent_stage_id AND p.state = 'waiting'
+  RETURNING p.id, p.run_id, p.tool_class, p.definition_hash
+),
+-- A run that failed (or ended otherwise than by success) here cancels its child runs, recursively, and their stages.
+descendants(id) AS (
+  SELECT c.id FROM ratchet.runs c JOIN run_ended d ON c.parent_run_id = d.id WHERE d.state <> 'succeeded'
+  UNION ALL
+  SELECT c.id FROM ratchet.runs c JOIN descendants t ON c.parent_run_id = t.id
+),
+children_cancelled AS (
+  UPDATE ratchet.runs r SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t,
+    error = jsonb_build_object('code', 'cancelled', 'message', 'its parent run ended')
+  FROM descendants t, clk WHERE r.id = t.id AND r.state IN (${RUN_ACTIVE})
+  RETURNING r.id
+),
+children_stages_cancelled AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${UNENDED})
+  RETURNING s.id
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
@@ -241,6 +292,15 @@ ev AS (
   UNION ALL
   SELECT c.run_id, c.id, 'stage_cancelled', c.fence, c.attempt, clk.t, jsonb_build_object('previousState', c.old_state, 'reason', 'run_failed')
   FROM rest_cancelled c, clk WHERE c.old_state IN ('running', 'waiting')
+  UNION ALL
+  SELECT c.parent_run_id, c.parent_stage_id, 'child_run_started', f.fence, f.attempt, clk.t, jsonb_build_object('childRunId', c.id::text)
+  FROM child_run c JOIN accepted f ON f.id = c.parent_stage_id CROSS JOIN clk
+  UNION ALL
+  SELECT c.id, NULL, 'run_submitted', NULL, NULL, clk.t, jsonb_build_object('parentRunId', c.parent_run_id::text,
+    'parentStageId', c.parent_stage_id::text, 'stages', (SELECT count(*) FROM child_stages x WHERE x.run_id = c.id))
+  FROM child_run c, clk
+  UNION ALL
+  SELECT c.id, NULL, 'run_cancelled', NULL, NULL, clk.t, jsonb_build_object('reason', 'parent_ended') FROM children_cancelled c, clk
   UNION ALL
   SELECT f.run_id, f.id, 'stages_planned', f.fence, f.attempt, clk.t,
     jsonb_build_object('stages', (SELECT count(*) FROM planned p WHERE p.run_id = f.run_id), 'firstSeq', (SELECT min(seq) FROM planned p WHERE p.run_id = f.run_id))
@@ -270,14 +330,18 @@ handed AS MATERIALIZED (
 -- The stages each row made ready, to wake a worker of their class: queued by the join, inserted
 -- queued by its plan; on a replay, its successors found queued now.
 woken AS (
-  SELECT j.after_id AS by_id, j.id, j.tool_class FROM joined j WHERE j.state = 'queued'
+  SELECT j.after_id AS by_id, j.id, j.tool_class, j.definition_hash FROM joined j WHERE j.state = 'queued'
   UNION ALL
-  SELECT f.id, p.id, p.tool_class FROM planned p JOIN accepted f ON f.run_id = p.run_id AND f.plan IS NOT NULL WHERE p.state = 'queued'
+  SELECT f.id, p.id, p.tool_class, p.definition_hash FROM planned p JOIN accepted f ON f.run_id = p.run_id AND f.plan IS NOT NULL WHERE p.state = 'queued'
   UNION ALL
-  SELECT r.id, x.id, x.tool_class FROM replayed r JOIN ratchet.stages x ON x.run_id = r.run_id AND x.seq = ANY(r.next_seqs) WHERE x.state = 'queued'
+  SELECT r.parent_stage_id, c.id, c.tool_class, c.definition_hash FROM child_stages c JOIN child_run r ON r.id = c.run_id WHERE c.state = 'queued'
+  UNION ALL
+  SELECT (SELECT min(f.id) FROM accepted f), p.id, p.tool_class, p.definition_hash FROM parent_woken p
+  UNION ALL
+  SELECT r.id, x.id, x.tool_class, x.definition_hash FROM replayed r JOIN ratchet.stages x ON x.run_id = r.run_id AND x.seq = ANY(r.next_seqs) WHERE x.state = 'queued'
 )
 SELECT req.id::text AS id, (f.id IS NOT NULL OR rp.id IS NOT NULL) AS accepted, (rp.id IS NOT NULL) AS replayed,
-  (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', w.id::text, 'toolClass', w.tool_class) ORDER BY w.id), '[]'::jsonb)
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', w.id::text, 'toolClass', w.tool_class, 'definitionHash', w.definition_hash) ORDER BY w.id), '[]'::jsonb)
      FROM woken w WHERE w.by_id = req.id) AS woken,
   coalesce(f.outcome, s.state) AS current_state, s.fence::text AS current_fence, clk.t AS db_now,
   CASE WHEN h.id IS NOT NULL THEN to_jsonb(h) END AS next_claimed

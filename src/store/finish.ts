@@ -73,6 +73,21 @@ const finishRow = z
       .object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() })
       .strict()
       .optional(),
+    /**
+     * With outcome `waiting`: a child run started by this stage (keyed by it: a second start inserts
+     * nothing), with its planned stages (stageRows in runs.ts); its end queues this stage again.
+     */
+    child: z
+      .object({
+        id: z.uuid(),
+        workflow: z.string().min(1).max(200),
+        definitionHash: z.string().min(1).max(200),
+        input: json,
+        sinksLeft: z.number().int().min(1).nullable(),
+        stages: z.array(z.record(z.string(), json)).min(1).max(10_000),
+      })
+      .strict()
+      .optional(),
     /** The key the tool derived for its effect (`tool.idempotencyKey(input)`), kept on the stage. */
     effectKey: z
       .string()
@@ -95,7 +110,7 @@ export interface FinishVerdict {
   nextStageId: string | null;
   nextToolClass: string | null;
   /** Every stage this finish made ready (a join reached, a fan-out, a plan inserted): wake a worker of each class. */
-  woken: { stageId: string; toolClass: string }[];
+  woken: { stageId: string; toolClass: string; definitionHash: string }[];
   currentState: string | null;
   currentFence: string | null;
   /** On the fast path (or a replay of it): the next stage, claimed by this owner, to run now. */
@@ -116,6 +131,7 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
   }
   if ((row.outcome === 'waiting') !== (row.waitFor !== undefined))
     throw new InvalidInputError('outcome waiting goes with waitFor (and only it)', `${path}.waitFor`);
+  if (row.child && row.outcome !== 'waiting') throw new InvalidInputError('a child run is started by a waiting stage', `${path}.child`);
   if (row.asValue && row.outcome !== 'failed') throw new InvalidInputError('asValue is for a failure', `${path}.asValue`);
   if (row.asValue && row.run) throw new InvalidInputError('a failure kept as a value does not end the run', `${path}.run`);
   if (row.run && row.next && row.next.error === undefined) {
@@ -139,6 +155,7 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
     runState: row.run?.state ?? null,
     runResult: row.run ? parse(row.run.result, `${path}.run.result`) : null,
     runError: row.run ? parse(row.run.error, `${path}.run.error`) : null,
+    child: row.child ? { ...row.child, input: parse(row.child.input, `${path}.child.input`) } : null,
     effectKey: row.effectKey ?? null,
     data: parse(row.data, `${path}.data`),
   };
@@ -155,7 +172,7 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
   const sentAt = monotonicNow();
   const out = await q.query(FINISH_SQL, [owner, JSON.stringify(sorted), sorted.map((r) => r.id as string)], 'ratchet_finish');
   return out.map((r) => {
-    const woken = (r.woken as { stageId: string; toolClass: string }[] | null) ?? [];
+    const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
     return {
       stageId: r.id as string,
       accepted: r.accepted as boolean,

@@ -51,7 +51,14 @@ ${prefix}_run_failed AS (
   UPDATE ratchet.runs r SET state = 'failed', error = src.error, finished_at = clk.t, updated_at = clk.t
   FROM ${source} src, clk
   WHERE r.id = src.run_id AND src.state = 'failed' AND r.state IN (${RUN_ACTIVE})
-  RETURNING r.id
+  RETURNING r.id, r.parent_stage_id
+),
+-- A child run that failed here wakes its parent's waiting stage (which then fails with child_run_failed).
+${prefix}_parent_woken AS (
+  UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM ${prefix}_run_failed f, clk
+  WHERE p.id = f.parent_stage_id AND p.state = 'waiting'
+  RETURNING p.id
 ),
 ${prefix}_rest_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', updated_at = clk.t, finished_at = clk.t

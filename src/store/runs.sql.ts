@@ -43,13 +43,22 @@ export const GET_RUN_BY_KEY_SQL = `SELECT id, state, request_hash FROM ratchet.r
 
 export const GET_RUN_SQL = `
 SELECT r.id, r.workflow, r.definition_hash, r.input, r.state, r.deadline, r.idempotency_key, r.result, r.error, r.priority,
-  r.created_at, r.updated_at, r.finished_at, ratchet.db_now() AS db_now
+  r.created_at, r.updated_at, r.finished_at, r.parent_run_id, r.parent_stage_id::text AS parent_stage_id, ratchet.db_now() AS db_now
 FROM ratchet.runs r WHERE r.id = $1`;
+
+/** The child runs of run $1 (runs_parent_idx), oldest first. */
+export const GET_CHILDREN_SQL = `
+SELECT r.id, r.workflow, r.state, r.parent_stage_id::text AS parent_stage_id, r.created_at, r.finished_at
+FROM ratchet.runs r WHERE r.parent_run_id = $1::uuid ORDER BY r.created_at, r.id`;
+
+/** The child run a stage started ($1: the parent stage's id), if any (runs_parent_stage_uq). */
+export const GET_CHILD_RUN_SQL = `
+SELECT r.id, r.state, r.result, r.error FROM ratchet.runs r WHERE r.parent_stage_id = $1::bigint`;
 
 export const GET_STAGES_SQL = `
 SELECT s.id::text AS id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence::text AS fence, s.attempt,
   s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key, s.effect_key,
-  s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at
+  s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at, s.deps, s.item_index, s.group_seq
 FROM ratchet.stages s WHERE s.run_id = $1 ORDER BY s.seq`;
 
 export const LIST_EVENTS_SQL = `
@@ -82,27 +91,41 @@ export const GET_CLOCK_SQL = `SELECT ratchet.db_now() AS now, (SELECT offset_ms 
  * may already have been sent: it cannot be recalled).
  */
 export const CANCEL_RUN_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 prev AS (SELECT id, state FROM ratchet.runs WHERE id = $1::uuid),
+-- The run and, when it changes, its child runs recursively (cancelling a parent cancels its children).
+tree(id) AS (
+  SELECT id FROM ratchet.runs WHERE id = $1::uuid AND state = ANY($2::text[])
+  UNION ALL
+  SELECT c.id FROM ratchet.runs c JOIN tree t ON c.parent_run_id = t.id
+),
 run AS (
   UPDATE ratchet.runs r SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t,
-    error = jsonb_build_object('code', 'cancelled', 'message', 'the run was cancelled')
-  FROM clk WHERE r.id = $1::uuid AND r.state = ANY($2::text[])
-  RETURNING r.id
+    error = CASE WHEN r.id = $1::uuid THEN jsonb_build_object('code', 'cancelled', 'message', 'the run was cancelled')
+      ELSE jsonb_build_object('code', 'cancelled', 'message', 'its parent run was cancelled') END
+  FROM tree, clk WHERE r.id = tree.id AND r.state = ANY($2::text[])
+  RETURNING r.id, r.parent_stage_id
 ),
 st AS (
   UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
-  FROM run, clk, (SELECT id, state AS old_state FROM ratchet.stages WHERE run_id = $1::uuid) o
+  FROM run, clk, (SELECT x.id, x.state AS old_state FROM ratchet.stages x JOIN tree ON x.run_id = tree.id) o
   WHERE s.run_id = run.id AND o.id = s.id AND s.state = ANY($3::text[])
-  RETURNING s.id, s.fence, s.attempt, o.old_state
+  RETURNING s.id, s.run_id, s.fence, s.attempt, o.old_state
+),
+-- A child run cancelled on its own wakes its parent's stage, which then fails with child_run_cancelled.
+parent_woken AS (
+  UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM run, clk WHERE run.id = $1::uuid AND p.id = run.parent_stage_id AND p.state = 'waiting'
+  RETURNING p.id
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
-  SELECT $1::uuid, NULL, 'run_cancelled', NULL, NULL, clk.t, NULL FROM run, clk
+  SELECT run.id, NULL, 'run_cancelled', NULL, NULL, clk.t, CASE WHEN run.id <> $1::uuid THEN jsonb_build_object('reason', 'parent_cancelled') END
+  FROM run, clk
   UNION ALL
-  SELECT $1::uuid, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state) FROM st, clk
+  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state) FROM st, clk
 )
-SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::int AS cancelled,
+SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHERE id = $1::uuid)::int AS cancelled,
   coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;
 
 /**

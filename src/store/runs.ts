@@ -12,6 +12,8 @@ import {
   GET_RUN_BY_KEY_SQL,
   GET_RUN_SQL,
   GET_STAGES_SQL,
+  GET_CHILDREN_SQL,
+  GET_CHILD_RUN_SQL,
   GRAPH_STAGES_SQL,
   INSERT_RUN_SQL,
   INSERT_STAGES_SQL,
@@ -153,17 +155,14 @@ export function requestHash(
 }
 
 /**
- * Persists a run and all its planned stages in one transaction (the planner's output):
- * the first stage queued with its input, the rest pending. Validates everything first, so
- * bad input writes nothing. A repeated submit idempotency key returns the existing run
- * (same body) or throws IdempotencyConflictError (another body).
+ * A run's planned stages as rows (seq = position): with the run graph's deps and nextSeqs as
+ * given, or, without them, a chain (each waits for the one before). Stages that wait for nothing
+ * are queued; a chain's first stage gets the run's input unless it has its own.
  */
-export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedRun> {
-  const run = parseInput(createRunSchema, input, 'createRun');
-  const inputText = toJsonText(run.input, 'createRun.input');
-  const graph = run.stages[0]!.deps !== undefined;
-  const n = run.stages.length;
-  const stages = run.stages.map((s, i) => ({
+export function stageRows(specs: z.output<typeof stageSpecSchema>[], runInput: unknown, path = 'createRun') {
+  const graph = specs[0]!.deps !== undefined;
+  const n = specs.length;
+  const stages = specs.map((s, i) => ({
     seq: i + 1,
     name: s.name,
     step: s.step ?? null,
@@ -182,13 +181,26 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
     idempotencyKey: s.idempotencyKey,
     concurrencyKey: s.concurrencyKey ?? null,
     concurrencyLimit: s.concurrencyLimit ?? null,
-    input: graph ? (s.input ?? null) : i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
+    input: graph ? (s.input ?? null) : i === 0 ? (s.input === undefined ? runInput : s.input) : (s.input ?? null),
   }));
   for (const [i, s] of stages.entries()) {
     for (const [j, d] of [...s.deps, ...s.nextSeqs].entries())
       if (d > n || d === s.seq)
-        throw new InvalidInputError(`stage ${s.seq} names stage ${d}, which this run does not have`, `createRun.stages[${i}].deps[${j}]`);
+        throw new InvalidInputError(`stage ${s.seq} names stage ${d}, which this run does not have`, `${path}.stages[${i}].deps[${j}]`);
   }
+  return stages;
+}
+
+/**
+ * Persists a run and all its planned stages in one transaction (the planner's output):
+ * the first stage queued with its input, the rest pending. Validates everything first, so
+ * bad input writes nothing. A repeated submit idempotency key returns the existing run
+ * (same body) or throws IdempotencyConflictError (another body).
+ */
+export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedRun> {
+  const run = parseInput(createRunSchema, input, 'createRun');
+  const inputText = toJsonText(run.input, 'createRun.input');
+  const stages = stageRows(run.stages, run.input);
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
   const hash = requestHash(run.workflow, run.input, run.requestedDeadline, run.requestedVersion, run.priority);
   const id = run.id ?? uuidv7();
@@ -248,6 +260,19 @@ export interface StageRow {
   createdAt: Date;
   updatedAt: Date;
   finishedAt: Date | null;
+  /** The run graph: the seqs this stage waits for; a map item's index and its map stage's seq. */
+  deps?: number[];
+  itemIndex?: number | null;
+  groupSeq?: number | null;
+}
+export interface ChildRunSummary {
+  id: string;
+  workflow: string;
+  state: RunState;
+  /** The parent's stage that started it. */
+  parentStageId: string | null;
+  createdAt: Date;
+  finishedAt: Date | null;
 }
 export interface RunRow {
   id: string;
@@ -266,6 +291,11 @@ export interface RunRow {
   stages: StageRow[];
   /** Higher is claimed first within a tool class (README "Priorities"). */
   priority: number;
+  /** A child run's parent run and the parent's stage that started it (null for a run submitted on its own). */
+  parentRunId?: string | null;
+  parentStageId?: string | null;
+  /** The runs this run's stages started. */
+  children?: ChildRunSummary[];
 }
 
 const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
@@ -276,7 +306,18 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
   const [r] = await q.query(GET_RUN_SQL, [id], 'ratchet_get_run');
   if (!r) return null;
   const stages = await q.query(GET_STAGES_SQL, [id], 'ratchet_get_stages');
+  const children = await q.query(GET_CHILDREN_SQL, [id], 'ratchet_get_children');
   return {
+    parentRunId: (r.parent_run_id as string | null) ?? null,
+    parentStageId: (r.parent_stage_id as string | null) ?? null,
+    children: children.map((c) => ({
+      id: c.id as string,
+      workflow: c.workflow as string,
+      state: c.state as RunState,
+      parentStageId: (c.parent_stage_id as string | null) ?? null,
+      createdAt: c.created_at as Date,
+      finishedAt: (c.finished_at as Date | null) ?? null,
+    })),
     id: r.id as string,
     workflow: r.workflow as string,
     definitionHash: r.definition_hash as string,
@@ -314,8 +355,20 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
       createdAt: s.created_at as Date,
       updatedAt: s.updated_at as Date,
       finishedAt: (s.finished_at as Date | null) ?? null,
+      deps: (s.deps as number[] | null) ?? [],
+      itemIndex: (s.item_index as number | null) ?? null,
+      groupSeq: (s.group_seq as number | null) ?? null,
     })),
   };
+}
+
+/** The child run stage `stageId` started, if any (what a child-run stage decides from at its claim). */
+export async function childRun(
+  q: Queryable,
+  stageId: string,
+): Promise<{ id: string; state: string; result: unknown; error: unknown } | null> {
+  const [r] = await q.query(GET_CHILD_RUN_SQL, [stageId], 'ratchet_child_run');
+  return r ? { id: r.id as string, state: r.state as string, result: r.result ?? null, error: r.error ?? null } : null;
 }
 
 export interface EventRow {

@@ -5,7 +5,7 @@ import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../defin
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { buildMessages } from '../agent/messages.js';
 import { callModel } from '../agent/model-client.js';
-import { onModelAnswer, toPlanRow } from '../dispatcher/agent.js';
+import { onModelAnswer, planAgentRun, toPlanRow } from '../dispatcher/agent.js';
 import {
   applyGroupRule,
   groupFailure,
@@ -19,6 +19,9 @@ import { decideAtClaim, type ClaimDecision, type PersistedStage } from '../plann
 import { runGraph } from '../planner/graph.js';
 import { ITEM_SEQ_STRIDE } from '../planner/map.js';
 import { fastPathInput } from '../planner/settle.js';
+import { plannerFailure } from '../planner/planner-error.js';
+import { planStaticRun } from '../planner/plan.js';
+import { v7 as uuidv7 } from 'uuid';
 import { linearSuccessor } from '../planner/graph.js';
 import { toJsonText } from '../store/json.js';
 import {
@@ -28,7 +31,10 @@ import {
   type FinishRow,
   type FinishVerdict,
   type GraphStageRow,
+  type StageSpec,
   type Store,
+  stageRows,
+  stageSpecSchema,
 } from '../store/index.js';
 import { Attempt } from './attempt.js';
 import type { EventWriter } from './event-writer.js';
@@ -202,13 +208,12 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
             data: { ...data(), items: decision.items.length },
           };
           break;
+        case 'start_child':
+          row = childStart(deps, workflow, stage, decision, data());
+          break;
         case 'wait':
           slot.release();
           return handBack(deps, log, stage);
-        default:
-          throw new PermanentError(`stage ${stage.seq} (${stage.name}) needs ${decision.kind}, which this version does not run`, {
-            code: 'graph_not_runnable',
-          });
       }
     }
     if (!row.claimNext) slot.release(); // the tool is done: its slot serves the next claim while this finish commits
@@ -469,7 +474,7 @@ async function settle(
   }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
   // Every stage this finish made ready (a join reached, a fan-out, an agent's tool calls, a map's items).
-  for (const w of verdict.woken) deps.onQueued(w.toolClass, stage.definitionHash, { stageId: w.stageId, attempt: 1 });
+  for (const w of verdict.woken) deps.onQueued(w.toolClass, w.definitionHash, { stageId: w.stageId, attempt: 1 });
   if (row.outcome === 'queued') {
     deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   }
@@ -523,7 +528,8 @@ async function decideNow(
   if (node.step.kind === 'tool' && stage.input !== null) return { kind: 'run', input: stage.input };
   const read = node.deps.length > 0 || node.step.kind !== 'tool';
   const stages = read ? await askStore(attempt, log, 'the run graph', () => deps.store.graphStages(stage.runId)) : [];
-  return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted) });
+  const child = node.step.kind === 'workflow' ? await askStore(attempt, log, 'the child run', () => deps.store.childRun(stage.id)) : null;
+  return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted), child });
 }
 
 /**
@@ -558,4 +564,58 @@ async function graphSuccess(
   // Without an input computed now, the successor is only queued (its claim decides); the seq still names it for a row of the previous release.
   if (!next) return { ...row, next: { seq: nextSeq, input: null } };
   return { ...row, next, ...(deps.canClaimNext(nextStep.tool.class.name, stage.toolClass) ? { claimNext: true } : {}) };
+}
+
+/**
+ * A child-run step's first claim: the child workflow (a version this worker loaded), its input
+ * checked by the child's schema and its plan, sent with a `waiting` finish that inserts the child
+ * run keyed by this stage (a second start inserts nothing) and its stages. The stage then waits
+ * without a lease; the child's end queues it again and its next claim takes the child's outcome.
+ */
+function childStart(
+  deps: ExecutorDeps,
+  workflow: Workflow,
+  stage: ClaimedStage,
+  decision: Extract<ClaimDecision, { kind: 'start_child' }>,
+  data: Record<string, unknown>,
+): FinishRow {
+  const fail = (code: 'unknown_child_workflow' | 'child_input_invalid', message: string) =>
+    groupFailure(workflow, stage, plannerFailure(code, message).error, data);
+  let child: Workflow;
+  try {
+    child = deps.registry.require(decision.workflow.name, decision.workflow.version ?? undefined);
+  } catch (err) {
+    return fail('unknown_child_workflow', `child workflow ${decision.workflow.name}: ${(err as Error).message}`);
+  }
+  const parsed = child.input.safeParse(decision.input);
+  if (!parsed.success) {
+    const detail = parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ');
+    return fail('child_input_invalid', `the input of child workflow ${child.name} is invalid: ${detail}`);
+  }
+  let plan: { stages: StageSpec[]; sinksLeft?: number };
+  try {
+    plan = child.agent ? { stages: planAgentRun(child) } : planStaticRun(child, parsed.data);
+  } catch (err) {
+    return fail('child_input_invalid', `child workflow ${child.name} cannot be planned: ${(err as Error).message}`);
+  }
+  const rows = stageRows(
+    plan.stages.map((s) => stageSpecSchema.parse(s)),
+    parsed.data,
+    'child',
+  );
+  return {
+    stageId: stage.id,
+    fence: stage.fence,
+    outcome: 'waiting',
+    waitFor: 1,
+    child: {
+      id: uuidv7(),
+      workflow: child.name,
+      definitionHash: child.hash,
+      input: parsed.data ?? null,
+      sinksLeft: plan.sinksLeft ?? null,
+      stages: rows.map((r) => JSON.parse(JSON.stringify(r)) as Record<string, unknown>),
+    },
+    data: { ...data, childWorkflow: child.name },
+  };
 }
