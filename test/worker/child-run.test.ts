@@ -123,6 +123,13 @@ describe('child runs (PostgreSQL)', () => {
     const { id } = await r.submit('parent_slow', {});
     for (let i = 0; i < 400 && !calls.hold; i++) await new Promise((res) => setTimeout(res, 25));
     expect(calls.hold).toHaveLength(1);
+    // explain says the parent waits for its child, with the child's own verdict.
+    const ex = await r.explain(id);
+    expect(ex.verdict).toBe('waiting_for_child');
+    expect(ex.evidence).toMatchObject({
+      workflow: 'child_slow',
+      childVerdict: (await r.explain((ex.evidence as { childRunId: string }).childRunId)).verdict,
+    });
     await r.cancel(id);
     for (let i = 0; i < 400 && !calls.hold_reason; i++) await new Promise((res) => setTimeout(res, 25));
     expect(calls.hold_reason).toEqual(['cancelled']);
