@@ -209,7 +209,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
           requestedDeadline: so.deadline instanceof Date ? so.deadline.toISOString() : so.deadline,
           requestedVersion: so.version,
           priority: so.priority ?? workflow.priority,
-          stages: workflow.agent ? planAgentRun(workflow) : planStaticRun(workflow, parsed.data),
+          ...(workflow.agent ? { stages: planAgentRun(workflow) } : planStaticRun(workflow, parsed.data)),
         })
         .then(
           (c) => {
@@ -221,8 +221,9 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
             throw err;
           },
         );
-      const firstClass = workflow.agent ? workflow.agent.model.class.name : workflow.steps[0]!.tool.class.name;
-      if (created.created) transport.notify(laneOf(firstClass, workflow.hash), { stageId: created.stageIds[0]!, attempt: 1 });
+      // Every stage that waits for nothing is queued now (a graph may start with several): wake a worker of each class.
+      if (created.created)
+        for (const q of created.queued) transport.notify(laneOf(q.toolClass, workflow.hash), { stageId: q.stageId, attempt: 1 });
       logger.info(
         { event: 'run_submitted', runId: created.id, workflow: workflow.name, version: workflow.version, created: created.created },
         'run submitted',

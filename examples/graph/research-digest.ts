@@ -3,12 +3,14 @@
  * picks articles, a map that summarises each (at most 3 leased at once per run), a merge, and a
  * child run that publishes the digest. Plus the child workflow it starts.
  *
- * Defined and checked at load today (cycles, unknown `after`, map bounds, the child being
- * loaded); submitting it is refused (`graph_not_runnable`) until the run graph's store side
- * lands (GRAPH-NOTES.md). The tools are pure so the example needs no service.
+ * The tools are pure so the example needs no service. Run it on the embedded store:
+ *   npx tsx examples/graph/research-digest.ts [--forums]
+ * It submits one run, works it with one worker and prints each stage's state and the result.
  */
+import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { defineTool, defineToolClass, defineWorkflow } from '../../src/index.js';
+import { createRatchet, defineTool, defineToolClass, defineWorkflow } from '../../src/index.js';
+import { silentLogger } from '../../src/logger.js';
 
 const io = defineToolClass({ name: 'digest-io', lease: '30s', heartbeat: '5s', timeout: '20s', maxDuration: '2m' });
 
@@ -106,3 +108,25 @@ export const researchDigest = defineWorkflow({
 });
 
 export default [researchDigest, publishDigest];
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const r = await createRatchet({ dataDir: ':memory:', workflows: [researchDigest, publishDigest], logger: silentLogger() });
+  try {
+    await r.worker({ pollIntervalMs: 20 }).start();
+    const forums = process.argv.includes('--forums');
+    const { id } = await r.submit('research-digest', { topic: 'leases', digestId: 'd-1', forums });
+    let run = await r.getRun(id);
+    for (let i = 0; i < 500 && run && !['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state); i++) {
+      await new Promise((res) => setTimeout(res, 20));
+      run = await r.getRun(id);
+    }
+    const full = (await r.store.getRun(id))!;
+    console.log(`run ${id}: ${full.state}`);
+    for (const s of full.stages)
+      console.log(`  ${String(s.seq).padStart(8)} ${s.name.padEnd(16)} ${s.state.padEnd(10)} after [${(s.deps ?? []).join(', ')}]`);
+    for (const c of full.children ?? []) console.log(`  child run ${c.id} (${c.workflow}): ${c.state}`);
+    console.log(JSON.stringify(full.result, null, 2));
+  } finally {
+    await r.close();
+  }
+}

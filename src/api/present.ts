@@ -32,6 +32,17 @@ export function runToJson(r: RunRow): RunJson {
       lastError: s.error,
       idempotencyKey: s.idempotencyKey,
       effectKey: s.effectKey,
+      deps: s.deps ?? [],
+      ...(s.groupSeq != null ? { itemIndex: s.itemIndex ?? null, groupSeq: s.groupSeq } : {}),
+    })),
+    parentRunId: r.parentRunId ?? null,
+    children: (r.children ?? []).map((c) => ({
+      id: c.id,
+      workflow: c.workflow,
+      state: c.state,
+      parentStageId: c.parentStageId,
+      createdAt: c.createdAt.toISOString(),
+      finishedAt: iso(c.finishedAt),
     })),
   };
 }

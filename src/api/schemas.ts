@@ -90,6 +90,10 @@ export const stageViewSchema = z
     /** The stage's own idempotency key, and the key its tool derived for its effect (null: it sent the stage's own). */
     idempotencyKey: z.string(),
     effectKey: z.string().nullable(),
+    /** The run graph: the seqs this stage waits for; a map item's index and its map stage's seq. */
+    deps: z.array(z.number().int()).optional(),
+    itemIndex: z.number().int().nullable().optional(),
+    groupSeq: z.number().int().optional(),
   })
   .strict()
   .meta({ id: 'Stage' });
@@ -107,6 +111,23 @@ export const runViewSchema = z
     updatedAt: ts,
     finishedAt: ts.nullable(),
     stages: z.array(stageViewSchema),
+    /** A child run's parent run (null for a run submitted on its own). */
+    parentRunId: z.string().nullable().optional(),
+    /** The child runs this run's stages started. */
+    children: z
+      .array(
+        z
+          .object({
+            id: z.string(),
+            workflow: z.string(),
+            state: runStateSchema,
+            parentStageId: z.string().nullable(),
+            createdAt: ts,
+            finishedAt: ts.nullable(),
+          })
+          .strict(),
+      )
+      .optional(),
     /** Model tokens of the run's model stages (from the provider's usage), summed. */
     usage: z
       .object({

@@ -2,6 +2,8 @@ import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import type { AgentSpec, Workflow } from '../definitions/types.js';
 import type { AssistantMessage, ModelStageResult } from '../agent/model-output.js';
 import { validateActions, type PlannedAction } from '../planner/actions.js';
+import { planAgentAnswer } from '../planner/agent-plan.js';
+import type { GraphStageSpec } from '../planner/graph.js';
 import type { ClaimedStage, FinishRow, RunStageRow, StageSpec } from '../store/index.js';
 import { payloadHash } from '../worker/errors.js';
 
@@ -26,22 +28,39 @@ export function planAgentRun(workflow: Workflow): StageSpec[] {
   return [{ ...modelStage(workflow.agent!), input: {} }];
 }
 
-/** A validated action list as stages (each from its tool's class), then the next model call. */
+/**
+ * A validated action list as stages (each from its tool's class), then the next model call, as
+ * the run graph (planner/agent-plan.ts): the calls of one answer run in parallel (or in a chain
+ * with parallelToolCalls false) and the next model call joins them all.
+ */
 function planFrom(agent: AgentSpec, afterSeq: number, actions: PlannedAction[]): PlanRow[] {
-  const rows: PlanRow[] = actions.map((a, i) => ({
-    seq: afterSeq + 1 + i,
-    name: a.callId,
-    tool: a.tool.name,
-    toolClass: a.tool.class.name,
-    state: i === 0 ? 'queued' : 'pending',
-    leaseMs: a.tool.class.leaseMs,
-    timeoutMs: a.tool.class.timeoutMs,
-    maxDurationMs: a.tool.class.maxDurationMs,
-    maxAttempts: a.tool.retry.maxAttempts,
-    input: a.input,
-  }));
-  rows.push({ ...modelStage(agent), seq: afterSeq + actions.length + 1, state: rows.length === 0 ? 'queued' : 'pending', input: {} });
-  return rows;
+  return planAgentAnswer(agent, afterSeq, actions).map(toPlanRow);
+}
+
+/** A planned stage of the run graph as a finish row's plan entry. */
+export function toPlanRow(g: GraphStageSpec): PlanRow {
+  return {
+    seq: g.seq,
+    name: g.name,
+    step: g.step,
+    tool: g.tool,
+    toolClass: g.toolClass,
+    state: g.state,
+    leaseMs: g.leaseMs,
+    timeoutMs: g.timeoutMs,
+    maxDurationMs: g.maxDurationMs,
+    maxAttempts: g.maxAttempts,
+    input: g.input ?? null,
+    deps: g.deps,
+    nextSeqs: g.nextSeqs,
+    depsLeft: g.depsLeft,
+    continueOnError: g.continueOnError,
+    sink: g.sink,
+    ...(g.idempotencyKey !== undefined ? { idempotencyKey: g.idempotencyKey } : {}),
+    ...(g.itemIndex !== undefined ? { itemIndex: g.itemIndex } : {}),
+    ...(g.groupSeq !== undefined ? { groupSeq: g.groupSeq } : {}),
+    ...(g.concurrencyKey !== undefined ? { concurrencyKey: g.concurrencyKey, concurrencyLimit: g.concurrencyLimit } : {}),
+  };
 }
 
 /**
@@ -110,17 +129,4 @@ function failed(
 ): FinishRow {
   const stageError = { ...error, kind: 'permanent' as const, attempt: stage.attempt, fence: stage.fence, ...detail };
   return { stageId: stage.id, fence: stage.fence, outcome: 'failed', error: stageError, run: { state: 'failed', error }, data };
-}
-
-/** An agent's tool stage succeeded: the next planned stage (a tool call or the model) is queued with the input it holds. */
-export function onAgentToolSuccess(stage: ClaimedStage, output: unknown, data: Record<string, unknown>): FinishRow {
-  return {
-    stageId: stage.id,
-    fence: stage.fence,
-    outcome: 'succeeded',
-    result: output,
-    data: { ...data, resultHash: payloadHash(output) },
-    next: { seq: stage.seq + 1, input: null },
-    nextKeepInput: true,
-  };
 }

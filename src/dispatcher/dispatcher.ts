@@ -1,6 +1,9 @@
-import { PermanentError } from '../errors.js';
 import type { RetryPolicy, Workflow } from '../definitions/types.js';
 import { decideRetry } from '../planner/retry.js';
+import { decideFailure } from '../planner/failure.js';
+import { ITEM_SEQ_STRIDE } from '../planner/map.js';
+import type { PlannerError } from '../planner/planner-error.js';
+import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { toJsonText } from '../store/json.js';
 import { monotonicNow, type ClaimedStage, type FinishRow } from '../store/index.js';
 import { describeError, payloadHash, type StageError } from '../worker/errors.js';
@@ -11,66 +14,49 @@ import { describeError, payloadHash, type StageError } from '../worker/errors.js
  * finish row, committed in the same statement as the fenced finish.
  */
 export interface DispatchDeps {
-  /**
-   * Outputs of the run's succeeded stages by step name (read only when a step needs them). A
-   * store error propagates as it is: it is an unknown outcome to ask again, never the step's failure.
-   */
-  stageResults(runId: string): Promise<Record<string, unknown>>;
   random?: () => number;
 }
 
-export type StepInput = { ok: true; input: unknown } | { ok: false; error: PermanentError };
-
-/**
- * The input of step `seq` (1-based) of a static workflow: its `input` function over the run's
- * input and the persisted results of earlier steps (plus `fresh`, the result of the stage
- * finishing now, not yet persisted), else the run's input. Only input() itself throwing, or
- * returning what is not JSON, is the step's failure (`step_input_failed`); reading the results
- * may throw a store error, which the caller asks again.
- */
-export async function stepInput(
-  deps: DispatchDeps,
-  workflow: Workflow,
-  run: { runId: string; runInput: unknown },
-  seq: number,
-  fresh?: { name: string; output: unknown },
-): Promise<StepInput> {
-  const step = workflow.steps[seq - 1];
-  if (!step) throw new Error(`workflow ${workflow.name} has no step ${seq}`);
-  if (!step.input) return { ok: true, input: run.runInput };
-  const results = seq > (fresh ? 2 : 1) ? await deps.stageResults(run.runId) : {};
-  if (fresh) results[fresh.name] = fresh.output;
-  try {
-    const input = step.input({ input: run.runInput, results }) ?? null;
-    toJsonText(input, `steps[${seq - 1}].input`);
-    return { ok: true, input };
-  } catch (err) {
-    const message = `computing the input of step ${seq} failed: ${(err as Error).message}`;
-    return { ok: false, error: new PermanentError(message, { code: 'step_input_failed', cause: err }) };
-  }
-}
-
-export async function onSuccess(
-  deps: DispatchDeps,
-  workflow: Workflow,
-  stage: ClaimedStage,
-  output: unknown,
-  data: Record<string, unknown>,
-): Promise<FinishRow> {
-  const base = {
+/** A stage succeeded with `output` (its successors are the finish's join to decide). */
+export function succeededRow(stage: ClaimedStage, output: unknown, data: Record<string, unknown>): FinishRow {
+  return {
     stageId: stage.id,
     fence: stage.fence,
-    outcome: 'succeeded' as const,
+    outcome: 'succeeded',
     result: output,
     data: { ...data, resultHash: payloadHash(output) },
   };
-  if (stage.seq >= workflow.steps.length) return { ...base, run: { state: 'succeeded', result: output } };
-  const seq = stage.seq + 1;
-  const next = await stepInput(deps, workflow, stage, seq, { name: workflow.steps[stage.seq - 1]!.name, output });
-  if (next.ok) return { ...base, next: { seq, input: next.input } };
-  // The step after this one cannot start: it fails (with the run), and a retry of the run starts from it.
-  const error = storable(describeError(next.error, stage.attempt, stage.fence));
-  return { ...base, next: { seq, input: null, error }, run: { state: 'failed', error } };
+}
+
+/**
+ * The group-failure rule (planner/failure.ts) applied to a failure for good: kept as a value
+ * (continueOnError; an agent's tool error told to the model) the stage counts as done for the
+ * join and the run goes on; otherwise the run fails, and the finish cancels every other unended
+ * stage of it (running ones see `cancelled` at their next extend).
+ */
+export function applyGroupRule(workflow: Workflow, stage: ClaimedStage, row: FinishRow): FinishRow {
+  const groupSeq = stage.seq >= ITEM_SEQ_STRIDE ? Math.floor(stage.seq / ITEM_SEQ_STRIDE) : null;
+  const d = decideFailure(workflow, { seq: stage.seq, tool: stage.tool, groupSeq });
+  if (d.kind === 'value') {
+    const { run: _run, ...rest } = row;
+    return { ...rest, asValue: true, data: { ...row.data, decision: 'continue_on_error' } };
+  }
+  if (d.error) return { ...row, run: { state: 'failed', error: d.error }, data: { ...row.data, decision: d.error.code } };
+  return row;
+}
+
+/** A failure the planner decided (input, when, items, a bound): permanent, never retried; then the group rule. */
+export function groupFailure(workflow: Workflow, stage: ClaimedStage, error: PlannerError, data: Record<string, unknown>): FinishRow {
+  const stageError = storable({ ...error, attempt: stage.attempt, fence: stage.fence });
+  const row: FinishRow = {
+    stageId: stage.id,
+    fence: stage.fence,
+    outcome: 'failed',
+    error: stageError,
+    run: { state: 'failed', error: stageError },
+    data: { ...data, error: stageError, decision: error.code },
+  };
+  return workflow.agent && stage.tool === MODEL_STAGE_TOOL ? row : applyGroupRule(workflow, stage, row);
 }
 
 /**

@@ -1,7 +1,14 @@
 import type { Registry } from '../definitions/registry.js';
 import { TERMINAL_RUN_STATES } from '../planner/states.js';
 import type { Store } from '../store/index.js';
-import { classifyActive, classifyNoActiveStage, classifyTerminal, classifyUnknown, type StageEvidence } from './classify.js';
+import {
+  classifyActive,
+  classifyNoActiveStage,
+  classifyTerminal,
+  classifyUnknown,
+  classifyWaiting,
+  type StageEvidence,
+} from './classify.js';
 import { DB_NOW_SQL, STAGE_EVIDENCE_SQL } from './explain.sql.js';
 import { WORKER_SEEN_WITHIN_MS, type Explanation } from './explanation.js';
 import { classifyWait } from './classify-waits.js';
@@ -26,7 +33,24 @@ export async function explainRun(deps: ExplainDeps, id: string): Promise<Explana
   if (!run) return classifyUnknown(id, await now());
   if (TERMINAL_RUN_STATES.includes(run.state)) return classifyTerminal(run, run.dbNow);
   const stage = run.stages.find((s) => s.state === 'running') ?? run.stages.find((s) => s.state === 'queued');
-  if (!stage) return (await explainWait(deps, run)) ?? classifyNoActiveStage(run, run.dbNow);
+  if (!stage) {
+    // The run graph: a stage waiting without a lease, for its child run (with the child's own verdict) or its map's items.
+    const waiting = run.stages.find((s) => s.state === 'waiting');
+    if (waiting) {
+      const child = run.children?.find((c) => c.parentStageId === waiting.id);
+      if (child) {
+        const inner = await explainRun(deps, child.id);
+        const ev = { kind: 'child' as const, childRunId: child.id, workflow: child.workflow, childState: child.state };
+        return classifyWaiting(run, waiting, { ...ev, childVerdict: inner.verdict, childSummary: inner.summary }, run.dbNow);
+      }
+      if (run.stages.some((s) => s.groupSeq === waiting.seq)) {
+        const items = run.stages.filter((s) => s.groupSeq === waiting.seq).map((s) => s.state);
+        return classifyWaiting(run, waiting, { kind: 'items', states: items, maxParallel: null }, run.dbNow);
+      }
+    }
+    // Issue 10: a stage waiting for a signal, a person or a time (ratchet.waits), else no active stage.
+    return (await explainWait(deps, run)) ?? classifyNoActiveStage(run, run.dbNow);
+  }
   const cls = deps.registry?.toolClasses().find((c) => c.name === stage.toolClass);
   const [r] = await deps.store.db.query(STAGE_EVIDENCE_SQL, [stage.id, WORKER_SEEN_WITHIN_MS, cls?.rateLimit?.perMs ?? 0]);
   if (!r) return classifyNoActiveStage(run, run.dbNow); // the stage row vanished (the run was deleted meanwhile)

@@ -1,6 +1,7 @@
 import type { Workflow } from '../definitions/types.js';
 import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
 import type { StageSpec } from '../store/index.js';
+import { planGraphRun } from './graph.js';
 import { assertWaitsRunnable } from './waits.js';
 
 /** The run's concurrency key (from the workflow's key function), or none. */
@@ -24,44 +25,55 @@ export function concurrencyOf(
 }
 
 /**
- * The run graph's store side (joins, skips, maps, child runs) is not in this version yet: a
- * workflow that uses it (or an agent offered a workflow as a tool) is refused at submit, with
- * nothing written, rather than run as a sequence.
+ * What of the run graph this version runs: dependencies and joins, `when` with skip propagation,
+ * several sinks, continueOnError, maps, child runs. A workflow offered to an agent as a tool is
+ * defined and checked but not run yet: such a workflow is refused at submit, with
+ * nothing written, rather than run wrongly.
  */
 export function assertRunnable(workflow: Workflow): void {
   assertWaitsRunnable(workflow);
   const childTool = workflow.agent?.tools.findIndex((t) => t.childWorkflow) ?? -1;
-  if (!workflow.graph && childTool < 0) return;
-  const what = workflow.graph
-    ? 'the run graph (after, when, map, child runs or continueOnError)'
-    : 'a workflow as an agent tool (a child run)';
+  const step = -1; // every step kind runs; a workflow offered to an agent as a tool does not yet
+  if (step < 0 && childTool < 0) return;
+  const what =
+    step >= 0 ? `step ${workflow.steps[step]!.name} (${workflow.steps[step]!.kind})` : 'a workflow as an agent tool (a child run)';
   throw new InvalidDefinitionError(
     `workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`,
-    workflow.graph ? `workflow[${workflow.name}].steps` : `agent[${workflow.name}].tools[${childTool}]`,
+    step >= 0 ? `workflow[${workflow.name}].steps[${step}]` : `agent[${workflow.name}].tools[${childTool}]`,
     { reason: 'graph_not_runnable' },
   );
 }
 
 /**
- * A static workflow's plan: one stage per step, each with the lease, timeout and retry budget
- * of its tool's class (never from input or a model). The first stage's input is computed now;
- * the others' when the stage before them finishes.
+ * A static workflow's plan, as the run graph: one stage per step (seq = position), each with
+ * the lease, timeout and retry budget of its tool's class (never from input or a model), what it
+ * waits for and what waits for it; stages that wait for nothing are queued. A first stage without
+ * `when` gets its input now (as a plain sequence always did); every other input is computed when
+ * the stage is claimed, or by the finish before it on the fast path. `sinksLeft` starts the run's
+ * own counter.
  */
-export function planStaticRun(workflow: Workflow, input: unknown): StageSpec[] {
+export function planStaticRun(workflow: Workflow, input: unknown): { stages: StageSpec[]; sinksLeft: number } {
   assertRunnable(workflow);
-  const concurrency = concurrencyOf(workflow, input);
-  return workflow.steps.map((step, i) => {
-    const cls = step.tool.class;
+  const plan = planGraphRun(workflow, input);
+  const stages = plan.stages.map((g, i): StageSpec => {
+    const step = workflow.steps[i]!;
+    const eager = g.deps.length === 0 && step.kind === 'tool' && !step.when;
     return {
-      name: step.name,
-      tool: step.tool.name,
-      toolClass: cls.name,
-      leaseMs: cls.leaseMs,
-      timeoutMs: cls.timeoutMs,
-      maxDurationMs: cls.maxDurationMs,
-      maxAttempts: step.tool.retry.maxAttempts,
-      ...concurrency,
-      ...(i === 0 ? { input: step.input ? (step.input({ input, results: {} }) ?? null) : input } : {}),
+      name: g.name,
+      step: g.step,
+      tool: g.tool,
+      toolClass: g.toolClass,
+      leaseMs: g.leaseMs,
+      timeoutMs: g.timeoutMs,
+      maxDurationMs: g.maxDurationMs,
+      maxAttempts: g.maxAttempts,
+      deps: g.deps,
+      nextSeqs: g.nextSeqs,
+      continueOnError: g.continueOnError,
+      sink: g.sink,
+      ...(g.concurrencyKey !== undefined ? { concurrencyKey: g.concurrencyKey, concurrencyLimit: g.concurrencyLimit } : {}),
+      ...(eager ? { input: step.input ? (step.input({ input, results: {} }) ?? null) : input } : {}),
     };
   });
+  return { stages, sinksLeft: plan.sinksLeft };
 }

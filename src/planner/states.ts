@@ -14,7 +14,8 @@ import { IllegalTransitionError } from '../errors.js';
  *   running -> queued is a retry (or a graceful release, or an attempt past maxDuration).
  *   queued -> failed is a claim that finds the attempt budget spent.
  *   failed -> queued is the explicit retry of a failed run from its failed stage;
- *   cancelled -> pending is the same retry re-planning the later stages the failure cancelled.
+ *   cancelled -> pending is the same retry re-planning the later stages the failure cancelled;
+ *   cancelled -> queued the same for a parallel branch it cancelled that was already due.
  *   The run graph (issue 11): running -> skipped is a stage whose `when` was false, or whose
  *   dependencies were all skipped (decided at its claim; it counts as done for the join).
  *   running -> waiting is a stage that holds no lease while it waits: a map stage for its items,
@@ -46,7 +47,7 @@ export const STAGE_TRANSITIONS = {
   succeeded: [],
   skipped: [],
   failed: ['queued'],
-  cancelled: ['pending'],
+  cancelled: ['pending', 'queued'],
 } as const satisfies Record<string, readonly string[]>;
 
 export const RUN_TRANSITIONS = {

@@ -1,58 +1,81 @@
-import { CLAIMED_COLUMNS, RUN_ACTIVE, STAGE_NOT_STARTED } from './lease-common.sql.js';
+import { CLAIMED_COLUMNS, RUN_ACTIVE } from './lease-common.sql.js';
 
 /** The event a finish writes for each outcome; a replay finds its own earlier finish by it. */
 const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
-      WHEN 'cancelled' THEN 'stage_cancelled' ELSE 'retry_scheduled' END`;
+      WHEN 'cancelled' THEN 'stage_cancelled' WHEN 'skipped' THEN 'stage_skipped' WHEN 'waiting' THEN 'stage_waiting' ELSE 'retry_scheduled' END`;
 
-/** The columns of a next stage handed to this owner (next_stage and next_handed_again return the same). */
+/** The columns of a next stage handed to this owner (joined on the fast path and next_handed_again return the same). */
 const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
     s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
     s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, 'queued'::text AS prev_state, NULL::bigint AS prev_fence`;
+
+const NEXT_NAMES = `id, run_id, seq, name, tool, tool_class, state, owner_id, fence, attempt, max_attempts, input, idempotency_key,
+    lease_until, lease_ms, timeout_ms, max_duration_ms, claimed_at, first_claimed_at, error, prev_state, prev_fence`;
+
+/** Unended stages of a run that a failure for good (or an explicit end) cancels: running ones see `cancelled` at their next extend. */
+const UNENDED = `'pending','queued','waiting','running'`;
 
 /**
  * Finish a batch of attempts of owner $1 in one statement. $3 is their ids (so every lookup of
  * stages goes through the primary key: jsonb_to_recordset's row estimate would otherwise invite
  * a hash join over the whole table). $2 is a JSON array of rows:
- *   { id, fence, outcome: 'succeeded'|'failed'|'queued'|'cancelled', result?, error?, retryDelayMs?,
- *     nextSeq?, nextInput?, nextKeepInput?, nextError?, claimNext?, plan?,
+ *   { id, fence, outcome: 'succeeded'|'failed'|'queued'|'cancelled'|'skipped'|'waiting', result?, error?, retryDelayMs?,
+ *     asValue?, waitFor?, nextSeq?, nextInput?, nextError?, claimNext?, plan?,
  *     runState?: 'succeeded'|'failed'|'expired'|'cancelled', runResult?, runError?, effectKey?, data? }
  * Each part below is one decision, named for it:
  *   accepted           the fence: each attempt that still holds its stage ends as asked;
  *   refused            the other rows, the only ones looked up further;
  *   replayed           an earlier try of the same row committed and only its answer was lost;
- *   next_decided       what happens to the next stage: claimed on the fast path, queued, or failed;
- *   next_stage         that decision written;
+ *   done               the accepted rows that count as done for the run graph: succeeded, skipped, or
+ *                      failed as a value (continueOnError; an agent's tool error told to the model);
+ *   dec, joined        the join: each successor's counter drops under its row lock by the number of its
+ *                      dependencies ending here; the finish that brings it to 0 queues it (exactly once:
+ *                      a second finish waiting on the row lock re-evaluates on the committed version), or,
+ *                      on the fast path (a linear successor, unkeyed), claims it for this owner;
+ *   sink_done, run_done  the run's own counter: sinks ending here drop it, their values accumulated in the
+ *                      runs row's UPDATE (never a SELECT of other sinks: its snapshot may predate their commit);
+ *   next_failed        a next stage whose input could not be computed, failed with its run;
  *   next_handed_again  on a replay, the next stage the lost finish claimed, handed back to this owner;
- *   planned            an agent's plan inserted;
- *   run_ended          the run terminal, rest_cancelled its unstarted stages;
+ *   planned            stages decided at run time (an agent's answer, a map's items) inserted;
+ *   run_ended          an explicit end (a failure for good, an agent's answer); rest_cancelled every other
+ *                      unended stage of it, running ones included (the group failure: their next extend says
+ *                      `cancelled`, their signal aborts with that reason);
  *   ev                 the events (hashes and ids, never payloads), result_rejected for the rest;
  *   handed             the claim rows of the next stages this owner runs now.
- * Returns every row's verdict: accepted (now or by a replay), the next stage to wake or run.
+ * Returns every row's verdict: accepted (now or by a replay), the stages it queued (to wake), the next stage to run.
  */
 export const FINISH_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 req AS (
   SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id bigint, fence bigint, outcome text, result jsonb, error jsonb,
-    "retryDelayMs" int, "nextSeq" int, "nextInput" jsonb, "nextKeepInput" boolean, "nextError" jsonb, "claimNext" boolean,
-    plan jsonb, "runState" text, "runResult" jsonb, "runError" jsonb, "effectKey" text, data jsonb)
+    "retryDelayMs" int, "asValue" boolean, "waitFor" int, "nextSeq" int, "nextInput" jsonb, "nextError" jsonb, "claimNext" boolean,
+    plan jsonb, child jsonb, "runState" text, "runResult" jsonb, "runError" jsonb, "effectKey" text, data jsonb)
 ),
 -- The fence: state = 'running', this owner, this token, lease not expired. Such an attempt ends as
--- asked (a retry is 'queued' again after retryDelayMs); any other row changes nothing here.
+-- asked (a retry is 'queued' again after retryDelayMs; 'waiting' holds no lease and waits for its
+-- counter, with a fresh attempt budget for the claim that gathers); any other row changes nothing here.
 accepted AS (
   UPDATE ratchet.stages s SET
     state = req.outcome,
     result = CASE WHEN req.outcome = 'succeeded' THEN req.result ELSE s.result END,
-    error = coalesce(req.error, s.error),
+    -- a failure kept as a value (continueOnError, a tool error told to the model) is marked: a run retry never takes it
+    error = CASE WHEN req.outcome = 'failed' AND coalesce(req."asValue", false)
+      THEN coalesce(req.error, s.error, '{}'::jsonb) || '{"asValue": true}'::jsonb ELSE coalesce(req.error, s.error) END,
     effect_key = coalesce(req."effectKey", s.effect_key),
     available_at = CASE WHEN req.outcome = 'queued' THEN clk.t + coalesce(req."retryDelayMs", 0) * interval '1 millisecond' ELSE s.available_at END,
-    finished_at = CASE WHEN req.outcome = 'queued' THEN NULL ELSE clk.t END,
+    deps_left = CASE WHEN req.outcome = 'waiting' THEN req."waitFor" ELSE s.deps_left END,
+    max_attempts = CASE WHEN req.outcome = 'waiting' THEN s.attempt + s.max_attempts ELSE s.max_attempts END,
+    owner_id = CASE WHEN req.outcome = 'waiting' THEN NULL ELSE s.owner_id END,
+    lease_until = CASE WHEN req.outcome = 'waiting' THEN NULL ELSE s.lease_until END,
+    finished_at = CASE WHEN req.outcome IN ('queued', 'waiting') THEN NULL ELSE clk.t END,
     updated_at = clk.t
   FROM req, clk
   WHERE s.id = ANY($3::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
-  RETURNING s.id, s.run_id, s.definition_hash, s.priority, s.fence, s.attempt, s.tool_class, s.available_at, req.outcome, req."retryDelayMs" AS retry_delay_ms,
-    req."nextSeq" AS next_seq, req."nextInput" AS next_input, coalesce(req."nextKeepInput", false) AS next_keep_input,
-    req."nextError" AS next_error, coalesce(req."claimNext", false) AS claim_next, req.plan, req."runState" AS run_state,
-    req."runResult" AS run_result, req."runError" AS run_error, req.data
+  RETURNING s.id, s.run_id, s.definition_hash, s.priority, s.fence, s.attempt, s.tool_class, s.available_at, s.seq, s.name,
+    coalesce(s.step, s.name) AS step, s.next_seqs, s.sink, req.outcome, req."retryDelayMs" AS retry_delay_ms,
+    req.result, req.error, (req.outcome = 'failed' AND coalesce(req."asValue", false)) AS as_value,
+    req."nextSeq" AS next_seq, req."nextInput" AS next_input, req."nextError" AS next_error, coalesce(req."claimNext", false) AS claim_next,
+    req.plan, req.child, req."runState" AS run_state, req."runResult" AS run_result, req."runError" AS run_error, req.data
 ),
 -- The rows the fence refused: only these are looked up further (a replay, or result_rejected).
 refused AS MATERIALIZED (
@@ -62,7 +85,7 @@ refused AS MATERIALIZED (
 -- outcome, this owner) shows that it committed and only its answer was lost, whatever the stage
 -- did since. Answered as accepted; nothing is written twice and nothing is rejected.
 replayed AS (
-  SELECT req.id, s.run_id, req.fence, e.attempt
+  SELECT req.id, s.run_id, req.fence, e.attempt, s.next_seqs
   FROM refused req JOIN ratchet.stages s ON s.id = req.id
   CROSS JOIN LATERAL (
     SELECT e.attempt FROM ratchet.events e
@@ -72,38 +95,76 @@ replayed AS (
   ) e
   WHERE s.id = ANY($3::bigint[])
 ),
--- The next stage of an accepted finish (still pending): 'claim' — the fast path, this owner runs
--- it at once (unkeyed stages only: a keyed one must pass the limited claim, so it is queued, never
--- left pending, nor when a due stage of higher priority waits); 'queue' — any worker of its class claims it; 'fail' — its input could not be
--- computed, so it fails with the run, and a retry of the run starts from it.
-next_decided AS (
-  SELECT s.id, f.id AS after_id, f.fence AS after_fence, f.next_input, f.next_keep_input, f.next_error,
-    CASE WHEN f.next_error IS NOT NULL THEN 'fail'
-         WHEN f.claim_next AND s.concurrency_key IS NULL AND NOT EXISTS (
-           -- priorities (README): a due stage of higher priority of the same class and definition waits, so this one is queued behind it
-           SELECT 1 FROM ratchet.stages q WHERE q.state = 'queued' AND q.concurrency_key IS NULL AND q.tool_class = s.tool_class
-             AND q.definition_hash = s.definition_hash AND q.priority > s.priority AND q.available_at <= clk.t)
-         THEN 'claim' ELSE 'queue' END AS decision
-  FROM accepted f JOIN ratchet.stages s ON s.run_id = f.run_id AND s.seq = f.next_seq CROSS JOIN clk
-  WHERE f.next_seq IS NOT NULL AND s.state = 'pending'
+-- What counts as done for the join and the run's end: succeeded, skipped, or failed as a value;
+-- never in a run this statement ends explicitly (a failure for good, an agent's answer).
+done AS (
+  SELECT a.*, CASE WHEN a.outcome = 'succeeded' THEN a.result WHEN a.as_value THEN jsonb_build_object('ok', false, 'error', a.error) END AS value
+  FROM accepted a
+  WHERE (a.outcome IN ('succeeded', 'skipped') OR a.as_value)
+    AND NOT EXISTS (SELECT 1 FROM accepted x WHERE x.run_id = a.run_id AND x.run_state IS NOT NULL)
 ),
-next_stage AS (
+-- One row per successor, however many finishes of this statement feed it (a writable CTE cannot
+-- update a row twice). The fast path: one finish alone feeds it, asked to claim it, and it is
+-- unkeyed (a keyed one must pass the limited claim) with no due stage of higher priority of its
+-- class and definition waiting (README "Priorities").
+dec AS (
+  SELECT d.run_id, n.seq, count(*)::int AS k, min(d.id) AS by_id, min(d.fence) AS by_fence,
+    (count(*) = 1 AND bool_and(d.claim_next)) AS claim, (array_agg(d.next_input) FILTER (WHERE d.next_input IS NOT NULL))[1] AS next_input
+  -- (a row written by an older release after the upgrade has no next_seqs: its finisher's nextSeq stands in)
+  FROM done d CROSS JOIN LATERAL unnest(CASE WHEN cardinality(d.next_seqs) = 0 AND d.next_seq IS NOT NULL
+    THEN ARRAY[d.next_seq] ELSE d.next_seqs END) AS n(seq)
+  GROUP BY d.run_id, n.seq
+),
+dec_claim AS (
+  SELECT dec.*, (dec.claim AND s.concurrency_key IS NULL AND NOT EXISTS (
+      SELECT 1 FROM ratchet.stages q WHERE q.state = 'queued' AND q.concurrency_key IS NULL AND q.tool_class = s.tool_class
+        AND q.definition_hash = s.definition_hash AND q.priority > s.priority AND q.available_at <= clk.t)) AS may_claim
+  FROM dec JOIN ratchet.stages s ON s.run_id = dec.run_id AND s.seq = dec.seq CROSS JOIN clk
+),
+-- The join, under each successor's row lock (a finish waiting on it re-evaluates on the committed
+-- version, so exactly one finish sees the counter reach 0).
+joined AS (
   UPDATE ratchet.stages s SET
-    state = CASE d.decision WHEN 'claim' THEN 'running' WHEN 'fail' THEN 'failed' ELSE 'queued' END,
-    input = CASE WHEN d.decision = 'fail' OR d.next_keep_input THEN s.input ELSE d.next_input END,
-    error = CASE WHEN d.decision = 'fail' THEN d.next_error ELSE s.error END,
-    finished_at = CASE WHEN d.decision = 'fail' THEN clk.t ELSE s.finished_at END,
-    available_at = clk.t, updated_at = clk.t,
-    owner_id = CASE WHEN d.decision = 'claim' THEN $1 ELSE s.owner_id END,
-    fence = CASE WHEN d.decision = 'claim' THEN nextval('ratchet.fence_seq') ELSE s.fence END,
-    attempt = CASE WHEN d.decision = 'claim' THEN s.attempt + 1 ELSE s.attempt END,
-    lease_until = CASE WHEN d.decision = 'claim' THEN clk.t + s.lease_ms * interval '1 millisecond' ELSE s.lease_until END,
-    heartbeat_at = CASE WHEN d.decision = 'claim' THEN clk.t ELSE s.heartbeat_at END,
-    claimed_at = CASE WHEN d.decision = 'claim' THEN clk.t ELSE s.claimed_at END,
-    first_claimed_at = CASE WHEN d.decision = 'claim' THEN coalesce(s.first_claimed_at, clk.t) ELSE s.first_claimed_at END
-  FROM next_decided d, clk
-  WHERE s.id = d.id AND s.state = 'pending'
-  RETURNING ${NEXT_COLUMNS}, d.after_id, d.after_fence
+    deps_left = greatest(s.deps_left - d.k, 0),
+    state = CASE WHEN s.deps_left - d.k > 0 THEN s.state WHEN d.may_claim AND s.state = 'pending' THEN 'running' ELSE 'queued' END,
+    input = CASE WHEN s.deps_left - d.k <= 0 AND d.next_input IS NOT NULL THEN d.next_input ELSE s.input END,
+    available_at = CASE WHEN s.deps_left - d.k <= 0 THEN clk.t ELSE s.available_at END,
+    owner_id = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN $1 ELSE s.owner_id END,
+    fence = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN nextval('ratchet.fence_seq') ELSE s.fence END,
+    attempt = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN s.attempt + 1 ELSE s.attempt END,
+    lease_until = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'
+      THEN clk.t + s.lease_ms * interval '1 millisecond' ELSE s.lease_until END,
+    heartbeat_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.heartbeat_at END,
+    claimed_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.claimed_at END,
+    first_claimed_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'
+      THEN coalesce(s.first_claimed_at, clk.t) ELSE s.first_claimed_at END,
+    updated_at = clk.t
+  FROM dec_claim d, clk
+  WHERE s.run_id = d.run_id AND s.seq = d.seq AND s.state IN ('pending', 'waiting')
+  RETURNING ${NEXT_COLUMNS}, s.deps_left, s.definition_hash, d.by_id AS after_id, d.by_fence AS after_fence
+),
+-- The run's own counter: the sinks that ended here, their values accumulated in the runs row's
+-- UPDATE (re-evaluated on the newest version of the row, so two sinks finishing at once both land).
+sink_done AS (
+  SELECT run_id, count(*)::int AS k, bool_or(sink = 'only') AS only, (array_agg(value) FILTER (WHERE sink = 'only'))[1] AS only_value,
+    coalesce(jsonb_object_agg(step, value) FILTER (WHERE sink = 'one_of' AND outcome <> 'skipped'), '{}'::jsonb) AS part
+  FROM done WHERE sink IS NOT NULL GROUP BY run_id
+),
+run_done AS (
+  UPDATE ratchet.runs r SET sinks_left = r.sinks_left - k.k,
+    result = CASE WHEN k.only THEN k.only_value ELSE coalesce(r.result, '{}'::jsonb) || k.part END,
+    state = CASE WHEN r.sinks_left - k.k <= 0 THEN 'succeeded' ELSE r.state END,
+    finished_at = CASE WHEN r.sinks_left - k.k <= 0 THEN clk.t ELSE r.finished_at END, updated_at = clk.t
+  FROM sink_done k, clk
+  WHERE r.id = k.run_id AND r.state IN (${RUN_ACTIVE}) AND r.sinks_left IS NOT NULL
+  RETURNING r.id, r.state, r.parent_stage_id
+),
+-- A next stage whose input could not be computed fails with its run (a retry of the run starts from it).
+next_failed AS (
+  UPDATE ratchet.stages s SET state = 'failed', error = f.next_error, finished_at = clk.t, updated_at = clk.t
+  FROM accepted f, clk
+  WHERE f.next_error IS NOT NULL AND f.run_state = 'failed' AND s.run_id = f.run_id AND s.seq = f.next_seq AND s.state = 'pending'
+  RETURNING s.id, s.run_id, s.fence, s.attempt, s.error
 ),
 -- On a replay: the next stage the lost finish claimed on the fast path (its job_claimed event
 -- names that finish's stage and token), if this owner still holds it under that same token —
@@ -127,29 +188,90 @@ next_handed_again AS (
     AND s.state = 'running' AND s.owner_id = $1
   RETURNING ${NEXT_COLUMNS}, c.after_id, c.after_fence
 ),
--- An agent's plan: the stages of a validated action list (and the next model call), inserted
--- only when the model stage's finish is accepted, in this same statement.
+-- Stages decided at run time (an agent's answer, a map's items), inserted only when the finish
+-- that decided them is accepted, in this same statement.
 planned AS (
-  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
-    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at, priority)
-  SELECT f.run_id, f.definition_hash, p.seq, p.name, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
-    p."maxAttempts", f.run_id::text || ':' || p.seq || ':' || p.tool, p."concurrencyKey", p."concurrencyLimit", p.input, clk.t, clk.t, clk.t, f.priority
-  FROM accepted f CROSS JOIN LATERAL jsonb_to_recordset(f.plan) AS p(seq int, name text, tool text, "toolClass" text, state text,
-    "leaseMs" int, "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "concurrencyKey" text, "concurrencyLimit" int, input jsonb)
+  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, step, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, deps, next_seqs, deps_left, item_index, group_seq,
+    continue_on_error, sink, available_at, created_at, updated_at, priority)
+  SELECT f.run_id, f.definition_hash, p.seq, p.name, p.step, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
+    p."maxAttempts", coalesce(p."idempotencyKey", f.run_id::text || ':' || p.seq || ':' || p.tool), p."concurrencyKey", p."concurrencyLimit",
+    p.input, coalesce(p.deps, '{}'), coalesce(p."nextSeqs", '{}'), coalesce(p."depsLeft", 0), p."itemIndex", p."groupSeq",
+    coalesce(p."continueOnError", false), p.sink, clk.t, clk.t, clk.t, f.priority
+  FROM accepted f CROSS JOIN LATERAL jsonb_to_recordset(f.plan) AS p(seq int, name text, step text, tool text, "toolClass" text, state text,
+    "leaseMs" int, "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "concurrencyKey" text,
+    "concurrencyLimit" int, input jsonb, deps int[], "nextSeqs" int[], "depsLeft" int, "itemIndex" int, "groupSeq" int,
+    "continueOnError" boolean, sink text)
   CROSS JOIN clk
-  WHERE f.plan IS NOT NULL
-  RETURNING id, run_id, tool_class, state, seq
+  WHERE f.plan IS NOT NULL AND f.run_state IS NULL
+  RETURNING id, run_id, tool_class, state, seq, definition_hash
 ),
 run_ended AS (
   UPDATE ratchet.runs r SET state = f.run_state, result = f.run_result, error = f.run_error, finished_at = clk.t, updated_at = clk.t
-  FROM accepted f, clk
-  WHERE f.run_state IS NOT NULL AND r.id = f.run_id AND r.state IN (${RUN_ACTIVE})
-  RETURNING r.id, r.state
+  FROM (SELECT DISTINCT ON (run_id) * FROM accepted WHERE run_state IS NOT NULL ORDER BY run_id, id) f, clk
+  WHERE r.id = f.run_id AND r.state IN (${RUN_ACTIVE})
+  RETURNING r.id, r.state, r.parent_stage_id
+),
+rest_old AS (
+  SELECT s.id, s.state FROM ratchet.stages s JOIN run_ended d ON s.run_id = d.id
+  WHERE s.state IN (${UNENDED}) AND s.id <> ALL (ARRAY(SELECT id FROM accepted))
+    AND NOT EXISTS (SELECT 1 FROM accepted f WHERE f.run_id = s.run_id AND f.next_error IS NOT NULL AND f.next_seq = s.seq)
 ),
 rest_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', updated_at = clk.t, finished_at = clk.t
-  FROM run_ended d, clk
-  WHERE s.run_id = d.id AND s.state IN (${STAGE_NOT_STARTED}) AND NOT EXISTS (SELECT 1 FROM next_decided x WHERE x.id = s.id)
+  FROM rest_old o, clk
+  WHERE s.id = o.id AND s.state IN (${UNENDED})
+  RETURNING s.id, s.run_id, s.fence, s.attempt, o.state AS old_state
+),
+-- A child run started by a waiting stage, keyed by it (unique parent_stage_id and idempotency key
+-- child:<stage>: a retry or a crash never starts a second one), with its planned stages.
+child_run AS (
+  INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, created_at, updated_at, priority,
+    sinks_left, parent_run_id, parent_stage_id)
+  SELECT (f.child->>'id')::uuid, f.child->>'workflow', f.child->>'definitionHash', f.child->'input', 'queued',
+    (SELECT p.deadline FROM ratchet.runs p WHERE p.id = f.run_id), 'child:' || f.id::text, clk.t, clk.t, f.priority,
+    (f.child->>'sinksLeft')::int, f.run_id, f.id
+  FROM accepted f, clk WHERE f.child IS NOT NULL AND f.outcome = 'waiting'
+  ON CONFLICT DO NOTHING
+  RETURNING id, definition_hash, priority, parent_run_id, parent_stage_id
+),
+child_stages AS (
+  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, step, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, deps, next_seqs, deps_left, continue_on_error, sink,
+    available_at, created_at, updated_at, priority)
+  SELECT c.id, c.definition_hash, p.seq, p.name, p.step, p.tool, p."toolClass", p.state, p."leaseMs", p."timeoutMs", p."maxDurationMs",
+    p."maxAttempts", coalesce(p."idempotencyKey", c.id::text || ':' || p.seq || ':' || p.tool), p."concurrencyKey", p."concurrencyLimit",
+    p.input, p.deps, p."nextSeqs", p."depsLeft", p."continueOnError", p.sink, clk.t, clk.t, clk.t, c.priority
+  FROM child_run c JOIN accepted f ON f.id = c.parent_stage_id
+  CROSS JOIN LATERAL jsonb_to_recordset(f.child->'stages') AS p(seq int, name text, step text, tool text, "toolClass" text, state text,
+    "leaseMs" int, "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "concurrencyKey" text,
+    "concurrencyLimit" int, input jsonb, deps int[], "nextSeqs" int[], "depsLeft" int, "continueOnError" boolean, sink text)
+  CROSS JOIN clk
+  RETURNING id, run_id, tool_class, state, definition_hash
+),
+-- A run that ended here wakes the stage of its parent that started it (waiting without a lease):
+-- claimed again, that stage takes the child's result or error.
+parent_woken AS (
+  UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM (SELECT parent_stage_id FROM run_done WHERE state = 'succeeded' UNION ALL SELECT parent_stage_id FROM run_ended) e, clk
+  WHERE p.id = e.parent_stage_id AND p.state = 'waiting'
+  RETURNING p.id, p.run_id, p.tool_class, p.definition_hash
+),
+-- A run that failed (or ended otherwise than by success) here cancels its child runs, recursively, and their stages.
+descendants(id) AS (
+  SELECT c.id FROM ratchet.runs c JOIN run_ended d ON c.parent_run_id = d.id WHERE d.state <> 'succeeded'
+  UNION ALL
+  SELECT c.id FROM ratchet.runs c JOIN descendants t ON c.parent_run_id = t.id
+),
+children_cancelled AS (
+  UPDATE ratchet.runs r SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t,
+    error = jsonb_build_object('code', 'cancelled', 'message', 'its parent run ended')
+  FROM descendants t, clk WHERE r.id = t.id AND r.state IN (${RUN_ACTIVE})
+  RETURNING r.id
+),
+children_stages_cancelled AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${UNENDED})
   RETURNING s.id
 ),
 ev AS (
@@ -157,19 +279,34 @@ ev AS (
   SELECT f.run_id, f.id, ${outcomeEvent('f.outcome')}, f.fence, f.attempt, clk.t,
     coalesce(f.data, '{}'::jsonb) || jsonb_build_object('owner', $1::text) || CASE WHEN f.outcome = 'queued'
       THEN jsonb_build_object('delayMs', f.retry_delay_ms, 'availableAt', f.available_at) ELSE '{}'::jsonb END
+      || CASE WHEN f.as_value THEN jsonb_build_object('asValue', true) ELSE '{}'::jsonb END
   FROM accepted f, clk
   UNION ALL
-  SELECT n.run_id, n.id, CASE n.state WHEN 'running' THEN 'job_claimed' ELSE 'stage_failed' END, n.fence, n.attempt, clk.t,
-    CASE n.state WHEN 'running' THEN jsonb_build_object('owner', $1::text, 'leaseUntil', n.lease_until, 'fastPath', true,
-        'byStage', n.after_id::text, 'byFence', n.after_fence::text)
-      ELSE jsonb_build_object('error', n.error) END
-  FROM next_stage n, clk WHERE n.state IN ('running', 'failed')
+  SELECT n.run_id, n.id, 'job_claimed', n.fence, n.attempt, clk.t,
+    jsonb_build_object('owner', $1::text, 'leaseUntil', n.lease_until, 'fastPath', true, 'byStage', n.after_id::text, 'byFence', n.after_fence::text)
+  FROM joined n, clk WHERE n.state = 'running'
+  UNION ALL
+  SELECT n.run_id, n.id, 'stage_failed', n.fence, n.attempt, clk.t, jsonb_build_object('error', n.error) FROM next_failed n, clk
   UNION ALL
   SELECT d.id, NULL, 'run_' || d.state, NULL, NULL, clk.t, NULL FROM run_ended d, clk
   UNION ALL
+  SELECT d.id, NULL, 'run_succeeded', NULL, NULL, clk.t, NULL FROM run_done d, clk WHERE d.state = 'succeeded'
+  UNION ALL
+  SELECT c.run_id, c.id, 'stage_cancelled', c.fence, c.attempt, clk.t, jsonb_build_object('previousState', c.old_state, 'reason', 'run_failed')
+  FROM rest_cancelled c, clk WHERE c.old_state IN ('running', 'waiting')
+  UNION ALL
+  SELECT c.parent_run_id, c.parent_stage_id, 'child_run_started', f.fence, f.attempt, clk.t, jsonb_build_object('childRunId', c.id::text)
+  FROM child_run c JOIN accepted f ON f.id = c.parent_stage_id CROSS JOIN clk
+  UNION ALL
+  SELECT c.id, NULL, 'run_submitted', NULL, NULL, clk.t, jsonb_build_object('parentRunId', c.parent_run_id::text,
+    'parentStageId', c.parent_stage_id::text, 'stages', (SELECT count(*) FROM child_stages x WHERE x.run_id = c.id))
+  FROM child_run c, clk
+  UNION ALL
+  SELECT c.id, NULL, 'run_cancelled', NULL, NULL, clk.t, jsonb_build_object('reason', 'parent_ended') FROM children_cancelled c, clk
+  UNION ALL
   SELECT f.run_id, f.id, 'stages_planned', f.fence, f.attempt, clk.t,
     jsonb_build_object('stages', (SELECT count(*) FROM planned p WHERE p.run_id = f.run_id), 'firstSeq', (SELECT min(seq) FROM planned p WHERE p.run_id = f.run_id))
-  FROM accepted f, clk WHERE f.plan IS NOT NULL
+  FROM accepted f, clk WHERE f.plan IS NOT NULL AND f.run_state IS NULL
   UNION ALL
   SELECT r.run_id, r.id, 'finish_replayed', r.fence, r.attempt, clk.t,
     jsonb_build_object('owner', $1::text, 'nextStageId', h.id::text, 'nextFence', h.fence::text)
@@ -188,22 +325,31 @@ ev AS (
 ),
 handed AS MATERIALIZED (
   SELECT ${CLAIMED_COLUMNS}, c.after_id
-  FROM (SELECT * FROM next_stage WHERE state = 'running' UNION ALL SELECT * FROM next_handed_again) c
+  FROM (SELECT ${NEXT_NAMES}, after_id, after_fence FROM joined WHERE state = 'running'
+        UNION ALL SELECT ${NEXT_NAMES}, after_id, after_fence FROM next_handed_again) c
   JOIN ratchet.runs r ON r.id = c.run_id CROSS JOIN clk
+),
+-- The stages each row made ready, to wake a worker of their class: queued by the join, inserted
+-- queued by its plan; on a replay, its successors found queued now.
+woken AS (
+  SELECT j.after_id AS by_id, j.id, j.tool_class, j.definition_hash FROM joined j WHERE j.state = 'queued'
+  UNION ALL
+  SELECT f.id, p.id, p.tool_class, p.definition_hash FROM planned p JOIN accepted f ON f.run_id = p.run_id AND f.plan IS NOT NULL WHERE p.state = 'queued'
+  UNION ALL
+  SELECT r.parent_stage_id, c.id, c.tool_class, c.definition_hash FROM child_stages c JOIN child_run r ON r.id = c.run_id WHERE c.state = 'queued'
+  UNION ALL
+  SELECT (SELECT min(f.id) FROM accepted f), p.id, p.tool_class, p.definition_hash FROM parent_woken p
+  UNION ALL
+  SELECT r.id, x.id, x.tool_class, x.definition_hash FROM replayed r JOIN ratchet.stages x ON x.run_id = r.run_id AND x.seq = ANY(r.next_seqs) WHERE x.state = 'queued'
 )
 SELECT req.id::text AS id, (f.id IS NOT NULL OR rp.id IS NOT NULL) AS accepted, (rp.id IS NOT NULL) AS replayed,
-  coalesce(n.id, pq.id, wq.id)::text AS next_stage_id, coalesce(n.tool_class, pq.tool_class, wq.tool_class) AS next_tool_class,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', w.id::text, 'toolClass', w.tool_class, 'definitionHash', w.definition_hash) ORDER BY w.id), '[]'::jsonb)
+     FROM woken w WHERE w.by_id = req.id) AS woken,
   coalesce(f.outcome, s.state) AS current_state, s.fence::text AS current_fence, clk.t AS db_now,
   CASE WHEN h.id IS NOT NULL THEN to_jsonb(h) END AS next_claimed
 FROM req CROSS JOIN clk
 LEFT JOIN accepted f ON f.id = req.id
 LEFT JOIN replayed rp ON rp.id = req.id
-LEFT JOIN next_stage n ON n.after_id = req.id AND n.state IN ('queued', 'running')
-LEFT JOIN planned pq ON pq.run_id = f.run_id AND pq.state = 'queued'
-LEFT JOIN LATERAL (
-  SELECT x.id, x.tool_class FROM ratchet.stages x
-  WHERE rp.id IS NOT NULL AND x.run_id = rp.run_id AND x.seq = req."nextSeq" AND x.state = 'queued' OFFSET 0
-) wq ON true
 LEFT JOIN LATERAL (SELECT x.state, x.fence FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
 LEFT JOIN handed h ON h.after_id = req.id
 ORDER BY req.id`;

@@ -12,7 +12,7 @@ const finishRow = z
   .object({
     stageId: z.string().regex(/^\d{1,19}$/),
     fence: z.string().regex(/^\d{1,19}$/),
-    outcome: z.enum(['succeeded', 'failed', 'queued', 'cancelled']),
+    outcome: z.enum(['succeeded', 'failed', 'queued', 'cancelled', 'skipped', 'waiting']),
     result: json.optional(),
     error: json.optional(),
     retryDelayMs: z
@@ -21,8 +21,12 @@ const finishRow = z
       .min(0)
       .max(2 ** 31 - 1)
       .optional(),
+    /** A failure for good kept as a value (`{ ok: false, error }` for later steps): it counts as done for the join. */
+    asValue: z.boolean().optional(),
+    /** With outcome `waiting`: how many finishes (a map's items) it waits for; its counter. */
+    waitFor: z.number().int().min(1).optional(),
     /**
-     * The next stage, queued with its input; or, with `error`, failed because its input could not
+     * The next stage (the linear successor), queued with its input; or, with `error`, failed because its input could not
      * be computed (only with the run failed: a retry of the run starts from it).
      */
     next: z
@@ -33,7 +37,7 @@ const finishRow = z
     claimNext: z.boolean().optional(),
     /** Queue the next stage with the input it already holds (an agent's planned tool call). */
     nextKeepInput: z.boolean().optional(),
-    /** An agent's plan: new stages inserted with this finish (the first `queued`, the rest `pending`). */
+    /** Stages decided now (an agent's answer, a map's items), inserted with this finish, each with its place in the run graph. */
     plan: z
       .array(
         z
@@ -50,14 +54,38 @@ const finishRow = z
             input: json,
             concurrencyKey: z.string().optional(),
             concurrencyLimit: z.number().int().min(1).optional(),
+            step: z.string().min(1).max(200).optional(),
+            idempotencyKey: z.string().min(1).max(500).optional(),
+            deps: z.array(z.number().int().min(1)).optional(),
+            nextSeqs: z.array(z.number().int().min(1)).optional(),
+            depsLeft: z.number().int().min(0).optional(),
+            itemIndex: z.number().int().min(0).optional(),
+            groupSeq: z.number().int().min(1).optional(),
+            continueOnError: z.boolean().optional(),
+            sink: z.enum(['only', 'one_of']).nullable().optional(),
           })
           .strict(),
       )
       .min(1)
-      .max(1000)
+      .max(1_000_000)
       .optional(),
     run: z
       .object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() })
+      .strict()
+      .optional(),
+    /**
+     * With outcome `waiting`: a child run started by this stage (keyed by it: a second start inserts
+     * nothing), with its planned stages (stageRows in runs.ts); its end queues this stage again.
+     */
+    child: z
+      .object({
+        id: z.uuid(),
+        workflow: z.string().min(1).max(200),
+        definitionHash: z.string().min(1).max(200),
+        input: json,
+        sinksLeft: z.number().int().min(1).nullable(),
+        stages: z.array(z.record(z.string(), json)).min(1).max(10_000),
+      })
       .strict()
       .optional(),
     /** The key the tool derived for its effect (`tool.idempotencyKey(input)`), kept on the stage. */
@@ -78,9 +106,11 @@ export interface FinishVerdict {
   accepted: boolean;
   /** Accepted by an earlier try of this same row whose answer was lost (nothing was written again). */
   replayed: boolean;
-  /** The stage queued next by this finish, if any (to wake a worker of its class). */
+  /** The first stage this finish made ready, if any (see `woken`). */
   nextStageId: string | null;
   nextToolClass: string | null;
+  /** Every stage this finish made ready (a join reached, a fan-out, a plan inserted): wake a worker of each class. */
+  woken: { stageId: string; toolClass: string; definitionHash: string }[];
   currentState: string | null;
   currentFence: string | null;
   /** On the fast path (or a replay of it): the next stage, claimed by this owner, to run now. */
@@ -99,6 +129,11 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
   if (row.next?.error !== undefined && row.run?.state !== 'failed') {
     throw new InvalidInputError('a next stage fails only with its run (run.state failed)', `${path}.next.error`);
   }
+  if ((row.outcome === 'waiting') !== (row.waitFor !== undefined))
+    throw new InvalidInputError('outcome waiting goes with waitFor (and only it)', `${path}.waitFor`);
+  if (row.child && row.outcome !== 'waiting') throw new InvalidInputError('a child run is started by a waiting stage', `${path}.child`);
+  if (row.asValue && row.outcome !== 'failed') throw new InvalidInputError('asValue is for a failure', `${path}.asValue`);
+  if (row.asValue && row.run) throw new InvalidInputError('a failure kept as a value does not end the run', `${path}.run`);
   if (row.run && row.next && row.next.error === undefined) {
     throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
   }
@@ -110,15 +145,17 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
     result: parse(row.result, `${path}.result`),
     error: parse(row.error, `${path}.error`),
     retryDelayMs: row.retryDelayMs ?? null,
+    asValue: row.asValue ?? false,
+    waitFor: row.waitFor ?? null,
     nextSeq: row.next?.seq ?? null,
-    nextInput: row.next ? parse(row.next.input, `${path}.next.input`) : null,
+    nextInput: row.next && !row.nextKeepInput && row.next.error === undefined ? parse(row.next.input, `${path}.next.input`) : null,
     nextError: row.next ? parse(row.next.error, `${path}.next.error`) : null,
     claimNext: row.next && row.next.error === undefined ? (row.claimNext ?? false) : false,
-    nextKeepInput: row.next ? (row.nextKeepInput ?? false) : false,
     plan: row.plan ? row.plan.map((p, i) => ({ ...p, input: parse(p.input, `${path}.plan[${i}].input`) })) : null,
     runState: row.run?.state ?? null,
     runResult: row.run ? parse(row.run.result, `${path}.run.result`) : null,
     runError: row.run ? parse(row.run.error, `${path}.run.error`) : null,
+    child: row.child ? { ...row.child, input: parse(row.child.input, `${path}.child.input`) } : null,
     effectKey: row.effectKey ?? null,
     data: parse(row.data, `${path}.data`),
   };
@@ -134,16 +171,20 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
   const sorted = [...rows].sort((a, b) => (BigInt(a.id as string) < BigInt(b.id as string) ? -1 : 1));
   const sentAt = monotonicNow();
   const out = await q.query(FINISH_SQL, [owner, JSON.stringify(sorted), sorted.map((r) => r.id as string)], 'ratchet_finish');
-  return out.map((r) => ({
-    stageId: r.id as string,
-    accepted: r.accepted as boolean,
-    replayed: r.replayed as boolean,
-    nextStageId: (r.next_stage_id as string | null) ?? null,
-    nextToolClass: (r.next_tool_class as string | null) ?? null,
-    currentState: (r.current_state as string | null) ?? null,
-    currentFence: (r.current_fence as string | null) ?? null,
-    nextClaimed: r.next_claimed ? toClaimed(reviveDates(r.next_claimed as Row), sentAt) : null,
-  }));
+  return out.map((r) => {
+    const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
+    return {
+      stageId: r.id as string,
+      accepted: r.accepted as boolean,
+      replayed: r.replayed as boolean,
+      nextStageId: woken[0]?.stageId ?? null,
+      nextToolClass: woken[0]?.toolClass ?? null,
+      woken,
+      currentState: (r.current_state as string | null) ?? null,
+      currentFence: (r.current_fence as string | null) ?? null,
+      nextClaimed: r.next_claimed ? toClaimed(reviveDates(r.next_claimed as Row), sentAt) : null,
+    };
+  });
 }
 
 /** to_jsonb() turns timestamps into strings: back to Dates for the claim row. */

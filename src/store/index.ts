@@ -23,7 +23,7 @@ import {
   type SweptStage,
 } from './workers.js';
 import { acquireDataDirLock } from './lockfile.js';
-import { cancelRun, createRun, getRun, listEvents, transitionStage, type CreateRunInput } from './runs.js';
+import { cancelRun, childRun, createRun, getRun, graphStages, listEvents, transitionStage, type CreateRunInput } from './runs.js';
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
 import { parseInput } from './validate.js';
 import { retryRun } from './retry-run.js';
@@ -39,12 +39,22 @@ export type { ClaimedStage, Lease } from './lease.js';
 export type { Extender, ExtendResult, ExtendVerdict } from './extend.js';
 export type { ExpiredRuns } from './deadline.js';
 export type { FinishRow, FinishVerdict } from './finish.js';
-export { IdempotencyConflictError, requestHash } from './runs.js';
+export { IdempotencyConflictError, requestHash, stageRows, stageSpecSchema } from './runs.js';
 export type { NewEvent, RunStageRow } from './events.js';
 export type { Lane, SweptStage } from './workers.js';
 export type { ClaimLimits } from './claim.js';
 export { MAX_CLAIM_DEFINITIONS } from './claim.sql.js';
-export type { CancelResult, CreateRunInput, CreatedRun, EventRow, RunRow, StageRow, StageSpec } from './runs.js';
+export type {
+  CancelResult,
+  CreateRunInput,
+  CreatedRun,
+  EventRow,
+  RunRow,
+  StageRow,
+  StageSpec,
+  GraphStageRow,
+  ChildRunSummary,
+} from './runs.js';
 export type { RetryResult } from './retry-run.js';
 export { MAX_LIST_LIMIT } from './list-runs.js';
 export type { ListRunsFilter, RunPage, RunSummaryRow } from './list-runs.js';
@@ -88,6 +98,10 @@ export interface Store {
   effectStarted(runId: string, stageId: string, beforeFence: string): Promise<boolean>;
   stageResults(runId: string): Promise<Record<string, unknown>>;
   runStages(runId: string): ReturnType<typeof runStages>;
+  /** A run's stages with results and errors, for the planner at a claim (runs.ts). */
+  graphStages(runId: string): ReturnType<typeof graphStages>;
+  /** The child run a stage started, if any (runs.ts). */
+  childRun(stageId: string): ReturnType<typeof childRun>;
   upsertWorker(owner: string, classes: string[], definitions: string[]): Promise<void>;
   deleteWorker(owner: string): Promise<void>;
   /** Due stages to re-send: queued ones once they have waited `graceMs` (default 0) in that state, and expired leases. */
@@ -191,6 +205,8 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     effectStarted: (runId, stageId, beforeFence) => effectStarted(db, runId, stageId, beforeFence),
     stageResults: (runId) => stageResults(db, runId),
     runStages: (runId) => runStages(db, runId),
+    graphStages: (runId) => graphStages(db, runId),
+    childRun: (stageId) => childRun(db, stageId),
     upsertWorker: (owner, classes, definitions) => upsertWorker(db, owner, classes, definitions),
     deleteWorker: (owner) => deleteWorker(db, owner),
     sweep: (lanes, limit, graceMs) => sweep(db, lanes, limit, graceMs),

@@ -34,12 +34,16 @@ for (const [from, to] of [
 }
 
 export const RUN_ACTIVE = sqlStates(sourcesOf('run', 'failed').filter((s) => sourcesOf('run', 'succeeded').includes(s)));
+/** The group failure (run graph): a failed run cancels every unended stage, parallel running ones included (they see `cancelled` at their next extend). */
+export const STAGE_UNENDED = sqlStates(
+  ['pending', 'queued', 'waiting', 'running'].filter((s) => sourcesOf('stage', 'cancelled').includes(s as 'pending')),
+);
 export const STAGE_NOT_STARTED = sqlStates(['pending', 'queued'].filter((s) => sourcesOf('stage', 'cancelled').includes(s as 'pending')));
 
 /**
  * CTE fragments that end a run as failed because of stage rows in `source` (a CTE with
  * run_id, state, error columns) whose state is 'failed': the run becomes failed with the
- * stage's error, and its not-yet-started stages are cancelled. Same words everywhere.
+ * stage's error, and its unended stages are cancelled (running parallel ones too: the group failure). Same words everywhere.
  */
 export function failRunsFrom(source: string, prefix: string): string {
   return `
@@ -47,12 +51,19 @@ ${prefix}_run_failed AS (
   UPDATE ratchet.runs r SET state = 'failed', error = src.error, finished_at = clk.t, updated_at = clk.t
   FROM ${source} src, clk
   WHERE r.id = src.run_id AND src.state = 'failed' AND r.state IN (${RUN_ACTIVE})
-  RETURNING r.id
+  RETURNING r.id, r.parent_stage_id
+),
+-- A child run that failed here wakes its parent's waiting stage (which then fails with child_run_failed).
+${prefix}_parent_woken AS (
+  UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM ${prefix}_run_failed f, clk
+  WHERE p.id = f.parent_stage_id AND p.state = 'waiting'
+  RETURNING p.id
 ),
 ${prefix}_rest_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', updated_at = clk.t, finished_at = clk.t
   FROM ${prefix}_run_failed f, clk
-  WHERE s.run_id = f.id AND s.state IN (${STAGE_NOT_STARTED})
+  WHERE s.run_id = f.id AND s.state IN (${STAGE_UNENDED})
   RETURNING s.id
 ),
 ${prefix}_run_failed_ev AS (

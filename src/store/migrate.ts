@@ -23,7 +23,7 @@ export const MIGRATION_LOCK_KEY = '72617463686574';
  * generated migration creates it again). Append only; a new index on those tables goes here, never in
  * a migration (test/store/upgrade.test.ts checks the migrations).
  */
-export const CONCURRENT_INDEXES: readonly { name: string; on: string }[] = [
+export const CONCURRENT_INDEXES: readonly { name: string; on: string; unique?: boolean }[] = [
   {
     name: 'stages_queued_priority_idx',
     on: `"ratchet"."stages" USING btree ("tool_class","definition_hash","priority" DESC NULLS LAST,"available_at","id")
@@ -34,6 +34,9 @@ export const CONCURRENT_INDEXES: readonly { name: string; on: string }[] = [
     on: `"ratchet"."stages" USING btree ("tool_class","concurrency_key","definition_hash","priority" DESC NULLS LAST,"available_at","id")
       WHERE state = 'queued' and concurrency_key is not null`,
   },
+  // The run graph (issue 11): one child run per parent stage (the child insert's ON CONFLICT arbiter), and a run's children.
+  { name: 'runs_parent_stage_uq', unique: true, on: `"ratchet"."runs" USING btree ("parent_stage_id") WHERE parent_stage_id is not null` },
+  { name: 'runs_parent_idx', on: `"ratchet"."runs" USING btree ("parent_run_id") WHERE parent_run_id is not null` },
 ];
 
 export interface MigrateOptions {
@@ -116,7 +119,7 @@ async function buildEach(client: pg.PoolClient | pg.Client, long: (text: string)
     );
     if (rows[0]?.valid === true) continue;
     if (rows[0]) await long(`DROP INDEX CONCURRENTLY IF EXISTS "ratchet"."${ix.name}"`);
-    await long(`CREATE INDEX CONCURRENTLY IF NOT EXISTS "${ix.name}" ON ${ix.on}`);
+    await long(`CREATE ${ix.unique ? 'UNIQUE ' : ''}INDEX CONCURRENTLY IF NOT EXISTS "${ix.name}" ON ${ix.on}`);
   }
 }
 
@@ -125,7 +128,8 @@ export async function migratePgliteDb(pglite: PGlite): Promise<void> {
   try {
     await migratePglite(drizzlePglite({ client: pglite }), MIGRATION_CONFIG);
     // One process owns an embedded database: a plain build blocks no one else.
-    for (const ix of CONCURRENT_INDEXES) await pglite.query(`CREATE INDEX IF NOT EXISTS "${ix.name}" ON ${ix.on}`);
+    for (const ix of CONCURRENT_INDEXES)
+      await pglite.query(`CREATE ${ix.unique ? 'UNIQUE ' : ''}INDEX IF NOT EXISTS "${ix.name}" ON ${ix.on}`);
   } finally {
     await pglite.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]);
   }

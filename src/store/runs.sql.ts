@@ -4,13 +4,13 @@
  * Insert a run; $1 id, $2 workflow, $3 definition hash, $4 input, $5 an absolute deadline, or
  * NULL, $6 submit idempotency key, $7 request hash, $8 a deadline as ms from the database's
  * now, or NULL (only the database clock decides a relative deadline, never the submitter's).
- * A repeated key inserts nothing and returns no row. $9 priority, $10 traceparent or NULL.
+ * A repeated key inserts nothing and returns no row. $9 priority, $10 traceparent or NULL, $11 sinks left (NULL: the run ends explicitly).
  */
 export const INSERT_RUN_SQL = `
 INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, request_hash, created_at, updated_at, priority,
-  traceparent)
+  traceparent, sinks_left)
 VALUES ($1, $2, $3, $4::jsonb, 'queued', coalesce($5::timestamptz, ratchet.db_now() + $8::int * interval '1 millisecond'), $6, $7,
-  ratchet.db_now(), ratchet.db_now(), $9::int, $10)
+  ratchet.db_now(), ratchet.db_now(), $9::int, $10, $11::int)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, state`;
 
@@ -22,14 +22,15 @@ RETURNING id, state`;
 export const INSERT_STAGES_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 ins AS (
-  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
-    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, available_at, created_at, updated_at, priority)
-  SELECT $1::uuid, r.definition_hash, p.seq, p.name, p.tool, p."toolClass", p.state,
+  INSERT INTO ratchet.stages (run_id, definition_hash, seq, name, step, tool, tool_class, state, lease_ms, timeout_ms, max_duration_ms,
+    max_attempts, idempotency_key, concurrency_key, concurrency_limit, input, deps, next_seqs, deps_left, continue_on_error, sink,
+    available_at, created_at, updated_at, priority)
+  SELECT $1::uuid, r.definition_hash, p.seq, p.name, p.step, p.tool, p."toolClass", p.state,
     p."leaseMs", p."timeoutMs", p."maxDurationMs", p."maxAttempts", p."idempotencyKey", p."concurrencyKey", p."concurrencyLimit", p.input,
-    clk.t, clk.t, clk.t, r.priority
-  FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, tool text, "toolClass" text, state text, "leaseMs" int,
+    p.deps, p."nextSeqs", p."depsLeft", p."continueOnError", p.sink, clk.t, clk.t, clk.t, r.priority
+  FROM jsonb_to_recordset($2::jsonb) AS p(seq int, name text, step text, tool text, "toolClass" text, state text, "leaseMs" int,
     "timeoutMs" int, "maxDurationMs" int, "maxAttempts" int, "idempotencyKey" text, "concurrencyKey" text,
-    "concurrencyLimit" int, input jsonb), clk, (SELECT definition_hash, priority FROM ratchet.runs WHERE id = $1::uuid) r
+    "concurrencyLimit" int, input jsonb, deps int[], "nextSeqs" int[], "depsLeft" int, "continueOnError" boolean, sink text), clk, (SELECT definition_hash, priority FROM ratchet.runs WHERE id = $1::uuid) r
   RETURNING id, seq, state, tool_class
 ),
 ev AS (
@@ -42,13 +43,22 @@ export const GET_RUN_BY_KEY_SQL = `SELECT id, state, request_hash FROM ratchet.r
 
 export const GET_RUN_SQL = `
 SELECT r.id, r.workflow, r.definition_hash, r.input, r.state, r.deadline, r.idempotency_key, r.result, r.error, r.priority,
-  r.traceparent, r.created_at, r.updated_at, r.finished_at, ratchet.db_now() AS db_now
+  r.traceparent, r.created_at, r.updated_at, r.finished_at, r.parent_run_id, r.parent_stage_id::text AS parent_stage_id, ratchet.db_now() AS db_now
 FROM ratchet.runs r WHERE r.id = $1`;
+
+/** The child runs of run $1 (runs_parent_idx), oldest first. */
+export const GET_CHILDREN_SQL = `
+SELECT r.id, r.workflow, r.state, r.parent_stage_id::text AS parent_stage_id, r.created_at, r.finished_at
+FROM ratchet.runs r WHERE r.parent_run_id = $1::uuid ORDER BY r.created_at, r.id`;
+
+/** The child run a stage started ($1: the parent stage's id), if any (runs_parent_stage_uq). */
+export const GET_CHILD_RUN_SQL = `
+SELECT r.id, r.state, r.result, r.error FROM ratchet.runs r WHERE r.parent_stage_id = $1::bigint`;
 
 export const GET_STAGES_SQL = `
 SELECT s.id::text AS id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence::text AS fence, s.attempt,
   s.max_attempts, s.lease_until, s.heartbeat_at, s.claimed_at, s.available_at, s.idempotency_key, s.effect_key,
-  s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at
+  s.input, s.result, s.error, s.created_at, s.updated_at, s.finished_at, s.deps, s.item_index, s.group_seq
 FROM ratchet.stages s WHERE s.run_id = $1 ORDER BY s.seq`;
 
 export const LIST_EVENTS_SQL = `
@@ -81,27 +91,41 @@ export const GET_CLOCK_SQL = `SELECT ratchet.db_now() AS now, (SELECT offset_ms 
  * may already have been sent: it cannot be recalled).
  */
 export const CANCEL_RUN_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 prev AS (SELECT id, state FROM ratchet.runs WHERE id = $1::uuid),
+-- The run and, when it changes, its child runs recursively (cancelling a parent cancels its children).
+tree(id) AS (
+  SELECT id FROM ratchet.runs WHERE id = $1::uuid AND state = ANY($2::text[])
+  UNION ALL
+  SELECT c.id FROM ratchet.runs c JOIN tree t ON c.parent_run_id = t.id
+),
 run AS (
   UPDATE ratchet.runs r SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t,
-    error = jsonb_build_object('code', 'cancelled', 'message', 'the run was cancelled')
-  FROM clk WHERE r.id = $1::uuid AND r.state = ANY($2::text[])
-  RETURNING r.id
+    error = CASE WHEN r.id = $1::uuid THEN jsonb_build_object('code', 'cancelled', 'message', 'the run was cancelled')
+      ELSE jsonb_build_object('code', 'cancelled', 'message', 'its parent run was cancelled') END
+  FROM tree, clk WHERE r.id = tree.id AND r.state = ANY($2::text[])
+  RETURNING r.id, r.parent_stage_id
 ),
 st AS (
   UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
-  FROM run, clk, (SELECT id, state AS old_state FROM ratchet.stages WHERE run_id = $1::uuid) o
+  FROM run, clk, (SELECT x.id, x.state AS old_state FROM ratchet.stages x JOIN tree ON x.run_id = tree.id) o
   WHERE s.run_id = run.id AND o.id = s.id AND s.state = ANY($3::text[])
-  RETURNING s.id, s.fence, s.attempt, o.old_state
+  RETURNING s.id, s.run_id, s.fence, s.attempt, o.old_state
+),
+-- A child run cancelled on its own wakes its parent's stage, which then fails with child_run_cancelled.
+parent_woken AS (
+  UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM run, clk WHERE run.id = $1::uuid AND p.id = run.parent_stage_id AND p.state = 'waiting'
+  RETURNING p.id
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
-  SELECT $1::uuid, NULL, 'run_cancelled', NULL, NULL, clk.t, NULL FROM run, clk
+  SELECT run.id, NULL, 'run_cancelled', NULL, NULL, clk.t, CASE WHEN run.id <> $1::uuid THEN jsonb_build_object('reason', 'parent_cancelled') END
+  FROM run, clk
   UNION ALL
-  SELECT $1::uuid, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state) FROM st, clk
+  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state) FROM st, clk
 )
-SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::int AS cancelled,
+SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHERE id = $1::uuid)::int AS cancelled,
   coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;
 
 /**
@@ -124,11 +148,13 @@ WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 prev AS (SELECT id, state, deadline, error FROM ratchet.runs WHERE id = $1::uuid),
 failed_stage AS (
   SELECT s.id, s.seq, s.name, s.tool, s.tool_class, s.attempt, s.max_attempts, s.fence, s.error
-  FROM ratchet.stages s WHERE s.run_id = $1::uuid AND s.state = 'failed'
+  FROM ratchet.stages s WHERE s.run_id = $1::uuid AND s.state = 'failed' AND NOT coalesce((s.error ->> 'asValue')::boolean, false)
   ORDER BY s.seq LIMIT 1
 ),
 run AS (
-  UPDATE ratchet.runs r SET state = 'running', error = NULL, result = NULL, finished_at = NULL, updated_at = clk.t
+  UPDATE ratchet.runs r SET state = 'running', error = NULL, finished_at = NULL, updated_at = clk.t,
+    -- a run with several sinks keeps the part of its result its ended sinks wrote
+    result = CASE WHEN r.sinks_left IS NULL THEN NULL ELSE r.result END
   FROM clk, failed_stage f
   WHERE r.id = $1::uuid AND r.state = 'failed' AND (r.deadline IS NULL OR r.deadline > clk.t)
   RETURNING r.id
@@ -140,10 +166,13 @@ st AS (
   WHERE s.id = f.id AND s.state = 'failed'
   RETURNING s.id
 ),
+-- The stages the failure cancelled: pending again while they wait for something (their join counter
+-- kept what had ended), queued when they were already due (a parallel branch cancelled while queued or running).
 later AS (
-  UPDATE ratchet.stages s SET state = 'pending', finished_at = NULL, updated_at = clk.t
+  UPDATE ratchet.stages s SET state = CASE WHEN s.deps_left > 0 THEN 'pending' ELSE 'queued' END, attempt = 0, owner_id = NULL,
+    lease_until = NULL, heartbeat_at = NULL, claimed_at = NULL, first_claimed_at = NULL, available_at = clk.t, finished_at = NULL, updated_at = clk.t
   FROM run, failed_stage f, clk
-  WHERE s.run_id = run.id AND s.seq > f.seq AND s.state = 'cancelled'
+  WHERE s.run_id = run.id AND s.state = 'cancelled'
   RETURNING s.id
 ),
 ev AS (
@@ -176,3 +205,8 @@ WHERE ($1::text[] IS NULL OR r.state = ANY($1::text[]))
   AND ($5::timestamptz IS NULL OR (r.created_at, r.id) < ($5::timestamptz, $6::uuid))
 ORDER BY r.created_at DESC, r.id DESC
 LIMIT $7`;
+
+/** Run $1's stages as the planner reads them at a claim (no inputs: a map item's own is on its claim row). */
+export const GRAPH_STAGES_SQL = `
+SELECT seq, name, tool, state, result, error, item_index, group_seq
+FROM ratchet.stages WHERE run_id = $1::uuid ORDER BY seq`;

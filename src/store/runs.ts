@@ -12,6 +12,9 @@ import {
   GET_RUN_BY_KEY_SQL,
   GET_RUN_SQL,
   GET_STAGES_SQL,
+  GET_CHILDREN_SQL,
+  GET_CHILD_RUN_SQL,
+  GRAPH_STAGES_SQL,
   INSERT_RUN_SQL,
   INSERT_STAGES_SQL,
   LIST_EVENTS_SQL,
@@ -49,6 +52,16 @@ export const stageSpecSchema = z
       .optional(),
     concurrencyLimit: z.number().int().min(1).max(100_000).optional(),
     input: z.unknown().optional(),
+    /**
+     * The run graph (issue 11): the seqs (1-based positions) this stage waits for and those that wait
+     * for it. Given on every stage or none: without them the stages form a chain (each waits for the one before).
+     */
+    deps: z.array(z.number().int().min(1)).optional(),
+    nextSeqs: z.array(z.number().int().min(1)).optional(),
+    step: name.optional(),
+    continueOnError: z.boolean().optional(),
+    /** How a sink's value enters the run's result (with the run's sinksLeft). */
+    sink: z.enum(['only', 'one_of']).nullable().optional(),
   })
   .strict()
   .refine((s) => (s.concurrencyKey === undefined) === (s.concurrencyLimit === undefined), {
@@ -89,8 +102,14 @@ const createRunSchema = z
     /** Higher is claimed first within a tool class (PRIORITY_RANGE); default 0. */
     priority: prioritySchema.optional(),
     stages: z.array(stageSpecSchema).min(1).max(10_000),
+    /** Sinks the run waits for before it succeeds (a static workflow's graph); absent: the run ends explicitly (agents). */
+    sinksLeft: z.number().int().min(1).optional(),
   })
   .strict()
+  .refine((r) => r.stages.every((s) => s.deps === undefined) || r.stages.every((s) => s.deps !== undefined && s.nextSeqs !== undefined), {
+    message: 'give deps and nextSeqs on every stage or on none',
+    path: ['stages'],
+  })
   .refine((r) => r.deadline === undefined || r.deadlineInMs === undefined, {
     message: 'give deadline or deadlineInMs, not both',
     path: ['deadlineInMs'],
@@ -115,6 +134,8 @@ export interface CreatedRun {
   state: RunState;
   created: boolean;
   stageIds: string[];
+  /** The stages queued at once (those that wait for nothing), to wake a worker of each class. */
+  queued: { stageId: string; toolClass: string }[];
 }
 
 /**
@@ -139,6 +160,43 @@ export function requestHash(
 }
 
 /**
+ * A run's planned stages as rows (seq = position): with the run graph's deps and nextSeqs as
+ * given, or, without them, a chain (each waits for the one before). Stages that wait for nothing
+ * are queued; a chain's first stage gets the run's input unless it has its own.
+ */
+export function stageRows(specs: z.output<typeof stageSpecSchema>[], runInput: unknown, path = 'createRun') {
+  const graph = specs[0]!.deps !== undefined;
+  const n = specs.length;
+  const stages = specs.map((s, i) => ({
+    seq: i + 1,
+    name: s.name,
+    step: s.step ?? null,
+    tool: s.tool,
+    toolClass: s.toolClass,
+    state: (graph ? s.deps!.length === 0 : i === 0) ? 'queued' : 'pending',
+    deps: graph ? s.deps! : i === 0 ? [] : [i],
+    nextSeqs: graph ? s.nextSeqs! : i === n - 1 ? [] : [i + 2],
+    depsLeft: graph ? s.deps!.length : i === 0 ? 0 : 1,
+    continueOnError: s.continueOnError ?? false,
+    sink: s.sink ?? null,
+    leaseMs: s.leaseMs,
+    timeoutMs: s.timeoutMs,
+    maxDurationMs: s.maxDurationMs,
+    maxAttempts: s.maxAttempts,
+    idempotencyKey: s.idempotencyKey,
+    concurrencyKey: s.concurrencyKey ?? null,
+    concurrencyLimit: s.concurrencyLimit ?? null,
+    input: graph ? (s.input ?? null) : i === 0 ? (s.input === undefined ? runInput : s.input) : (s.input ?? null),
+  }));
+  for (const [i, s] of stages.entries()) {
+    for (const [j, d] of [...s.deps, ...s.nextSeqs].entries())
+      if (d > n || d === s.seq)
+        throw new InvalidInputError(`stage ${s.seq} names stage ${d}, which this run does not have`, `${path}.stages[${i}].deps[${j}]`);
+  }
+  return stages;
+}
+
+/**
  * Persists a run and all its planned stages in one transaction (the planner's output):
  * the first stage queued with its input, the rest pending. Validates everything first, so
  * bad input writes nothing. A repeated submit idempotency key returns the existing run
@@ -147,21 +205,7 @@ export function requestHash(
 export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedRun> {
   const run = parseInput(createRunSchema, input, 'createRun');
   const inputText = toJsonText(run.input, 'createRun.input');
-  const stages = run.stages.map((s, i) => ({
-    seq: i + 1,
-    name: s.name,
-    tool: s.tool,
-    toolClass: s.toolClass,
-    state: i === 0 ? 'queued' : 'pending',
-    leaseMs: s.leaseMs,
-    timeoutMs: s.timeoutMs,
-    maxDurationMs: s.maxDurationMs,
-    maxAttempts: s.maxAttempts,
-    idempotencyKey: s.idempotencyKey,
-    concurrencyKey: s.concurrencyKey ?? null,
-    concurrencyLimit: s.concurrencyLimit ?? null,
-    input: i === 0 ? (s.input === undefined ? run.input : s.input) : (s.input ?? null),
-  }));
+  const stages = stageRows(run.stages, run.input);
   stages.forEach((s, i) => toJsonText(s.input, `createRun.stages[${i}].input`));
   const hash = requestHash(run.workflow, run.input, run.requestedDeadline, run.requestedVersion, run.priority);
   const id = run.id ?? uuidv7();
@@ -179,15 +223,22 @@ export async function createRun(db: Db, input: CreateRunInput): Promise<CreatedR
       run.deadlineInMs ?? null,
       run.priority ?? 0,
       run.traceparent ?? null,
+      run.sinksLeft ?? null,
     ]);
     if (inserted.length === 0) {
       const [existing] = await tx.query(GET_RUN_BY_KEY_SQL, [run.idempotencyKey]);
       if (!existing) throw new InvalidInputError('run id already exists', 'createRun.id');
       if (existing.request_hash !== hash) throw new IdempotencyConflictError(run.idempotencyKey!, existing.id as string);
-      return { id: existing.id as string, state: existing.state as RunState, created: false, stageIds: [] };
+      return { id: existing.id as string, state: existing.state as RunState, created: false, stageIds: [], queued: [] };
     }
     const rows = await tx.query(INSERT_STAGES_SQL, [id, JSON.stringify(stages)]);
-    return { id, state: 'queued', created: true, stageIds: rows.map((r) => r.id as string) };
+    return {
+      id,
+      state: 'queued',
+      created: true,
+      stageIds: rows.map((r) => r.id as string),
+      queued: rows.filter((r) => r.state === 'queued').map((r) => ({ stageId: r.id as string, toolClass: r.tool_class as string })),
+    };
   });
 }
 
@@ -215,6 +266,19 @@ export interface StageRow {
   createdAt: Date;
   updatedAt: Date;
   finishedAt: Date | null;
+  /** The run graph: the seqs this stage waits for; a map item's index and its map stage's seq. */
+  deps?: number[];
+  itemIndex?: number | null;
+  groupSeq?: number | null;
+}
+export interface ChildRunSummary {
+  id: string;
+  workflow: string;
+  state: RunState;
+  /** The parent's stage that started it. */
+  parentStageId: string | null;
+  createdAt: Date;
+  finishedAt: Date | null;
 }
 export interface RunRow {
   id: string;
@@ -235,6 +299,11 @@ export interface RunRow {
   priority: number;
   /** The run span's W3C traceparent, or null (then the trace id is derived from the run id). */
   traceparent?: string | null;
+  /** A child run's parent run and the parent's stage that started it (null for a run submitted on its own). */
+  parentRunId?: string | null;
+  parentStageId?: string | null;
+  /** The runs this run's stages started. */
+  children?: ChildRunSummary[];
 }
 
 const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
@@ -245,7 +314,18 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
   const [r] = await q.query(GET_RUN_SQL, [id], 'ratchet_get_run');
   if (!r) return null;
   const stages = await q.query(GET_STAGES_SQL, [id], 'ratchet_get_stages');
+  const children = await q.query(GET_CHILDREN_SQL, [id], 'ratchet_get_children');
   return {
+    parentRunId: (r.parent_run_id as string | null) ?? null,
+    parentStageId: (r.parent_stage_id as string | null) ?? null,
+    children: children.map((c) => ({
+      id: c.id as string,
+      workflow: c.workflow as string,
+      state: c.state as RunState,
+      parentStageId: (c.parent_stage_id as string | null) ?? null,
+      createdAt: c.created_at as Date,
+      finishedAt: (c.finished_at as Date | null) ?? null,
+    })),
     id: r.id as string,
     workflow: r.workflow as string,
     definitionHash: r.definition_hash as string,
@@ -284,8 +364,20 @@ export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
       createdAt: s.created_at as Date,
       updatedAt: s.updated_at as Date,
       finishedAt: (s.finished_at as Date | null) ?? null,
+      deps: (s.deps as number[] | null) ?? [],
+      itemIndex: (s.item_index as number | null) ?? null,
+      groupSeq: (s.group_seq as number | null) ?? null,
     })),
   };
+}
+
+/** The child run stage `stageId` started, if any (what a child-run stage decides from at its claim). */
+export async function childRun(
+  q: Queryable,
+  stageId: string,
+): Promise<{ id: string; state: string; result: unknown; error: unknown } | null> {
+  const [r] = await q.query(GET_CHILD_RUN_SQL, [stageId], 'ratchet_child_run');
+  return r ? { id: r.id as string, state: r.state as string, result: r.result ?? null, error: r.error ?? null } : null;
 }
 
 export interface EventRow {
@@ -345,4 +437,31 @@ export async function cancelRun(q: Queryable, runId: string): Promise<CancelResu
     previousState: r.previous_state as RunState,
     runningStageIds: (r.running_stage_ids as string[]) ?? [],
   };
+}
+
+/** A stage of a run as the planner decides from it (src/planner/decide.ts PersistedStage) and an agent rebuilds its conversation from. */
+export interface GraphStageRow {
+  seq: number;
+  name: string;
+  tool: string;
+  state: string;
+  result: unknown;
+  error: unknown;
+  itemIndex: number | null;
+  groupSeq: number | null;
+}
+
+/** Run `runId`'s stages in seq order, with results and errors (what the planner needs at a claim). */
+export async function graphStages(q: Queryable, runId: string): Promise<GraphStageRow[]> {
+  const rows = await q.query(GRAPH_STAGES_SQL, [runId], 'ratchet_graph_stages');
+  return rows.map((r) => ({
+    seq: r.seq as number,
+    name: r.name as string,
+    tool: r.tool as string,
+    state: r.state as string,
+    result: r.result ?? null,
+    error: r.error ?? null,
+    itemIndex: (r.item_index as number | null) ?? null,
+    groupSeq: (r.group_seq as number | null) ?? null,
+  }));
 }

@@ -1,5 +1,19 @@
 import { sql } from 'drizzle-orm';
-import { bigint, check, customType, index, integer, jsonb, pgSchema, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
+import {
+  type AnyPgColumn,
+  bigint,
+  boolean,
+  check,
+  customType,
+  index,
+  integer,
+  jsonb,
+  pgSchema,
+  text,
+  timestamp,
+  uniqueIndex,
+  uuid,
+} from 'drizzle-orm/pg-core';
 
 /**
  * The persisted model. Everything lives in the `ratchet` schema so Ratchet can share a
@@ -41,8 +55,15 @@ export const runs = ratchet.table(
      * trace id is derived from the run id.
      */
     traceparent: text('traceparent'),
+    /** The run graph (issue 11): a child run's parent run and the parent's stage that started it (one child per stage). */
+    parentRunId: uuid('parent_run_id').references((): AnyPgColumn => runs.id, { onDelete: 'set null' }),
+    parentStageId: bigint('parent_stage_id', { mode: 'bigint' }),
+    /** Sinks (stages nothing waits for) not yet ended: the finish that brings it to 0 ends the run. Null: the run ends explicitly (agents). */
+    sinksLeft: integer('sinks_left'),
   },
   (t) => [
+    uniqueIndex('runs_parent_stage_uq').on(t.parentStageId).where(sql`parent_stage_id is not null`),
+    index('runs_parent_idx').on(t.parentRunId).where(sql`parent_run_id is not null`),
     uniqueIndex('runs_idempotency_key_uq').on(t.idempotencyKey),
     index('runs_state_created_idx').on(t.state, t.createdAt),
     // Runs past their deadline, found by the sweeper (deadline.sql.ts) without reading finished runs.
@@ -99,6 +120,20 @@ export const stages = ratchet.table(
     finishedAt: ts('finished_at'),
     /** The run's priority (higher first), copied so the claim reads it in index order. */
     priority: integer('priority').notNull().default(0),
+    /** The run graph (issue 11). The step this stage belongs to (a map item: its map step); null on old rows (= name). */
+    step: text('step'),
+    /** The seqs this stage waits for, and those that wait for it (a finish decrements their deps_left). */
+    deps: integer('deps').array().notNull().default(sql`'{}'::integer[]`),
+    nextSeqs: integer('next_seqs').array().notNull().default(sql`'{}'::integer[]`),
+    /** The join counter: dependencies (or, for a waiting map stage, items) not yet ended; the finish that brings it to 0 queues the stage. */
+    depsLeft: integer('deps_left').notNull().default(0),
+    /** A map item's index and its map stage's seq. */
+    itemIndex: integer('item_index'),
+    groupSeq: integer('group_seq'),
+    /** A failure for good counts as done for the join (a value `{ ok: false, error }`) instead of failing the run. */
+    continueOnError: boolean('continue_on_error').notNull().default(false),
+    /** How a sink's value enters the run's result: `only` (it is the result) or `one_of` (an object by step name). */
+    sink: text('sink'),
   },
   (t) => [
     uniqueIndex('stages_idempotency_key_uq').on(t.idempotencyKey),
@@ -122,7 +157,12 @@ export const stages = ratchet.table(
       .where(sql`state = 'queued' and concurrency_key is not null`),
     // Live leases per concurrency key (the limited claim counts them).
     index('stages_running_key_idx').on(t.concurrencyKey).where(sql`state = 'running' and concurrency_key is not null`),
-    check('stages_state_ck', sql`${t.state} in ('pending','queued','running','succeeded','failed','cancelled')`),
+    check(
+      'stages_state_ck',
+      sql`${t.state} in ('pending','queued','running','succeeded','failed','cancelled','skipped','waiting','awaiting_approval')`,
+    ),
+    check('stages_sink_ck', sql`${t.sink} is null or ${t.sink} in ('only','one_of')`),
+    check('stages_deps_left_ck', sql`${t.depsLeft} >= 0`),
     check('stages_durations_ck', sql`${t.leaseMs} > 0 and ${t.timeoutMs} > 0 and ${t.maxDurationMs} > 0 and ${t.maxAttempts} > 0`),
   ],
 );

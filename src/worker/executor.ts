@@ -5,10 +5,37 @@ import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../defin
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { buildMessages } from '../agent/messages.js';
 import { callModelStreamed } from '../live/tokens.js';
-import { onAgentToolSuccess, onModelAnswer } from '../dispatcher/agent.js';
-import { onFailure, onSuccess, onUnstorable, stepInput, terminal, type DispatchDeps } from '../dispatcher/dispatcher.js';
+import { onModelAnswer, planAgentRun, toPlanRow } from '../dispatcher/agent.js';
+import {
+  applyGroupRule,
+  groupFailure,
+  onFailure,
+  onUnstorable,
+  succeededRow,
+  terminal,
+  type DispatchDeps,
+} from '../dispatcher/dispatcher.js';
+import { decideAtClaim, type ClaimDecision, type PersistedStage } from '../planner/decide.js';
+import { runGraph } from '../planner/graph.js';
+import { ITEM_SEQ_STRIDE } from '../planner/map.js';
+import { fastPathInput } from '../planner/settle.js';
+import { plannerFailure } from '../planner/planner-error.js';
+import { planStaticRun } from '../planner/plan.js';
+import { v7 as uuidv7 } from 'uuid';
+import { linearSuccessor } from '../planner/graph.js';
 import { toJsonText } from '../store/json.js';
-import { classifyDbError, monotonicNow, type ClaimedStage, type FinishRow, type FinishVerdict, type Store } from '../store/index.js';
+import {
+  classifyDbError,
+  monotonicNow,
+  type ClaimedStage,
+  type FinishRow,
+  type FinishVerdict,
+  type GraphStageRow,
+  type StageSpec,
+  type Store,
+  stageRows,
+  stageSpecSchema,
+} from '../store/index.js';
 import { Attempt } from './attempt.js';
 import type { EventWriter } from './event-writer.js';
 import type { LeaseKeeper } from './lease-keeper.js';
@@ -123,37 +150,79 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
   deps.keeper.add(attempt);
   const started = monotonicNow();
   const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
-  const reads = storeReads(deps, attempt, log);
+  const reads = storeReads(deps);
   const withKey = (row: FinishRow): FinishRow =>
     attempt.effectKey === null ? row : { ...row, effectKey: attempt.effectKey, data: { ...row.data, effectKey: attempt.effectKey } };
   try {
     let row: FinishRow;
     if (step.kind === 'model') {
-      const history = await askStore(attempt, log, 'the run history', () => deps.store.runStages(stage.runId));
-      const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
-      // issue 12 budget hook: a run that reached its budget fails here, before the call (src/agent/budget-gate.ts)
-      const spent = step.agent.budget ? await askStore(attempt, log, 'the run usage', () => runUsage(deps.store.db, stage.runId)) : null;
-      assertWithinBudget(step.agent, spent);
-      const call = () =>
-        traceModelCall(step.agent.model, stage, () =>
-          callModelStreamed(deps.store.db, stage, step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs),
-        );
-      const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
-      if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      row = onModelAnswer(step.agent, stage, answer, history, {
-        ...data(),
-        ...recordModelUsage(deps.metrics.registry, step.agent.model, stage.workflow, answer),
+      const history = await askStore(attempt, log, 'the run history', () => deps.store.graphStages(stage.runId));
+      const decision = decideAtClaim({
+        workflow,
+        runId: stage.runId,
+        runInput: stage.runInput,
+        seq: stage.seq,
+        stages: history.map(persisted),
       });
-    } else {
-      const ready = step.kind === 'static' ? await inputNow(reads, workflow, stage) : stage;
-      const output = await produce(deps, log, workflow, step.tool, ready, attempt);
+      if (decision.kind === 'fail') row = groupFailure(workflow, stage, decision.error, data());
+      else {
+        const messages = buildMessages(step.agent, stage.runInput, history, stage.seq);
+        // issue 12 budget hook: a run that reached its budget fails here, before the call (src/agent/budget-gate.ts)
+        const spent = step.agent.budget ? await askStore(attempt, log, 'the run usage', () => runUsage(deps.store.db, stage.runId)) : null;
+        assertWithinBudget(step.agent, spent);
+        const call = () =>
+          traceModelCall(step.agent.model, stage, () =>
+            callModelStreamed(deps.store.db, stage, step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs),
+          );
+        const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
+        if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
+        row = onModelAnswer(step.agent, stage, answer, history, {
+          ...data(),
+          ...recordModelUsage(deps.metrics.registry, step.agent.model, stage.workflow, answer),
+        });
+      }
+    } else if (step.kind === 'agent_tool') {
+      const output = await produce(deps, log, workflow, step.tool, stage, attempt);
       if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      if (step.kind === 'agent_tool') {
-        row = onAgentToolSuccess(stage, output, data());
-      } else {
-        row = await onSuccess(reads, workflow, stage, output, data());
-        const nextClass = workflow.steps[stage.seq]?.tool.class.name;
-        if (row.next && !row.next.error && nextClass && deps.canClaimNext(nextClass, stage.toolClass)) row.claimNext = true;
+      row = succeededRow(stage, output, data());
+    } else {
+      // The run graph: what this stage does now, decided from the persisted stages of its run.
+      const decision = await decideNow(deps, attempt, log, workflow, stage);
+      switch (decision.kind) {
+        case 'run': {
+          const output = await produce(deps, log, workflow, step.tool, { ...stage, input: decision.input }, attempt);
+          if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
+          row = await graphSuccess(deps, attempt, log, workflow, stage, output, data());
+          break;
+        }
+        case 'done':
+          row = await graphSuccess(deps, attempt, log, workflow, stage, decision.result, data());
+          break;
+        case 'skip':
+          row = { stageId: stage.id, fence: stage.fence, outcome: 'skipped', data: { ...data(), reason: decision.reason } };
+          break;
+        case 'fail':
+          row = groupFailure(workflow, stage, decision.error, data());
+          break;
+        case 'expand':
+          // A map's first claim: its items inserted with this finish (queued, keyed run:step:i, at most
+          // maxParallel leased at once through their concurrency key); the map stage waits without a lease
+          // for all of them, and the last item's finish queues it again to gather their outputs in order.
+          row = {
+            stageId: stage.id,
+            fence: stage.fence,
+            outcome: 'waiting',
+            waitFor: decision.items.length,
+            plan: decision.items.map(toPlanRow),
+            data: { ...data(), items: decision.items.length },
+          };
+          break;
+        case 'start_child':
+          row = childStart(deps, workflow, stage, decision, data());
+          break;
+        case 'wait':
+          slot.release();
+          return handBack(deps, log, stage);
       }
     }
     if (!row.claimNext) slot.release(); // the tool is done: its slot serves the next claim while this finish commits
@@ -171,7 +240,9 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     const policy = step.kind === 'model' ? { name: 'model', retry: step.cls.retry } : step.tool;
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return await settle(deps, log, stage, withKey(onFailure(reads, policy, stage, err, data())), attempt.confirmedUntil);
+    let failed = onFailure(reads, policy, stage, err, data());
+    if (failed.outcome === 'failed' && step.kind !== 'model') failed = applyGroupRule(workflow, stage, failed);
+    return await settle(deps, log, stage, withKey(failed), attempt.confirmedUntil);
   } finally {
     const outcome = attempt.abortReason ?? 'finished';
     deps.metrics.stageDuration.observe({ ...attempt.labels, outcome }, (monotonicNow() - started) / 1000);
@@ -192,7 +263,9 @@ function resolveStep(workflow: Workflow, stage: ClaimedStage): ResolvedStep | nu
     const tool = workflow.agent.tools.find((t) => t.name === stage.tool);
     return tool ? { kind: 'agent_tool', tool, cls: tool.class } : null;
   }
-  const step = workflow.steps[stage.seq - 1];
+  // A map item's stage belongs to its map step (seq = mapSeq × ITEM_SEQ_STRIDE + index).
+  const index = stage.seq >= ITEM_SEQ_STRIDE ? Math.floor(stage.seq / ITEM_SEQ_STRIDE) - 1 : stage.seq - 1;
+  const step = workflow.steps[index];
   return step && step.tool.name === stage.tool ? { kind: 'static', tool: step.tool, cls: step.tool.class } : null;
 }
 
@@ -335,21 +408,8 @@ async function askStore<T>(attempt: Attempt, log: Logger, what: string, read: ()
   }
 }
 
-function storeReads(deps: ExecutorDeps, attempt: Attempt, log: Logger): DispatchDeps {
-  return { stageResults: (runId) => askStore(attempt, log, 'earlier results', () => deps.store.stageResults(runId)), random: deps.random };
-}
-
-/**
- * A static stage after the first whose input was never computed (its step's input() failed
- * when the stage before it finished, and the run was retried): computed now from persisted
- * results, so the retry runs the step with the input it would have had. Still failing is this
- * stage's own permanent failure.
- */
-async function inputNow(reads: DispatchDeps, workflow: Workflow, stage: ClaimedStage): Promise<ClaimedStage> {
-  if (stage.seq === 1 || stage.input !== null || !workflow.steps[stage.seq - 1]?.input) return stage;
-  const computed = await stepInput(reads, workflow, stage, stage.seq);
-  if (!computed.ok) throw computed.error;
-  return { ...stage, input: computed.input };
+function storeReads(deps: ExecutorDeps): DispatchDeps {
+  return { random: deps.random };
 }
 
 /**
@@ -424,9 +484,8 @@ async function settle(
     );
   }
   if (verdict.nextClaimed) deps.onClaimed(verdict.nextClaimed);
-  else if (verdict.nextStageId && verdict.nextToolClass) {
-    deps.onQueued(verdict.nextToolClass, stage.definitionHash, { stageId: verdict.nextStageId, attempt: 1 });
-  }
+  // Every stage this finish made ready (a join reached, a fan-out, an agent's tool calls, a map's items).
+  for (const w of verdict.woken) deps.onQueued(w.toolClass, w.definitionHash, { stageId: w.stageId, attempt: 1 });
   if (row.outcome === 'queued') {
     deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   }
@@ -458,3 +517,116 @@ export const inlineRunner: ToolRunner = {
   run: ({ tool, input, ctx }) => tool.run(input, ctx),
   reconcile: ({ tool, input, ctx }) => tool.reconcile!(input, ctx),
 };
+
+/** A stage as the planner reads it. */
+const persisted = (s: GraphStageRow): PersistedStage => ({ ...s });
+
+/**
+ * What a stage of a static workflow does at its claim (planner/decide.ts), from the persisted
+ * stages of its run: read only when the decision needs them (a stage that waits for something,
+ * a map or a child step). A map item, and a tool stage whose input its finisher already computed
+ * (the fast path, or a first stage's input computed at submit), run with that input.
+ */
+async function decideNow(
+  deps: ExecutorDeps,
+  attempt: Attempt,
+  log: Logger,
+  workflow: Workflow,
+  stage: ClaimedStage,
+): Promise<ClaimDecision> {
+  if (stage.seq >= ITEM_SEQ_STRIDE) return { kind: 'run', input: stage.input ?? null };
+  const node = runGraph(workflow).bySeq.get(stage.seq)!;
+  if (node.step.kind === 'tool' && stage.input !== null) return { kind: 'run', input: stage.input };
+  const read = node.deps.length > 0 || node.step.kind !== 'tool';
+  const stages = read ? await askStore(attempt, log, 'the run graph', () => deps.store.graphStages(stage.runId)) : [];
+  const child = node.step.kind === 'workflow' ? await askStore(attempt, log, 'the child run', () => deps.store.childRun(stage.id)) : null;
+  return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted), child });
+}
+
+/**
+ * A static stage succeeded (a tool's output, or a value decided without one): on a linear stretch
+ * (its one successor waits for it alone) the successor's input is computed now, from the persisted
+ * results and this fresh one, so the finish can claim it for this worker (the fast path) or queue
+ * it ready; a fan-out or a join is left to the finish's join and the successors' own claims.
+ */
+async function graphSuccess(
+  deps: ExecutorDeps,
+  attempt: Attempt,
+  log: Logger,
+  workflow: Workflow,
+  stage: ClaimedStage,
+  output: unknown,
+  data: Record<string, unknown>,
+): Promise<FinishRow> {
+  const row = succeededRow(stage, output, data);
+  if (stage.seq >= ITEM_SEQ_STRIDE) return row;
+  // A plain sequence's last step also ends its run explicitly, as it always did: a run written after
+  // the upgrade by a submitter of the previous release has no sink counter (the statement ends it once).
+  if (!workflow.graph && stage.seq === workflow.steps.length) return { ...row, run: { state: 'succeeded', result: output } };
+  const nextSeq = linearSuccessor(workflow, stage.seq);
+  const nextStep = nextSeq === null ? undefined : workflow.steps[nextSeq - 1];
+  if (nextSeq === null || !nextStep || nextStep.kind !== 'tool') return row;
+  let next: { seq: number; input: unknown } | null;
+  if (!nextStep.input && !nextStep.when) next = { seq: nextSeq, input: stage.runInput };
+  else {
+    const stages = await askStore(attempt, log, 'earlier results', () => deps.store.graphStages(stage.runId));
+    next = fastPathInput(workflow, { runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted) }, output);
+  }
+  // Without an input computed now, the successor is only queued (its claim decides); the seq still names it for a row of the previous release.
+  if (!next) return { ...row, next: { seq: nextSeq, input: null } };
+  return { ...row, next, ...(deps.canClaimNext(nextStep.tool.class.name, stage.toolClass) ? { claimNext: true } : {}) };
+}
+
+/**
+ * A child-run step's first claim: the child workflow (a version this worker loaded), its input
+ * checked by the child's schema and its plan, sent with a `waiting` finish that inserts the child
+ * run keyed by this stage (a second start inserts nothing) and its stages. The stage then waits
+ * without a lease; the child's end queues it again and its next claim takes the child's outcome.
+ */
+function childStart(
+  deps: ExecutorDeps,
+  workflow: Workflow,
+  stage: ClaimedStage,
+  decision: Extract<ClaimDecision, { kind: 'start_child' }>,
+  data: Record<string, unknown>,
+): FinishRow {
+  const fail = (code: 'unknown_child_workflow' | 'child_input_invalid', message: string) =>
+    groupFailure(workflow, stage, plannerFailure(code, message).error, data);
+  let child: Workflow;
+  try {
+    child = deps.registry.require(decision.workflow.name, decision.workflow.version ?? undefined);
+  } catch (err) {
+    return fail('unknown_child_workflow', `child workflow ${decision.workflow.name}: ${(err as Error).message}`);
+  }
+  const parsed = child.input.safeParse(decision.input);
+  if (!parsed.success) {
+    const detail = parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ');
+    return fail('child_input_invalid', `the input of child workflow ${child.name} is invalid: ${detail}`);
+  }
+  let plan: { stages: StageSpec[]; sinksLeft?: number };
+  try {
+    plan = child.agent ? { stages: planAgentRun(child) } : planStaticRun(child, parsed.data);
+  } catch (err) {
+    return fail('child_input_invalid', `child workflow ${child.name} cannot be planned: ${(err as Error).message}`);
+  }
+  const rows = stageRows(
+    plan.stages.map((s) => stageSpecSchema.parse(s)),
+    parsed.data,
+    'child',
+  );
+  return {
+    stageId: stage.id,
+    fence: stage.fence,
+    outcome: 'waiting',
+    waitFor: 1,
+    child: {
+      id: uuidv7(),
+      workflow: child.name,
+      definitionHash: child.hash,
+      input: parsed.data ?? null,
+      sinksLeft: plan.sinksLeft ?? null,
+      stages: rows.map((r) => JSON.parse(JSON.stringify(r)) as Record<string, unknown>),
+    },
+    data: { ...data, childWorkflow: child.name },
+  };
+}

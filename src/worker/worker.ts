@@ -123,10 +123,12 @@ export class Worker {
     };
     // Limits travel with the claim, so they hold on every path that claims.
     const keyed = new Set(
-      deps.registry
-        .list()
-        .filter((w) => w.concurrencyKey)
-        .flatMap((w) => w.steps.map((s) => s.tool.class.name)),
+      deps.registry.list().flatMap((w) =>
+        w.steps
+          // a workflow's concurrency key, or a map's maxParallel (its items hold a key per run and step)
+          .filter((s) => w.concurrencyKey || (s.kind === 'map' && s.map!.maxParallel !== null))
+          .map((s) => s.tool.class.name),
+      ),
     );
     for (const c of classes) {
       const limits: ClaimLimits = {

@@ -147,10 +147,19 @@ describe('the run graph in definitions', () => {
     );
   });
 
-  it('this version refuses to submit a graph workflow rather than run it as a sequence', () => {
-    const e = refusal(() => planStaticRun(wf([{ tool: a }, { tool: b, after: [] }]), {}));
-    expect(e.details.reason).toBe('graph_not_runnable');
-    expect(planStaticRun(wf([{ tool: a }, { tool: b }]), {})).toHaveLength(2);
+  it('a graph workflow is planned as its graph (a sequence as a chain); child steps are refused at submit for now', () => {
+    const fan = planStaticRun(wf([{ tool: a }, { tool: b, after: [] }]), {});
+    expect(fan.sinksLeft).toBe(2);
+    expect(fan.stages.map((s) => [s.deps, s.nextSeqs, s.sink])).toEqual([
+      [[], [], 'one_of'],
+      [[], [], 'one_of'],
+    ]);
+    const seq = planStaticRun(wf([{ tool: a }, { tool: b }]), {});
+    expect(seq.stages.map((s) => [s.deps, s.nextSeqs, s.sink])).toEqual([
+      [[], [2], null],
+      [[1], [], 'only'],
+    ]);
+    expect(planStaticRun(wf([{ tool: a }, { name: 'm', map: { items: () => [], tool: b } }]), {}).sinksLeft).toBe(1);
   });
 });
 

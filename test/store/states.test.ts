@@ -17,7 +17,7 @@ describe('the state table', () => {
     for (const s of TERMINAL_STAGE_STATES) expect(STAGE_TRANSITIONS[s].filter((t) => t !== 'queued' && t !== 'pending')).toEqual([]);
     expect(STAGE_TRANSITIONS.succeeded).toEqual([]);
     expect(canTransition('stage', 'cancelled', 'pending')).toBe(true);
-    expect(canTransition('stage', 'cancelled', 'queued')).toBe(false);
+    expect(canTransition('stage', 'cancelled', 'queued')).toBe(true); // a run retry revives a parallel branch the failure cancelled while it was due
     expect(canTransition('stage', 'succeeded', 'queued')).toBe(false);
     expect(canTransition('stage', 'pending', 'succeeded')).toBe(false);
     expect(canTransition('stage', 'pending', 'running')).toBe(true); // the fast path

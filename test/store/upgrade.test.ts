@@ -209,7 +209,7 @@ describe('migrations are forward-only and safe under running older workers', () 
 
   it('every index of CONCURRENT_INDEXES is declared in the schema (drizzle-kit keeps it in its snapshot)', () => {
     const schema = readFileSync(join(MIGRATIONS_FOLDER, '..', 'src/store/schema.ts'), 'utf8');
-    for (const ix of CONCURRENT_INDEXES) expect(schema, ix.name).toContain(`index('${ix.name}')`);
+    for (const ix of CONCURRENT_INDEXES) expect(schema, ix.name).toContain(`${ix.unique ? 'uniqueIndex' : 'index'}('${ix.name}')`);
   });
 });
 

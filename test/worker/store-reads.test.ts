@@ -100,10 +100,10 @@ describe('store reads between the claim and the finish (PostgreSQL)', () => {
     throw new Error('run did not end');
   };
 
-  it('an XX000 on the earlier-results read ends the attempt as unknown, not as the tool failing', async () => {
-    const real = r.store.stageResults.bind(r.store);
+  it('an XX000 on the earlier-results read (the run graph) ends the attempt as unknown, not as the tool failing', async () => {
+    const real = r.store.graphStages.bind(r.store);
     let thrown = 0;
-    r.store.stageResults = async (runId) => {
+    r.store.graphStages = async (runId) => {
       if (thrown++ === 0) throw internal();
       return real(runId);
     };
@@ -118,7 +118,7 @@ describe('store reads between the claim and the finish (PostgreSQL)', () => {
       expect(ev.map((e) => e.type)).toContain('lease_reclaimed');
       expect(JSON.stringify(run.stages)).not.toContain('injected');
     } finally {
-      r.store.stageResults = real;
+      r.store.graphStages = real;
     }
   });
 

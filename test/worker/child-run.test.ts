@@ -1,0 +1,143 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createServer, type ApiServer } from '../../src/api/server.js';
+import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
+import { createRatchet, type Ratchet } from '../../src/engine.js';
+import { PermanentError } from '../../src/errors.js';
+import { silentLogger } from '../../src/logger.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+
+/**
+ * Child runs (issue 11) on PostgreSQL: a step `{ workflow: 'other' }` starts one child run keyed
+ * by its stage, waits for it without a lease (state `waiting`), and takes its result; a failed
+ * child fails the step with child_run_failed; cancelling the parent cancels the child (its
+ * running tool's signal aborts with `cancelled`); GET /v1/runs/:id shows parentRunId and children.
+ */
+const c = defineToolClass({
+  name: 'child_io',
+  lease: '3s',
+  heartbeat: '500ms',
+  jitter: '100ms',
+  timeout: '20s',
+  maxDuration: '30s',
+  retry: { maxAttempts: 1 },
+});
+const any = z.object({}).passthrough();
+const calls: Record<string, unknown[]> = {};
+const tool = (name: string, run: (input: Record<string, unknown>, signal: AbortSignal) => unknown | Promise<unknown>) =>
+  defineTool({
+    name,
+    description: name,
+    class: c,
+    input: any,
+    output: z.unknown(),
+    run: async (input, ctx) => {
+      (calls[name] ??= []).push(input);
+      return run(input, ctx.signal);
+    },
+  });
+const double = tool('double', (i) => ({ n: (i.n as number) * 2 }));
+const child = defineWorkflow({ name: 'child_double', input: z.object({ n: z.number() }), steps: [{ tool: double }] });
+const prep = tool('prep', () => ({ n: 21 }));
+const finish = tool('finish', (i) => ({ final: i }));
+const parent = defineWorkflow({
+  name: 'parent',
+  input: any,
+  steps: [
+    { tool: prep },
+    { name: 'sub', workflow: 'child_double', input: ({ results }) => results.prep },
+    { tool: finish, input: ({ results }) => results.sub },
+  ],
+});
+const refuse = tool('refuse', () => {
+  throw new PermanentError('the child says no', { code: 'child_no' });
+});
+const badChild = defineWorkflow({ name: 'child_bad', input: any, steps: [{ tool: refuse }] });
+const badParent = defineWorkflow({ name: 'parent_bad', input: any, steps: [{ name: 'sub', workflow: 'child_bad' }] });
+const hold = tool('hold', async (_i, signal) => {
+  const reason = await new Promise<string>((resolve) =>
+    signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
+  );
+  (calls.hold_reason ??= []).push(reason);
+  throw signal.reason;
+});
+const slowChild = defineWorkflow({ name: 'child_slow', input: any, steps: [{ tool: hold }] });
+const slowParent = defineWorkflow({ name: 'parent_slow', input: any, steps: [{ name: 'sub', workflow: 'child_slow' }] });
+
+const TOKEN = 't0123456789abcdef';
+const auth = { headers: { authorization: `Bearer ${TOKEN}` } };
+
+describe('child runs (PostgreSQL)', () => {
+  let db: TestDatabase;
+  let r: Ratchet;
+  let api: ApiServer;
+  beforeAll(async () => {
+    db = await createTestDatabase('child_run');
+    r = await createRatchet({
+      databaseUrl: db.url,
+      workflows: [child, parent, badChild, badParent, slowChild, slowParent],
+      logger: silentLogger(),
+    });
+    await r.worker({ pollIntervalMs: 50, concurrency: 4 }).start();
+    api = await createServer({ ratchet: r, tokens: [TOKEN], port: 0 });
+  });
+  afterAll(async () => {
+    await api?.close();
+    await r?.close();
+    await db?.drop();
+  });
+  const ended = async (id: string) => {
+    for (let i = 0; i < 400; i++) {
+      const run = (await r.store.getRun(id))!;
+      if (['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state)) return run;
+      await new Promise((res) => setTimeout(res, 25));
+    }
+    throw new Error('run did not end');
+  };
+
+  it('starts one child keyed by its stage, waits without a lease, and takes its result; the API shows parent and children', async () => {
+    const { id } = await r.submit('parent', {});
+    const run = await ended(id);
+    expect(run.state).toBe('succeeded');
+    expect(run.result).toEqual({ final: { n: 42 } });
+    expect(run.children).toHaveLength(1);
+    const kid = (await r.store.getRun(run.children![0]!.id))!;
+    expect(kid).toMatchObject({ workflow: 'child_double', state: 'succeeded', parentRunId: id, result: { n: 42 } });
+    expect(kid.parentStageId).toBe(run.stages[1]!.id);
+    const types = (await r.events(id)).map((e) => e.type);
+    expect(types.filter((t) => t === 'child_run_started')).toHaveLength(1);
+    expect(types.filter((t) => t === 'stage_waiting')).toHaveLength(1);
+    const body = (await (await fetch(`${api.url}/v1/runs/${id}`, auth)).json()) as Record<string, unknown>;
+    expect(body).toMatchObject({ parentRunId: null, children: [{ id: kid.id, workflow: 'child_double', state: 'succeeded' }] });
+    const kidBody = (await (await fetch(`${api.url}/v1/runs/${kid.id}`, auth)).json()) as Record<string, unknown>;
+    expect(kidBody).toMatchObject({ parentRunId: id, children: [] });
+  });
+
+  it('a failed child fails the parent stage with child_run_failed (its error in details)', async () => {
+    const run = await ended((await r.submit('parent_bad', {})).id);
+    expect(run.state).toBe('failed');
+    expect(run.error).toMatchObject({ code: 'child_run_failed', details: { childError: { code: 'child_no' } } });
+  });
+
+  it('cancelling the parent cancels its child: the child tool signal aborts with cancelled', async () => {
+    const { id } = await r.submit('parent_slow', {});
+    for (let i = 0; i < 400 && !calls.hold; i++) await new Promise((res) => setTimeout(res, 25));
+    expect(calls.hold).toHaveLength(1);
+    // explain says the parent waits for its child, with the child's own verdict.
+    const ex = await r.explain(id);
+    expect(ex.verdict).toBe('waiting_for_child');
+    expect(ex.evidence).toMatchObject({
+      workflow: 'child_slow',
+      childVerdict: (await r.explain((ex.evidence as { childRunId: string }).childRunId)).verdict,
+    });
+    await r.cancel(id);
+    for (let i = 0; i < 400 && !calls.hold_reason; i++) await new Promise((res) => setTimeout(res, 25));
+    expect(calls.hold_reason).toEqual(['cancelled']);
+    const run = (await r.store.getRun(id))!;
+    expect(run.state).toBe('cancelled');
+    expect(run.stages.map((s) => s.state)).toEqual(['cancelled']);
+    const kid = (await r.store.getRun(run.children![0]!.id))!;
+    expect(kid.state).toBe('cancelled');
+    expect(kid.stages.map((s) => s.state)).toEqual(['cancelled']);
+  });
+});
