@@ -282,7 +282,8 @@ describe('the migrator under running workers', () => {
     const [a, b] = CONCURRENT_INDEXES.map((x) => x.name) as [string, string];
     await db!.query(`DROP INDEX ratchet."${a}"`);
     await db!.query(`UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'ratchet."${b}"'::regclass`);
-    expect(await validIndexes()).toEqual([]);
+    const all = CONCURRENT_INDEXES.map((x) => x.name).sort();
+    expect(await validIndexes()).toEqual(all.filter((x) => x !== a && x !== b));
     const c = await connect('test-migrator-2');
     try {
       await migratePostgres(c);
@@ -290,7 +291,7 @@ describe('the migrator under running workers', () => {
     } finally {
       await c.end();
     }
-    expect(await validIndexes()).toEqual([a, b].sort());
+    expect(await validIndexes()).toEqual(all);
     const [n] = await db!.query(`SELECT count(*)::int AS n FROM pg_class WHERE relname = ANY($1::text[])`, [[a, b]]);
     expect(n!.n).toBe(2);
   });
