@@ -165,7 +165,11 @@ export async function getSchedule(q: Queryable, name: string): Promise<ScheduleR
   return r ? toRow(r) : null;
 }
 
-/** True when a schedule of that name was there. Its tick rows stay (the history of runs it started). */
+/**
+ * True when a schedule of that name was there. Its tick rows go with it: a schedule created again
+ * under the name starts with no history, not a stranger's (the runs it started stay, their
+ * idempotency keys `schedule:<name>:<tick>` say which tick). The retention pass sweeps any left.
+ */
 export async function deleteSchedule(q: Queryable, name: string): Promise<boolean> {
   return (await q.query(DELETE_SCHEDULE_SQL, [name])).length > 0;
 }
