@@ -1,5 +1,6 @@
 /**
- * Claim benchmark for what a claim must skip (not a test): `npx tsx bench/claim.ts [--quick] [--pg-url URL]`.
+ * Claim benchmark for what a claim must skip (not a test):
+ * `npx tsx bench/claim.ts [--quick] [--only versions|keys] [--pg-url URL]`.
  * stdout: one JSON line per figure, {"bench":"claim","metric","variant","value","unit"[,"info"]};
  * stderr: progress and EXPLAIN (ANALYZE, BUFFERS) plans.
  *   1. versions: 1M due stages of definition v1 ahead of 10k of v2; claim latency (limit 1, each
@@ -19,6 +20,7 @@ import { createDb, dropDb, emit, log, percentile, round, type Line } from './lib
 const { values: argv } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
+    only: { type: 'string' },
     'pg-url': { type: 'string', default: process.env.RATCHET_BENCH_PG_URL ?? 'postgres://root@127.0.0.1:5432/test' },
   },
 });
@@ -146,55 +148,57 @@ async function latency(label: string, store: Store, claim: () => Promise<Claimed
   );
 }
 
-await withStore(
-  'bench_claim_versions',
-  async (store) => {
-    await insert(store, BACKLOG, 'v1', 3_600_000);
-    await insert(store, 10_000, 'v2', 1_000);
-  },
-  async (store, url) => {
-    await explain(
-      url,
-      `versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`,
-      claimSql(1, 1),
-      'text, text, text[]',
-      `'o', '${CLS}', ARRAY['v2']`,
-    );
-    await explain(
-      url,
-      `versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`,
-      claimSql(1, 2),
-      'text, text, text[]',
-      `'o', '${CLS}', ARRAY['v2', 'v1']`,
-    );
-    await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`, store, () =>
-      store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2'] }),
-    );
-    await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, store, () =>
-      store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2', 'v1'] }),
-    );
-  },
-);
+if (argv.only === undefined || argv.only === 'versions')
+  await withStore(
+    'bench_claim_versions',
+    async (store) => {
+      await insert(store, BACKLOG, 'v1', 3_600_000);
+      await insert(store, 10_000, 'v2', 1_000);
+    },
+    async (store, url) => {
+      await explain(
+        url,
+        `versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`,
+        claimSql(1, 1),
+        'text, text, text[]',
+        `'o', '${CLS}', ARRAY['v2']`,
+      );
+      await explain(
+        url,
+        `versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`,
+        claimSql(1, 2),
+        'text, text, text[]',
+        `'o', '${CLS}', ARRAY['v2', 'v1']`,
+      );
+      await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v2`, store, () =>
+        store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2'] }),
+      );
+      await latency(`versions,${BACKLOG}_of_v1_ahead,claimer_has_v1_v2`, store, () =>
+        store.claim({ owner, toolClass: CLS, limit: 1, definitions: ['v2', 'v1'] }),
+      );
+    },
+  );
 
-await withStore(
-  'bench_claim_keys',
-  async (store) => {
-    await insert(store, BACKLOG, 'h', 3_600_000, 'tenant-a', 1, 2);
-    await store.db.query(`UPDATE ratchet.stages SET state = 'running', owner_id = 'x', fence = nextval('ratchet.fence_seq'), attempt = 1,
+if (argv.only === undefined || argv.only === 'keys')
+  await withStore(
+    'bench_claim_keys',
+    async (store) => {
+      await insert(store, BACKLOG, 'h', 3_600_000, 'tenant-a', 1, 2);
+      await store.db.query(`UPDATE ratchet.stages SET state = 'running', owner_id = 'x', fence = nextval('ratchet.fence_seq'), attempt = 1,
     lease_until = ratchet.db_now() + interval '1 day' WHERE id IN (SELECT id FROM ratchet.stages ORDER BY id LIMIT 2)`);
-    await insert(store, 10_000, 'h', 1_000, 'tenant-', 1000, 2);
-  },
-  async (store, url) => {
-    await explain(
-      url,
-      `keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_pick_10`,
-      pickCandidatesSql(10, 1, true),
-      'text, text, text[], text',
-      `'o', '${CLS}', ARRAY['h'], ''`,
-    );
-    await latency(`keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_claim_10`, store, () =>
-      store.claim({ owner, toolClass: CLS, limit: 10, definitions: ['h'], limits: { keyed: true } }),
-    );
-  },
-);
+      await insert(store, 10_000, 'h', 1_000, 'tenant-', 1000, 2);
+    },
+    async (store, url) => {
+      await explain(
+        url,
+        `keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_pick_10`,
+        pickCandidatesSql(10, 1, true),
+        'text, text, text[], text',
+        `'o', '${CLS}', ARRAY['h'], ''`,
+      );
+      await latency(`keys,${BACKLOG}_of_a_saturated_key_ahead,keyed_claim_10`, store, () =>
+        store.claim({ owner, toolClass: CLS, limit: 10, definitions: ['h'], limits: { keyed: true } }),
+      );
+    },
+  );
 log('done');

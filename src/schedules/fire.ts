@@ -135,7 +135,9 @@ async function fireOne(deps: FireDeps, s: LeasedSchedule): Promise<FireCounts> {
           { event: 'schedule_tick_failed', schedule: s.name, tick, failures: s.failures + 1, err: error },
           'a schedule could not start its run; it backs off and tries the tick again',
         );
-        if (!(await recordFailedTick(deps.db, s.name, deps.owner, tick, error))) return counts;
+        // Refused (the lease was lost, or a concurrent replace moved last_tick_at past the tick): end the pass as the
+        // recordTick path does, so the firing lease is freed now rather than left to lapse.
+        if (!(await recordFailedTick(deps.db, s.name, deps.owner, tick, error))) return stop(deps, s, decided, counts);
         await finishFiring(deps.db, s.name, deps.owner, { ...end, latest: decided, next: tick, error });
         return counts;
       }

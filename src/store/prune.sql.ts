@@ -75,3 +75,43 @@ matched AS MATERIALIZED (${CANDIDATES})
 SELECT (SELECT count(*)::int FROM matched) AS runs,
   (SELECT count(*)::int FROM ratchet.stages s WHERE s.run_id IN (SELECT id FROM matched)) AS stages,
   (SELECT count(*)::int FROM ratchet.events e WHERE e.run_id IN (SELECT id FROM matched)) AS events`;
+
+/**
+ * Schedule ticks (schedules.schema.ts): one batch of at most $2 rows, $1 the latest ticks kept per
+ * schedule. A tick goes when (a) its schedule is gone (a delete removes its ticks itself; these are
+ * left from before that, or raced it), or (b) it is decided (tick_at <= last_tick_at: no pass and no
+ * catch-up ever looks at it again, the schedule row alone says where firing goes on), its run is gone
+ * (pruned by retention; or it started none: skipped, or failed and then missed), and it is older
+ * than the schedule's latest $1 ticks. A 'failed' tick after last_tick_at (not decided: tried again
+ * after the back-off) is never touched. Per schedule: one backward probe of the (schedule, tick_at)
+ * key for its cut, then its oldest ticks in key order, so a batch reads the ticks it deletes plus the
+ * kept ones older than the cut whose run is still there (runs kept longer than their ticks' turn).
+ * Locked rows (a pass writing a tick) are skipped.
+ */
+export const PRUNE_TICKS_BATCH_SQL = `
+WITH cut AS MATERIALIZED (
+  SELECT s.name, least(s.last_tick_at, k.t) AS upto
+  FROM ratchet.schedules s CROSS JOIN LATERAL (SELECT (SELECT k.tick_at FROM ratchet.schedule_ticks k WHERE k.schedule = s.name
+    ORDER BY k.tick_at DESC OFFSET $1::int LIMIT 1) AS t) k
+  WHERE k.t IS NOT NULL -- fewer ticks than kept: none goes (least() would skip the null)
+),
+old AS MATERIALIZED (
+  SELECT t.schedule, t.tick_at FROM cut c CROSS JOIN LATERAL (
+    SELECT t.schedule, t.tick_at FROM ratchet.schedule_ticks t
+    WHERE t.schedule = c.name AND t.tick_at <= c.upto
+      AND (t.run_id IS NULL OR NOT EXISTS (SELECT 1 FROM ratchet.runs r WHERE r.id = t.run_id))
+    ORDER BY t.tick_at LIMIT $2::int
+    FOR UPDATE OF t SKIP LOCKED) t
+  LIMIT $2::int
+),
+orphans AS MATERIALIZED (
+  SELECT t.schedule, t.tick_at FROM ratchet.schedule_ticks t
+  WHERE NOT EXISTS (SELECT 1 FROM ratchet.schedules s WHERE s.name = t.schedule)
+  LIMIT $2::int
+  FOR UPDATE OF t SKIP LOCKED
+),
+doomed AS (SELECT * FROM old UNION ALL SELECT * FROM orphans),
+gone AS (
+  DELETE FROM ratchet.schedule_ticks t USING doomed d WHERE t.schedule = d.schedule AND t.tick_at = d.tick_at RETURNING 1
+)
+SELECT (SELECT count(*)::int FROM gone) AS ticks, (SELECT count(*)::int FROM doomed) AS found`;

@@ -1,7 +1,7 @@
 import ms from 'ms';
 import { z } from 'zod';
 import type { Queryable } from './db.js';
-import { PRUNE_BATCH_SQL, PRUNE_COUNT_SQL } from './prune.sql.js';
+import { PRUNE_BATCH_SQL, PRUNE_COUNT_SQL, PRUNE_TICKS_BATCH_SQL } from './prune.sql.js';
 import { parseInput } from './validate.js';
 
 /** The states a run ends in: the only ones retention ever deletes. */
@@ -140,4 +140,41 @@ export async function prune(q: Queryable, options: PruneOptions): Promise<PruneR
     }
   }
   return result;
+}
+
+/** The latest ticks kept per schedule by the tick pass, whatever their runs (what `ratchet schedules` / GET show). */
+export const TICKS_KEPT_PER_SCHEDULE = 100;
+/** Tick rows deleted per batch at most. */
+export const DEFAULT_TICK_PRUNE_BATCH = 1000;
+
+export interface PruneTicksOptions {
+  /** Latest ticks kept per schedule (default TICKS_KEPT_PER_SCHEDULE). */
+  keep?: number;
+  /** Rows per batch (default DEFAULT_TICK_PRUNE_BATCH). */
+  batchSize?: number;
+  /** At most this many batches (the sweeper's bound per tick); default: until none is left. */
+  maxBatches?: number;
+}
+
+/**
+ * Deletes schedule tick rows nothing needs any more (PRUNE_TICKS_BATCH_SQL): those of deleted
+ * schedules, and decided ticks whose run is gone, older than the latest `keep` of their schedule.
+ * One bounded statement per batch; stops at the first batch that found fewer than a batch's worth.
+ */
+export async function pruneScheduleTicks(
+  q: Queryable,
+  options: PruneTicksOptions = {},
+): Promise<{ ticks: number; batches: number; complete: boolean }> {
+  const keep = options.keep ?? TICKS_KEPT_PER_SCHEDULE;
+  const batchSize = options.batchSize ?? DEFAULT_TICK_PRUNE_BATCH;
+  if (!Number.isInteger(keep) || keep < 0 || !Number.isInteger(batchSize) || batchSize < 1) {
+    throw new RangeError(`pruneScheduleTicks: keep ${keep} and batchSize ${batchSize} must be whole numbers (batchSize > 0)`);
+  }
+  let ticks = 0;
+  for (let n = 1; ; n++) {
+    if (options.maxBatches !== undefined && n > options.maxBatches) return { ticks, batches: n - 1, complete: false };
+    const [row] = await q.query(PRUNE_TICKS_BATCH_SQL, [keep, batchSize], 'ratchet_prune_ticks_batch');
+    ticks += Number(row?.ticks ?? 0);
+    if (Number(row?.found ?? 0) < batchSize) return { ticks, batches: n, complete: true };
+  }
 }

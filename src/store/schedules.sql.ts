@@ -46,7 +46,11 @@ const COLUMNS = `name, cron, timezone, workflow, input, overlap, catch_up, sourc
 
 export const LIST_SCHEDULES_SQL = `SELECT ${COLUMNS} FROM ratchet.schedules ORDER BY name`;
 export const GET_SCHEDULE_SQL = `SELECT ${COLUMNS} FROM ratchet.schedules WHERE name = $1`;
-export const DELETE_SCHEDULE_SQL = `DELETE FROM ratchet.schedules WHERE name = $1 RETURNING name`;
+/** $1 name. The schedule and its tick rows (its runs stay, each with the schedule's idempotency key `schedule:<name>:<tick>`). */
+export const DELETE_SCHEDULE_SQL = `
+WITH s AS (DELETE FROM ratchet.schedules WHERE name = $1 RETURNING name),
+t AS (DELETE FROM ratchet.schedule_ticks WHERE schedule IN (SELECT name FROM s))
+SELECT name FROM s`;
 
 /**
  * $1 owner, $2 workflows this worker can start (text[]), $3 limit, $4 lease ms. Takes the short

@@ -114,8 +114,8 @@ export type UpsertOutcome = 'created' | 'replaced' | 'kept';
 /**
  * Creates or replaces a schedule. A new one counts its ticks from the database's now (nothing
  * before its creation fires); a replaced one keeps its tick history, but a changed cron or time
- * zone counts from max(last decided tick, now): the new expression never fires a tick of the
- * past. `nextAfter` computes the first tick after a time (cron arithmetic stays out of the store).
+ * zone, or a retired schedule brought back, counts from max(last decided tick, now): the new
+ * expression (or the returning schedule) never fires a tick of the past. `nextAfter` computes the first tick after a time (cron arithmetic stays out of the store).
  * The code sync (source 'code') never touches an API schedule, nor a code one whose definition
  * hash is unchanged (and not retired).
  */
@@ -129,7 +129,10 @@ export async function upsertSchedule(db: Db, s: ScheduleWrite, nextAfter: (after
       if (existing.definition_hash === s.definitionHash && existing.retired_at === null) return 'kept';
     }
     let last = (existing?.last_tick_at as Date | undefined) ?? now;
-    if (existing && (existing.cron !== s.cron || existing.timezone !== s.timezone) && now > last) last = now;
+    // A changed cron or zone, or a retired schedule brought back: count from max(last decided tick, now), so no tick of
+    // the past (the time it was retired included) fires.
+    const fresh = existing && (existing.cron !== s.cron || existing.timezone !== s.timezone || existing.retired_at !== null);
+    if (fresh && now > last) last = now;
     const [r] = await tx.query(UPSERT_SCHEDULE_SQL, [
       s.name,
       s.cron,
@@ -162,7 +165,11 @@ export async function getSchedule(q: Queryable, name: string): Promise<ScheduleR
   return r ? toRow(r) : null;
 }
 
-/** True when a schedule of that name was there. Its tick rows stay (the history of runs it started). */
+/**
+ * True when a schedule of that name was there. Its tick rows go with it: a schedule created again
+ * under the name starts with no history, not a stranger's (the runs it started stay, their
+ * idempotency keys `schedule:<name>:<tick>` say which tick). The retention pass sweeps any left.
+ */
 export async function deleteSchedule(q: Queryable, name: string): Promise<boolean> {
   return (await q.query(DELETE_SCHEDULE_SQL, [name])).length > 0;
 }

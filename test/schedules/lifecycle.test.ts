@@ -126,6 +126,31 @@ describe('schedules: replace, failures, code sync, priority', () => {
     expect((await r.schedules.get('race'))!.nextTickAt).toEqual(new Date('2026-05-01T01:20:00Z'));
   });
 
+  it('a submit that fails after a concurrent replace moved the schedule on: the pass still frees its firing lease', async () => {
+    await setDbTime('2026-05-01T00:00:00Z');
+    await r.schedules.put({ name: 'replaced-mid', cron: '0 * * * *', workflow: 'sched-life', input: { n: 1 }, overlap: 'allow' });
+    await setDbTime('2026-05-01T01:05:00Z');
+    let calls = 0;
+    const submit: SubmitRun = async () => {
+      calls++;
+      // The replace lands while the submit is on its way: a new cron counts from now (last_tick_at moves past the tick).
+      await r.schedules.put({ name: 'replaced-mid', cron: '*/10 * * * *', workflow: 'sched-life', input: { n: 1 }, overlap: 'allow' });
+      throw Object.assign(new Error('boom'), { code: 'boom' });
+    };
+    expect((await fire('a', submit)).failed).toBe(1);
+    expect(calls).toBe(1);
+    // The failed tick was refused (its schedule moved on) and the pass ended: the lease is free, no back-off, no 'failed' row.
+    const [row] = await db.query<{ firing_owner: string | null; firing_until: Date | null }>(
+      `SELECT firing_owner, firing_until FROM ratchet.schedules WHERE name = 'replaced-mid'`,
+    );
+    expect(row).toEqual({ firing_owner: null, firing_until: null });
+    expect(await r.schedules.ticks('replaced-mid')).toEqual([]);
+    // Another worker fires the new expression's next tick at once, not after the ~60 s lease lapses.
+    await setDbTime('2026-05-01T01:10:30Z');
+    expect((await fire('b')).started).toBe(1);
+    expect(await runKeys('replaced-mid')).toEqual(['2026-05-01T01:10:00.000Z']);
+  });
+
   it("a failing submit: a 'failed' tick with the error, the lease freed, a growing back-off, then the tick starts", async () => {
     await setDbTime('2026-05-01T00:00:00Z');
     await r.schedules.put({ name: 'flaky', cron: '0 * * * *', workflow: 'sched-life', input: { n: 1 } });
@@ -197,11 +222,17 @@ describe('schedules: replace, failures, code sync, priority', () => {
     expect(await runKeys('code-b')).toEqual([]);
     expect((await runKeys('code-a')).length).toBe(1);
 
-    // Defined again: back, counting from its history.
+    // Defined again: back, counting from now (as a changed cron does): no tick of the time it was retired fires.
     expect((await syncCodeSchedules(r.store.db, [b], ['sched-life'])).written).toEqual(['code-b']);
-    expect((await r.schedules.get('code-b'))!.retiredAt).toBeNull();
+    const back = (await r.schedules.get('code-b'))!;
+    expect(back.retiredAt).toBeNull();
+    expect(back.lastTickAt.getTime()).toBeGreaterThanOrEqual(Date.parse('2026-05-01T03:05:00Z')); // now, not its retirement
+    expect(back.nextTickAt).toEqual(new Date('2026-05-01T04:00:00Z'));
     await fire();
-    expect(await runKeys('code-b')).toEqual(['2026-05-01T03:00:00.000Z']);
+    expect(await runKeys('code-b')).toEqual([]);
+    await setDbTime('2026-05-01T04:01:00Z');
+    await fire();
+    expect(await runKeys('code-b')).toEqual(['2026-05-01T04:00:00.000Z']);
   });
 
   it('a schedule sets the priority of the runs it starts (API and defineSchedule); without one, the workflow default', async () => {

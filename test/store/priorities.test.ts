@@ -53,17 +53,20 @@ describe('priorities at the claim (PostgreSQL)', () => {
     },
   );
 
-  it('the keyed walk takes the highest priorities across keys, not the first keys it visits', async () => {
+  it('the keyed walk takes the highest priorities it sees, not the first keys it visits; it stops at `limit` of the best seen', async () => {
     const c = 'prio_keys_across';
-    // Keys in walk order: the low-priority ones come first, the high-priority stages sit under the last keys.
-    for (let k = 0; k < 6; k++) await insertQueuedStages(store.db, 3, c, { priority: 0, concurrencyKey: `a${k}`, concurrencyLimit: 5 });
-    await insertQueuedStages(store.db, 1, c, { priority: 20, concurrencyKey: 'z1', concurrencyLimit: 5 });
-    await insertQueuedStages(store.db, 2, c, { priority: 10, concurrencyKey: 'z2', concurrencyLimit: 5 });
+    // Keys in walk order: a low-priority one first, then higher ones; z (the highest) after the walk has what it needs.
+    await insertQueuedStages(store.db, 1, c, { priority: 0, concurrencyKey: 'a0', concurrencyLimit: 5 });
+    await insertQueuedStages(store.db, 1, c, { priority: 20, concurrencyKey: 'a1', concurrencyLimit: 5 });
+    await insertQueuedStages(store.db, 1, c, { priority: 10, concurrencyKey: 'a2', concurrencyLimit: 5 });
+    await insertQueuedStages(store.db, 1, c, { priority: 20, concurrencyKey: 'a3', concurrencyLimit: 5 });
+    await insertQueuedStages(store.db, 1, c, { priority: 30, concurrencyKey: 'z', concurrencyLimit: 5 });
     // The first claim of a class in this process is by priority (one in AGE_SHARE is by age).
     const got = await store.claim({ owner: 'A', toolClass: c, limit: 2, definitions: ['h'], limits: { keyed: true } });
-    expect((await prioritiesOf(got.map((x) => x.id))).sort((a, b) => b - a)).toEqual([20, 10]);
+    expect((await prioritiesOf(got.map((x) => x.id))).sort((a, b) => b - a)).toEqual([20, 20]);
+    // The walk goes on after a3: z first, then round to the rest.
     const next = await store.claim({ owner: 'A', toolClass: c, limit: 2, definitions: ['h'], limits: { keyed: true } });
-    expect((await prioritiesOf(next.map((x) => x.id))).sort((a, b) => b - a)).toEqual([10, 0]);
+    expect((await prioritiesOf(next.map((x) => x.id))).sort((a, b) => b - a)).toEqual([30, 10]);
   });
 
   it('a low-priority stage under a constant stream of higher ones is claimed within AGE_SHARE claims once it is the oldest', async () => {
