@@ -656,7 +656,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
           .slice(0, 1000)}`,
       );
     if (tenantWaitsInFlood === 0) gaps.push('no small-tenant wait was measured inside a flood window');
-    for (const [c, limit] of Object.entries(cfg.classLimits)) {
+    for (const [c, limit] of Object.entries(cov.classLimits === false ? {} : cfg.classLimits)) {
       const peak = peakConcurrency[`class:${c}`]?.peak ?? 0;
       if (peak < limit) gaps.push(`class ${c} peaked at ${peak} live leases, never its limit ${limit}`);
     }

@@ -756,6 +756,10 @@ describe('chaos invariant checker', () => {
     });
     const r = check(full, c);
     expect(r.violations).toEqual([]);
+    // A class under its limit is a gap, unless the soak asked no class limit be required (a short soak).
+    const tight: CheckConfig = { ...c, classLimits: { io: 2 } };
+    expect(check(full, tight).violations.map((v) => v.message)).toEqual(['class io peaked at 1 live leases, never its limit 2']);
+    expect(check(full, { ...tight, coverage: { ...tight.coverage!, classLimits: false } }).violations).toEqual([]);
     expect(r.stats.peakConcurrency).toEqual({
       'class:io': { peak: 1, limit: 1 },
       'key:small': { peak: 1, limit: 2 },
