@@ -260,6 +260,27 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
       expect((await events(run.id)).find((e) => e.type === 'result_rejected')!.data).toMatchObject({ reason: 'stage_cancelled' });
     });
 
+    it('a heartbeat after the stage went skipped or waiting under its fence is `finished`, not `lost` (no heartbeat_lost)', async () => {
+      const c = cls();
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' }), spec({ toolClass: c, name: 'three' })],
+      });
+      const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      const [skip] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'skipped' }]);
+      expect(skip!.accepted).toBe(true);
+      const [e1] = await store.extend({ owner: 'A', leases: [{ stageId: a!.id, fence: a!.fence }] });
+      expect(e1).toMatchObject({ verdict: 'finished', state: 'skipped' });
+      const [b] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      const [wait] = await store.finish('A', [{ stageId: b!.id, fence: b!.fence, outcome: 'waiting', waitFor: 1 }]);
+      expect(wait!.accepted).toBe(true);
+      const [e2] = await store.extend({ owner: 'A', leases: [{ stageId: b!.id, fence: b!.fence }] });
+      expect(e2).toMatchObject({ verdict: 'finished', state: 'waiting' });
+      expect((await events(run.id)).filter((e) => e.type === 'heartbeat_lost')).toEqual([]);
+    });
+
     it('refuses illegal transitions with a typed error and changes nothing', async () => {
       const c = cls();
       const run = await store.createRun({
