@@ -20,7 +20,7 @@ import { failRunsFrom } from './lease-common.sql.js';
  * - lost: expired, taken over (another fence) or gone. Only these write heartbeat_lost.
  */
 export const EXTEND_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
 cur AS (
   SELECT s.id, s.run_id, s.state, s.fence, s.attempt, s.max_attempts,
