@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
 import { openStore, type Store } from '../../src/store/index.js';
+import { stageRows, stageSpecSchema } from '../../src/store/runs.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { spec } from './lease-suite.js';
 
@@ -206,5 +208,42 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
       { stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, effectKey: 'order:8', run: { state: 'succeeded' } },
     ]);
     expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:8');
+  });
+  it("a child run is keyed by its stage alone: a user's run under the key child:<stage id> neither blocks it nor is taken for it", async () => {
+    const c = cls();
+    const run = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      sinksLeft: 1,
+      stages: [{ ...spec({ toolClass: c, name: 'sub' }), deps: [], nextSeqs: [], sink: 'only' }],
+    });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    // A user's own run, submitted with the key the child insert used to take.
+    const user = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      idempotencyKey: `child:${a!.id}`,
+      stages: [spec({ toolClass: `${c}_user` })],
+    });
+    const child = {
+      id: randomUUID(),
+      workflow: 'w',
+      definitionHash: 'h',
+      input: { n: 1 },
+      sinksLeft: null,
+      stages: stageRows([stageSpecSchema.parse(spec({ toolClass: `${c}_kid` }))], {}, 'child').map(
+        (r) => JSON.parse(JSON.stringify(r)) as Record<string, unknown>,
+      ),
+    };
+    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'waiting', waitFor: 1, child }]);
+    expect(v!.accepted).toBe(true);
+    const kid = await store.getRun(child.id);
+    expect(kid).toMatchObject({ parentRunId: run.id, parentStageId: a!.id, idempotencyKey: null, state: 'queued' });
+    expect(kid!.stages).toHaveLength(1);
+    expect((await store.getRun(run.id))!.stages[0]!.state).toBe('waiting');
+    expect((await store.getRun(user.id))!.parentRunId ?? null).toBeNull();
+    expect(await types(run.id)).toContain('child_run_started');
   });
 });
