@@ -237,7 +237,7 @@ function check(limit: number, hashes: number): void {
 export const claimSql = (limit: number, hashes: number, by: ClaimOrder = 'priority'): string => {
   check(limit, hashes);
   return `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, false, 'fill', by)},
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, false, 'fill', by)},
 picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL SELECT id, prev_state, prev_owner, prev_fence FROM expired),${claimPicked()}`;
 };
 
@@ -279,7 +279,7 @@ ORDER BY p.pr DESC NULLS LAST, p.at, p.id`;
  * waited on the class and key locks, and a lease dated from before that wait would be short by it.
  */
 export const CLAIM_IDS_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_clock_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_clock_now() AS t),
 picked AS (
   SELECT s.id, s.state AS prev_state, s.owner_id AS prev_owner, s.fence AS prev_fence
   FROM ratchet.stages s, clk

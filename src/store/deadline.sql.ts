@@ -7,8 +7,10 @@ import { assertTransition, sourcesOf, sqlStates } from '../planner/states.js';
  * decides. The states come from the state table.
  */
 const RUN_EXPIRABLE = sourcesOf('run', 'expired');
+const RUN_CANCELLABLE = sourcesOf('run', 'cancelled');
 const STAGE_UNFINISHED = sourcesOf('stage', 'cancelled');
 for (const from of RUN_EXPIRABLE) assertTransition('run', from, 'expired');
+assertTransition('stage', 'waiting', 'queued');
 for (const from of STAGE_UNFINISHED) assertTransition('stage', from, 'cancelled');
 
 /**
@@ -22,8 +24,11 @@ for (const from of STAGE_UNFINISHED) assertTransition('stage', from, 'cancelled'
  * sweeping at once take different runs, a run being finished now is left for the next sweep),
  * joined to the UPDATE. `due` scans runs_active_deadline_idx (migration 0005; its predicate is
  * state IN ('queued','running'), which RUN_EXPIRABLE must match: test/worker/deadline.test.ts
- * checks the plan), so it costs the number of expired runs. Returns how many runs expired,
- * their ids (for CANCEL_LEFTOVERS_SQL) and the running stages cancelled.
+ * checks the plan), so it costs the number of expired runs. An expired child run wakes the
+ * stage of its parent that waits for it (waiting -> queued; its next claim fails it with
+ * child_run_expired), unless the parent's run expires in this same statement. Returns how many
+ * runs expired, their ids (for CANCEL_DESCENDANTS_SQL and CANCEL_LEFTOVERS_SQL), the running
+ * stages cancelled, and the parent stages woken (to wake a worker of their class).
  */
 export const EXPIRE_RUNS_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
@@ -39,7 +44,7 @@ run AS (
       'deadline', r.deadline)
   FROM due, clk
   WHERE r.id = due.id
-  RETURNING r.id
+  RETURNING r.id, r.parent_stage_id
 ),
 old AS (
   SELECT s.id, s.state FROM ratchet.stages s JOIN run ON s.run_id = run.id WHERE s.state IN (${sqlStates(STAGE_UNFINISHED)})
@@ -50,6 +55,13 @@ st AS (
   WHERE s.id = old.id AND s.state IN (${sqlStates(STAGE_UNFINISHED)}) -- re-checked if a finish commits meanwhile
   RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
 ),
+-- (a parent stage of a run expiring here is cancelled by st instead: one statement never updates a row twice)
+parent_woken AS (
+  UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM run, clk
+  WHERE p.id = run.parent_stage_id AND p.state = 'waiting' AND NOT EXISTS (SELECT 1 FROM run x WHERE x.id = p.run_id)
+  RETURNING p.id, p.run_id, p.tool_class, p.definition_hash, p.attempt, run.id AS child_run_id
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT run.id, NULL, 'run_expired', NULL, NULL, clk.t, jsonb_build_object('reason', 'run_deadline') FROM run, clk
@@ -59,6 +71,48 @@ ev AS (
   FROM st, clk
 )
 SELECT (SELECT count(*) FROM run)::int AS expired, coalesce((SELECT array_agg(run.id::text) FROM run), '{}') AS run_ids,
+  coalesce((SELECT array_agg(st.id::text ORDER BY st.id) FROM st WHERE st.old_state = 'running'), '{}') AS running_stage_ids,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', p.id::text, 'toolClass', p.tool_class, 'definitionHash', p.definition_hash,
+     'attempt', p.attempt) ORDER BY p.id), '[]'::jsonb) FROM parent_woken p) AS woken`;
+
+/**
+ * The child runs of runs $1 that just ended (expired), recursively, cancelled with their unfinished
+ * stages, as CANCEL_RUN_SQL cancels a cancelled run's children; run right after the statement that
+ * ended them (EXPIRE_RUNS_SQL), in a statement of its own: the expiry then never holds a parent's
+ * rows while it waits for a child's (another sweeper may be expiring that child, waking its parent).
+ * A running stage's worker learns it at its next extend (`cancelled`). Events: run_cancelled and
+ * stage_cancelled (previous state), reason $2. Returns the runs cancelled and their running stages.
+ */
+export const CANCEL_DESCENDANTS_SQL = `
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+tree(id) AS (
+  SELECT c.id FROM ratchet.runs c WHERE c.parent_run_id = ANY($1::uuid[])
+  UNION ALL
+  SELECT c.id FROM ratchet.runs c JOIN tree t ON c.parent_run_id = t.id
+),
+run AS (
+  UPDATE ratchet.runs r SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t,
+    error = jsonb_build_object('code', 'cancelled', 'message', 'its parent run ended')
+  FROM tree, clk WHERE r.id = tree.id AND r.state IN (${sqlStates(RUN_CANCELLABLE)})
+  RETURNING r.id
+),
+old AS (
+  SELECT s.id, s.state FROM ratchet.stages s JOIN tree ON s.run_id = tree.id WHERE s.state IN (${sqlStates(STAGE_UNFINISHED)})
+),
+st AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM run, old, clk
+  WHERE s.run_id = run.id AND s.id = old.id AND s.state IN (${sqlStates(STAGE_UNFINISHED)})
+  RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT run.id, NULL, 'run_cancelled', NULL, NULL, clk.t, jsonb_build_object('reason', $2::text) FROM run, clk
+  UNION ALL
+  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state, 'reason', $2::text)
+  FROM st, clk
+)
+SELECT coalesce((SELECT array_agg(run.id::text) FROM run), '{}') AS run_ids,
   coalesce((SELECT array_agg(st.id::text ORDER BY st.id) FROM st WHERE st.old_state = 'running'), '{}') AS running_stage_ids`;
 
 /**

@@ -1,22 +1,40 @@
 import { z } from 'zod';
 import type { Queryable } from './db.js';
-import { CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL } from './deadline.sql.js';
+import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL } from './deadline.sql.js';
 import { parseInput } from './validate.js';
 
 export interface ExpiredRuns {
   /** Runs that became `expired`. */
   expired: number;
-  /** Stages that were running when their run expired: their workers learn it at their next extend. */
+  /** Stages that were running when their run expired (or a child run of it was cancelled): their workers learn it at their next extend. */
   runningStageIds: string[];
+  /** Parent stages an expired child run queued again (to wake a worker of their class; the next claim is `attempt`). */
+  woken: { stageId: string; toolClass: string; definitionHash: string; attempt: number }[];
+  /** Child runs of the expired runs cancelled with them (recursively). */
+  childrenCancelled: number;
 }
 
-/** Expires at most `limit` runs whose deadline has passed by the database clock (one statement). */
+/**
+ * Expires at most `limit` runs whose deadline has passed by the database clock (one statement),
+ * then cancels their child runs recursively (CANCEL_DESCENDANTS_SQL, a statement of its own) and
+ * the leftovers of both.
+ */
 export async function expireRuns(q: Queryable, limit: number): Promise<ExpiredRuns> {
   parseInput(z.number().int().min(1).max(10_000), limit, 'expireRuns.limit');
   const [r] = await q.query(EXPIRE_RUNS_SQL, [limit], 'ratchet_expire_runs');
   const runIds = (r?.run_ids as string[] | undefined) ?? [];
-  if (runIds.length > 0) await cancelLeftovers(q, runIds, 'run_deadline');
-  return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds: (r?.running_stage_ids as string[] | undefined) ?? [] };
+  const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
+  const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));
+  let childrenCancelled = 0;
+  if (runIds.length > 0) {
+    await cancelLeftovers(q, runIds, 'run_deadline');
+    const [d] = await q.query(CANCEL_DESCENDANTS_SQL, [runIds, 'parent_expired'], 'ratchet_cancel_descendants');
+    const childIds = (d?.run_ids as string[] | undefined) ?? [];
+    childrenCancelled = childIds.length;
+    runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
+    if (childIds.length > 0) await cancelLeftovers(q, childIds, 'cancelled');
+  }
+  return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds, woken, childrenCancelled };
 }
 
 /** Cancels the stages a concurrent finish planned into runs that just ended (CANCEL_LEFTOVERS_SQL); returns how many. */

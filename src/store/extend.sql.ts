@@ -12,14 +12,15 @@ import { failRunsFrom } from './lease-common.sql.js';
  * - extended | duration_exceeded: what this statement did;
  * - run_deadline: the stage was cancelled under this fence because its run expired (deadline.sql.ts);
  * - cancelled: cancelled under this fence (the run was cancelled);
- * - finished: the row moved on under this very fence (succeeded, failed or queued): the
+ * - finished: the row moved on under this very fence (succeeded, failed, queued, skipped, or waiting
+ *   for its map's items or child run, without a lease): the
  *   attempt's own finish (or release) got there first. Not a lost lease: no heartbeat_lost.
  * - changed: the row held this lease in the statement's snapshot but changed before the
  *   update could take it (a finish, cancel or expiry committing meanwhile): ask again.
  * - lost: expired, taken over (another fence) or gone. Only these write heartbeat_lost.
  */
 export const EXTEND_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
 cur AS (
   SELECT s.id, s.run_id, s.state, s.fence, s.attempt, s.max_attempts,
@@ -59,7 +60,7 @@ ev AS (
   FROM req CROSS JOIN clk
   CROSS JOIN LATERAL (SELECT * FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s
   WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.id = req.id AND cur.fence = req.fence AND cur.held)
-    AND NOT (s.fence = req.fence AND s.state IN ('cancelled', 'succeeded', 'failed', 'queued'))
+    AND NOT (s.fence = req.fence AND s.state IN ('cancelled', 'succeeded', 'failed', 'queued', 'skipped', 'waiting'))
 )
 SELECT req.id::text AS id, req.fence::text AS fence,
   CASE WHEN ok.id IS NOT NULL THEN 'extended'
@@ -68,7 +69,7 @@ SELECT req.id::text AS id, req.fence::text AS fence,
        -- The runs row is read only for a cancelled stage (CASE evaluates lazily).
        WHEN s.state = 'cancelled' AND s.fence = req.fence
          THEN CASE WHEN (SELECT r.state FROM ratchet.runs r WHERE r.id = s.run_id) = 'expired' THEN 'run_deadline' ELSE 'cancelled' END
-       WHEN s.fence = req.fence AND s.state IN ('succeeded', 'failed', 'queued') THEN 'finished'
+       WHEN s.fence = req.fence AND s.state IN ('succeeded', 'failed', 'queued', 'skipped', 'waiting') THEN 'finished'
        ELSE 'lost' END AS verdict,
   coalesce(ok.lease_until, s.lease_until) AS lease_until, s.state AS state, clk.t AS db_now
 FROM req CROSS JOIN clk

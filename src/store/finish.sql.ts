@@ -223,16 +223,19 @@ rest_cancelled AS (
   WHERE s.id = o.id AND s.state IN (${UNENDED})
   RETURNING s.id, s.run_id, s.fence, s.attempt, o.state AS old_state
 ),
--- A child run started by a waiting stage, keyed by it (unique parent_stage_id and idempotency key
--- child:<stage>: a retry or a crash never starts a second one), with its planned stages.
+-- A child run started by a waiting stage, keyed by it alone (runs_parent_stage_uq: a retry or a crash
+-- never starts a second one). No idempotency key: the submit keys are the users' own. The conflict
+-- arbiter is that index only, so the stage goes waiting only with its child there: inserted here,
+-- or started before; any other conflict fails the whole finish. The child's deadline is its own
+-- workflow's (none without one): its parent's end, expiry included, cancels it (deadline.sql.ts).
 child_run AS (
   INSERT INTO ratchet.runs (id, workflow, definition_hash, input, state, deadline, idempotency_key, created_at, updated_at, priority,
     sinks_left, parent_run_id, parent_stage_id)
   SELECT (f.child->>'id')::uuid, f.child->>'workflow', f.child->>'definitionHash', f.child->'input', 'queued',
-    (SELECT p.deadline FROM ratchet.runs p WHERE p.id = f.run_id), 'child:' || f.id::text, clk.t, clk.t, f.priority,
+    clk.t + (f.child->>'deadlineMs')::int * interval '1 millisecond', NULL, clk.t, clk.t, f.priority,
     (f.child->>'sinksLeft')::int, f.run_id, f.id
   FROM accepted f, clk WHERE f.child IS NOT NULL AND f.outcome = 'waiting'
-  ON CONFLICT DO NOTHING
+  ON CONFLICT (parent_stage_id) WHERE parent_stage_id IS NOT NULL DO NOTHING
   RETURNING id, definition_hash, priority, parent_run_id, parent_stage_id
 ),
 child_stages AS (

@@ -84,6 +84,14 @@ const finishRow = z
         definitionHash: z.string().min(1).max(200),
         input: json,
         sinksLeft: z.number().int().min(1).nullable(),
+        /** The child workflow's own deadline, from the child's start (null or absent: none; its parent's end cancels it anyway). */
+        deadlineMs: z
+          .number()
+          .int()
+          .min(0)
+          .max(2 ** 31 - 1)
+          .nullable()
+          .optional(),
         stages: z.array(z.record(z.string(), json)).min(1).max(10_000),
       })
       .strict()

@@ -20,6 +20,9 @@ for (const [from, to] of [
   ['pending', 'failed'],
   ['pending', 'cancelled'],
   ['queued', 'cancelled'],
+  ['waiting', 'cancelled'],
+  ['running', 'cancelled'],
+  ['waiting', 'queued'],
 ] as const)
   assertTransition('stage', from, to);
 for (const [from, to] of [
@@ -29,6 +32,7 @@ for (const [from, to] of [
   ['running', 'succeeded'],
   ['running', 'expired'],
   ['running', 'cancelled'],
+  ['queued', 'cancelled'],
 ] as const) {
   assertTransition('run', from, to);
 }
@@ -43,7 +47,10 @@ export const STAGE_NOT_STARTED = sqlStates(['pending', 'queued'].filter((s) => s
 /**
  * CTE fragments that end a run as failed because of stage rows in `source` (a CTE with
  * run_id, state, error columns) whose state is 'failed': the run becomes failed with the
- * stage's error, and its unended stages are cancelled (running parallel ones too: the group failure). Same words everywhere.
+ * stage's error, and its unended stages are cancelled (running parallel ones too: the group failure),
+ * with a stage_cancelled event (previous state, reason run_failed) for the running and waiting ones,
+ * as the finish writes them; its child runs are cancelled, recursively, with their stages (as the
+ * finish's `descendants`). Same words everywhere. The statement must begin WITH RECURSIVE.
  */
 export function failRunsFrom(source: string, prefix: string): string {
   return `
@@ -60,14 +67,41 @@ ${prefix}_parent_woken AS (
   WHERE p.id = f.parent_stage_id AND p.state = 'waiting'
   RETURNING p.id
 ),
+${prefix}_rest_old AS (
+  SELECT s.id, s.state FROM ratchet.stages s JOIN ${prefix}_run_failed f ON s.run_id = f.id WHERE s.state IN (${STAGE_UNENDED})
+),
+-- (the failing stage itself was updated by ${source} in this statement: this UPDATE skips it)
 ${prefix}_rest_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', updated_at = clk.t, finished_at = clk.t
-  FROM ${prefix}_run_failed f, clk
-  WHERE s.run_id = f.id AND s.state IN (${STAGE_UNENDED})
+  FROM ${prefix}_rest_old o, clk
+  WHERE s.id = o.id AND s.state IN (${STAGE_UNENDED})
+  RETURNING s.id, s.run_id, s.fence, s.attempt, o.state AS old_state
+),
+-- The failed run's child runs, recursively, cancelled with their stages.
+${prefix}_descendants(id) AS (
+  SELECT c.id FROM ratchet.runs c JOIN ${prefix}_run_failed f ON c.parent_run_id = f.id
+  UNION ALL
+  SELECT c.id FROM ratchet.runs c JOIN ${prefix}_descendants t ON c.parent_run_id = t.id
+),
+${prefix}_children_cancelled AS (
+  UPDATE ratchet.runs r SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t,
+    error = jsonb_build_object('code', 'cancelled', 'message', 'its parent run ended')
+  FROM ${prefix}_descendants t, clk WHERE r.id = t.id AND r.state IN (${RUN_ACTIVE})
+  RETURNING r.id
+),
+${prefix}_children_stages_cancelled AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM ${prefix}_children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${STAGE_UNENDED})
   RETURNING s.id
 ),
 ${prefix}_run_failed_ev AS (
-  INSERT INTO ratchet.events (run_id, type, at) SELECT f.id, 'run_failed', clk.t FROM ${prefix}_run_failed f, clk
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT f.id, NULL, 'run_failed', NULL, NULL, clk.t, NULL FROM ${prefix}_run_failed f, clk
+  UNION ALL
+  SELECT c.run_id, c.id, 'stage_cancelled', c.fence, c.attempt, clk.t, jsonb_build_object('previousState', c.old_state, 'reason', 'run_failed')
+  FROM ${prefix}_rest_cancelled c, clk WHERE c.old_state IN ('running', 'waiting')
+  UNION ALL
+  SELECT c.id, NULL, 'run_cancelled', NULL, NULL, clk.t, jsonb_build_object('reason', 'parent_ended') FROM ${prefix}_children_cancelled c, clk
 )`;
 }
 

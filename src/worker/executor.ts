@@ -625,6 +625,7 @@ function childStart(
       definitionHash: child.hash,
       input: parsed.data ?? null,
       sinksLeft: plan.sinksLeft ?? null,
+      deadlineMs: child.deadlineMs,
       stages: rows.map((r) => JSON.parse(JSON.stringify(r)) as Record<string, unknown>),
     },
     data: { ...data, childWorkflow: child.name },

@@ -139,10 +139,15 @@ export class Sweeper {
   private async expireRuns(): Promise<void> {
     try {
       for (let i = 0; i < DEADLINE_BATCHES; i++) {
-        const { expired, runningStageIds } = await this.store.expireRuns(DEADLINE_BATCH);
+        const { expired, runningStageIds, woken, childrenCancelled } = await this.store.expireRuns(DEADLINE_BATCH);
+        // A parent stage an expired child run queued again: its next claim fails it with child_run_expired.
+        for (const w of woken) this.transport.notify(laneOf(w.toolClass, w.definitionHash), { stageId: w.stageId, attempt: w.attempt });
         if (expired > 0) {
           const runningStages = runningStageIds.length;
-          this.logger.info({ event: 'run_expired', count: expired, runningStages }, 'runs past their deadline expired');
+          this.logger.info(
+            { event: 'run_expired', count: expired, runningStages, parentsWoken: woken.length, childrenCancelled },
+            'runs past their deadline expired',
+          );
         }
         if (expired < DEADLINE_BATCH) break;
       }

@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
 import { openStore, type Store } from '../../src/store/index.js';
+import { stageRows, stageSpecSchema } from '../../src/store/runs.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { spec } from './lease-suite.js';
 
@@ -206,5 +208,110 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
       { stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, effectKey: 'order:8', run: { state: 'succeeded' } },
     ]);
     expect((await store.getRun(run.id))!.stages[0]!.effectKey).toBe('order:8');
+  });
+  it("a child run is keyed by its stage alone: a user's run under the key child:<stage id> neither blocks it nor is taken for it", async () => {
+    const c = cls();
+    const run = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      sinksLeft: 1,
+      stages: [{ ...spec({ toolClass: c, name: 'sub' }), deps: [], nextSeqs: [], sink: 'only' }],
+    });
+    const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+    // A user's own run, submitted with the key the child insert used to take.
+    const user = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      idempotencyKey: `child:${a!.id}`,
+      stages: [spec({ toolClass: `${c}_user` })],
+    });
+    const child = {
+      id: randomUUID(),
+      workflow: 'w',
+      definitionHash: 'h',
+      input: { n: 1 },
+      sinksLeft: null,
+      stages: stageRows([stageSpecSchema.parse(spec({ toolClass: `${c}_kid` }))], {}, 'child').map(
+        (r) => JSON.parse(JSON.stringify(r)) as Record<string, unknown>,
+      ),
+    };
+    const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'waiting', waitFor: 1, child }]);
+    expect(v!.accepted).toBe(true);
+    const kid = await store.getRun(child.id);
+    expect(kid).toMatchObject({ parentRunId: run.id, parentStageId: a!.id, idempotencyKey: null, state: 'queued' });
+    expect(kid!.stages).toHaveLength(1);
+    expect((await store.getRun(run.id))!.stages[0]!.state).toBe('waiting');
+    expect((await store.getRun(user.id))!.parentRunId ?? null).toBeNull();
+    expect(await types(run.id)).toContain('child_run_started');
+  });
+  it('expiry: a child expired alone wakes its parent stage; with its parent it is not woken; an expired run cancels its children recursively', async () => {
+    const c = cls();
+    const kidOf = (toolClass: string, deadlineMs: number | null) => ({
+      id: randomUUID(),
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      sinksLeft: null,
+      deadlineMs,
+      stages: stageRows([stageSpecSchema.parse(spec({ toolClass, leaseMs: 600_000 }))], {}, 'child').map(
+        (r) => JSON.parse(JSON.stringify(r)) as Record<string, unknown>,
+      ),
+    });
+    const start = async (toolClass: string, kid: ReturnType<typeof kidOf>) => {
+      const [a] = await store.claim({ owner: 'A', toolClass, limit: 1 });
+      const [v] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'waiting', waitFor: 1, child: kid }]);
+      expect(v!.accepted).toBe(true);
+      return a!;
+    };
+    const parent = (toolClass: string, deadlineInMs?: number) =>
+      store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        sinksLeft: 1,
+        ...(deadlineInMs === undefined ? {} : { deadlineInMs }),
+        stages: [{ ...spec({ toolClass, name: 'sub' }), deps: [], nextSeqs: [], sink: 'only' }],
+      });
+    // 1: no deadline, its child has its own; 2: both expire; 3: the parent expires, its child and grandchild have none.
+    const p1 = await parent(`${c}_1`);
+    const k1 = kidOf(`${c}_k1`, 1000);
+    const s1 = await start(`${c}_1`, k1);
+    const p2 = await parent(`${c}_2`, 1000);
+    const k2 = kidOf(`${c}_k2`, 1000);
+    const s2 = await start(`${c}_2`, k2);
+    const p3 = await parent(`${c}_3`, 1000);
+    const k3 = kidOf(`${c}_k3`, null);
+    await start(`${c}_3`, k3);
+    const g3 = kidOf(`${c}_g3`, null);
+    await start(`${c}_k3`, g3);
+    const [g] = await store.claim({ owner: 'A', toolClass: `${c}_g3`, limit: 1 });
+    expect((await store.getRun(k1.id))!.deadline).not.toBeNull();
+    expect((await store.getRun(k3.id))!.deadline).toBeNull();
+
+    await store.clock.advance(1001);
+    const out = await store.expireRuns(100);
+    expect(out.woken).toEqual([{ stageId: s1.id, toolClass: `${c}_1`, definitionHash: 'h', attempt: 2 }]);
+    expect(out.runningStageIds).toContain(g!.id);
+    const state = async (id: string) => (await store.getRun(id))!;
+    expect((await state(p1.id)).state).toBe('running');
+    expect((await state(p1.id)).stages[0]!.state).toBe('queued');
+    expect((await state(k1.id)).state).toBe('expired');
+    expect((await state(p2.id)).state).toBe('expired');
+    expect((await state(p2.id)).stages[0]!.id).toBe(s2.id);
+    expect((await state(p2.id)).stages[0]!.state).toBe('cancelled');
+    expect((await state(k2.id)).state).toBe('expired');
+    expect((await state(p3.id)).state).toBe('expired');
+    for (const id of [k3.id, g3.id]) {
+      const d = await state(id);
+      expect(d.state).toBe('cancelled');
+      expect(d.stages.map((x) => x.state)).toEqual(['cancelled']);
+      expect((await store.listEvents(id)).filter((e) => e.type === 'run_cancelled').map((e) => e.data)).toEqual([
+        { reason: 'parent_expired' },
+      ]);
+    }
+    const [ext] = await store.extend({ owner: 'A', leases: [{ stageId: g!.id, fence: g!.fence }] });
+    expect(ext!.verdict).toBe('cancelled');
   });
 });

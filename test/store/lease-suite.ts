@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { IllegalTransitionError, InvalidInputError, UnknownStageError } from '../../src/errors.js';
 import { IdempotencyConflictError, type Store } from '../../src/store/index.js';
-import type { StageSpec } from '../../src/store/runs.js';
+import { randomUUID } from 'node:crypto';
+import { type StageSpec, stageRows, stageSpecSchema } from '../../src/store/runs.js';
 
 export const spec = (over: Partial<StageSpec> = {}): StageSpec => ({
   name: 'step',
@@ -210,6 +211,82 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
       expect(ev.map((e) => e.type)).toContain('run_failed');
     });
 
+    // The run graph's failures at claim (attempts_exhausted) and extend (stage_duration_exceeded): the failed
+    // run's running and waiting siblings get stage_cancelled (reason run_failed), and its child runs are
+    // cancelled recursively with their stages (a running grandchild stage's next extend says `cancelled`).
+    for (const via of ['claim', 'extend'] as const) {
+      it(`a run failed at ${via} cancels its siblings with events and its child runs recursively`, async () => {
+        const c = cls();
+        const kc = `${c}_kid`;
+        const gc = `${c}_grandkid`;
+        const long = { leaseMs: 600_000, maxDurationMs: 600_000 };
+        const failing = via === 'claim' ? { maxAttempts: 1 } : { maxAttempts: 1, leaseMs: 60_000, maxDurationMs: 5000 };
+        const run = await store.createRun({
+          workflow: 'w',
+          definitionHash: 'h',
+          input: {},
+          sinksLeft: 3,
+          stages: [
+            { ...spec({ toolClass: c, name: 'a', ...failing }), deps: [], nextSeqs: [], sink: 'one_of' },
+            { ...spec({ toolClass: c, name: 'b', ...long }), deps: [], nextSeqs: [], sink: 'one_of' },
+            { ...spec({ toolClass: c, name: 'sub', ...long }), deps: [], nextSeqs: [], sink: 'one_of' },
+          ],
+        });
+        const mine = await store.claim({ owner: 'A', toolClass: c, limit: 3 });
+        const by = (n: string) => mine.find((x) => x.name === n)!;
+        expect(mine).toHaveLength(3);
+        // sub starts a child whose only stage starts a grandchild; the grandchild's stage runs.
+        const childOf = (toolClass: string) => ({
+          id: randomUUID(),
+          workflow: 'w',
+          definitionHash: 'h',
+          input: {},
+          sinksLeft: null,
+          stages: stageRows([stageSpecSchema.parse(spec({ toolClass, name: 'k', ...long }))], {}, 'child').map(
+            (r) => JSON.parse(JSON.stringify(r)) as Record<string, unknown>,
+          ),
+        });
+        const kid = childOf(kc);
+        const [w1] = await store.finish('A', [
+          { stageId: by('sub').id, fence: by('sub').fence, outcome: 'waiting', waitFor: 1, child: kid },
+        ]);
+        expect(w1!.accepted).toBe(true);
+        const [k] = await store.claim({ owner: 'A', toolClass: kc, limit: 1 });
+        const grandkid = childOf(gc);
+        const [w2] = await store.finish('A', [{ stageId: k!.id, fence: k!.fence, outcome: 'waiting', waitFor: 1, child: grandkid }]);
+        expect(w2!.accepted).toBe(true);
+        const [g] = await store.claim({ owner: 'A', toolClass: gc, limit: 1 });
+        expect(g!.runId).toBe(grandkid.id);
+
+        if (via === 'claim') {
+          await store.clock.advance(3001); // a's lease expires; its budget (1) is spent
+          const [x] = await store.claim({ owner: 'B', toolClass: c, limit: 3 });
+          expect(x).toMatchObject({ id: by('a').id, state: 'failed' });
+        } else {
+          await store.clock.advance(5000);
+          const [x] = await store.extend({ owner: 'A', leases: [{ stageId: by('a').id, fence: by('a').fence }] });
+          expect(x!.verdict).toBe('duration_exceeded');
+        }
+        const r = (await store.getRun(run.id))!;
+        expect(r.state).toBe('failed');
+        expect(r.stages.map((s) => s.state)).toEqual(['failed', 'cancelled', 'cancelled']);
+        const cancelled = (await events(run.id)).filter((e) => e.type === 'stage_cancelled');
+        cancelled.sort((x, y) => Number(BigInt(x.stageId!) - BigInt(y.stageId!)));
+        expect(cancelled.map((e) => [e.stageId, e.data])).toEqual([
+          [by('b').id, { previousState: 'running', reason: 'run_failed' }],
+          [by('sub').id, { previousState: 'waiting', reason: 'run_failed' }],
+        ]);
+        for (const id of [kid.id, grandkid.id]) {
+          const d = (await store.getRun(id))!;
+          expect(d.state).toBe('cancelled');
+          expect(d.stages.map((s) => s.state)).toEqual(['cancelled']);
+          expect((await events(id)).filter((e) => e.type === 'run_cancelled').map((e) => e.data)).toEqual([{ reason: 'parent_ended' }]);
+        }
+        const [ext] = await store.extend({ owner: 'A', leases: [{ stageId: g!.id, fence: g!.fence }] });
+        expect(ext!.verdict).toBe('cancelled');
+      });
+    }
+
     it('a finish queues the next stage with its input in the same statement; the last one ends the run', async () => {
       const c = cls();
       const run = await store.createRun({
@@ -258,6 +335,27 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
       const [fin] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: 1 }]);
       expect(fin!.accepted).toBe(false);
       expect((await events(run.id)).find((e) => e.type === 'result_rejected')!.data).toMatchObject({ reason: 'stage_cancelled' });
+    });
+
+    it('a heartbeat after the stage went skipped or waiting under its fence is `finished`, not `lost` (no heartbeat_lost)', async () => {
+      const c = cls();
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' }), spec({ toolClass: c, name: 'three' })],
+      });
+      const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      const [skip] = await store.finish('A', [{ stageId: a!.id, fence: a!.fence, outcome: 'skipped' }]);
+      expect(skip!.accepted).toBe(true);
+      const [e1] = await store.extend({ owner: 'A', leases: [{ stageId: a!.id, fence: a!.fence }] });
+      expect(e1).toMatchObject({ verdict: 'finished', state: 'skipped' });
+      const [b] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      const [wait] = await store.finish('A', [{ stageId: b!.id, fence: b!.fence, outcome: 'waiting', waitFor: 1 }]);
+      expect(wait!.accepted).toBe(true);
+      const [e2] = await store.extend({ owner: 'A', leases: [{ stageId: b!.id, fence: b!.fence }] });
+      expect(e2).toMatchObject({ verdict: 'finished', state: 'waiting' });
+      expect((await events(run.id)).filter((e) => e.type === 'heartbeat_lost')).toEqual([]);
     });
 
     it('refuses illegal transitions with a typed error and changes nothing', async () => {

@@ -63,6 +63,20 @@ const hold = tool('hold', async (_i, signal) => {
 });
 const slowChild = defineWorkflow({ name: 'child_slow', input: any, steps: [{ tool: hold }] });
 const slowParent = defineWorkflow({ name: 'parent_slow', input: any, steps: [{ name: 'sub', workflow: 'child_slow' }] });
+/** Waits for its abort and records the reason under `hold_reason_<key>`. */
+const holdFor = (key: string) =>
+  tool(`hold_${key}`, async (_i, signal) => {
+    const reason = await new Promise<string>((resolve) =>
+      signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
+    );
+    (calls[`hold_reason_${key}`] ??= []).push(reason);
+    throw signal.reason;
+  });
+// A child with its own deadline under a parent without one; a child without one under a parent submitted with one.
+const expiringChild = defineWorkflow({ name: 'child_expiring', input: any, deadline: '1s', steps: [{ tool: holdFor('kid') }] });
+const patientParent = defineWorkflow({ name: 'parent_patient', input: any, steps: [{ name: 'sub', workflow: 'child_expiring' }] });
+const patientChild = defineWorkflow({ name: 'child_patient', input: any, steps: [{ tool: holdFor('patient') }] });
+const expiringParent = defineWorkflow({ name: 'parent_expiring', input: any, steps: [{ name: 'sub', workflow: 'child_patient' }] });
 
 const TOKEN = 't0123456789abcdef';
 const auth = { headers: { authorization: `Bearer ${TOKEN}` } };
@@ -75,10 +89,10 @@ describe('child runs (PostgreSQL)', () => {
     db = await createTestDatabase('child_run');
     r = await createRatchet({
       databaseUrl: db.url,
-      workflows: [child, parent, badChild, badParent, slowChild, slowParent],
+      workflows: [child, parent, badChild, badParent, slowChild, slowParent, expiringChild, patientParent, patientChild, expiringParent],
       logger: silentLogger(),
     });
-    await r.worker({ pollIntervalMs: 50, concurrency: 4 }).start();
+    await r.worker({ pollIntervalMs: 50, concurrency: 4, sweepIntervalMs: 200 }).start();
     api = await createServer({ ratchet: r, tokens: [TOKEN], port: 0 });
   });
   afterAll(async () => {
@@ -139,5 +153,31 @@ describe('child runs (PostgreSQL)', () => {
     const kid = (await r.store.getRun(run.children![0]!.id))!;
     expect(kid.state).toBe('cancelled');
     expect(kid.stages.map((s) => s.state)).toEqual(['cancelled']);
+  });
+  it('a child run expired by its own deadline wakes its parent, whose stage fails with child_run_expired', async () => {
+    const { id } = await r.submit('parent_patient', {});
+    const run = await ended(id);
+    expect(run.state).toBe('failed');
+    expect(run.error).toMatchObject({ code: 'child_run_expired' });
+    expect(run.deadline).toBeNull();
+    const kid = (await r.store.getRun(run.children![0]!.id))!;
+    expect(kid.state).toBe('expired');
+    expect(kid.deadline).not.toBeNull(); // its own workflow's deadline, not its parent's (none)
+    for (let i = 0; i < 400 && !calls.hold_reason_kid; i++) await new Promise((res) => setTimeout(res, 25));
+    expect(calls.hold_reason_kid).toEqual(['run_deadline']);
+  });
+
+  it("a parent run's expiry cancels its child run (recursively), whose running tool's signal aborts with cancelled", async () => {
+    const { id } = await r.submit('parent_expiring', {}, { deadline: '1s' });
+    const run = await ended(id);
+    expect(run.state).toBe('expired');
+    const kid = (await r.store.getRun(run.children![0]!.id))!;
+    expect(kid.state).toBe('cancelled');
+    expect(kid.deadline).toBeNull();
+    expect(kid.stages.map((s) => s.state)).toEqual(['cancelled']);
+    const kidEvents = await r.events(kid.id);
+    expect(kidEvents.find((e) => e.type === 'run_cancelled')?.data).toEqual({ reason: 'parent_expired' });
+    for (let i = 0; i < 400 && !calls.hold_reason_patient; i++) await new Promise((res) => setTimeout(res, 25));
+    expect(calls.hold_reason_patient).toEqual(['cancelled']);
   });
 });
