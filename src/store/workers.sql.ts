@@ -83,7 +83,7 @@ WHERE NOT EXISTS (
  * served recently — that have been due for longer than $2 ms, with `no_worker`, and their runs.
  */
 export const FAIL_UNSERVED_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 gone AS (
   UPDATE ratchet.stages s SET state = 'failed', finished_at = clk.t, updated_at = clk.t,
     error = jsonb_build_object('code', 'no_worker', 'message', 'no worker served tool class ' || s.tool_class || ' for ' || $2::int || ' ms', 'toolClass', s.tool_class)
