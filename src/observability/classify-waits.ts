@@ -1,5 +1,6 @@
 import type { RunRow, StageRow } from '../store/index.js';
 import type { WaitKind } from '../planner/waits.js';
+import { explanationBase } from './classify.js';
 import type { Explanation } from './explanation.js';
 
 /**
@@ -31,23 +32,7 @@ const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
  */
 export function classifyWait(run: RunRow, stage: StageRow, ev: WaitEvidence, now: Date): Explanation {
   const t = now.getTime();
-  const base = {
-    runId: run.id,
-    runState: run.state,
-    stage: {
-      id: stage.id,
-      seq: stage.seq,
-      name: stage.name,
-      tool: stage.tool,
-      toolClass: stage.toolClass,
-      state: stage.state,
-      attempt: stage.attempt,
-      maxAttempts: stage.maxAttempts,
-    },
-    deadline: iso(run.deadline),
-    deadlinePassed: run.deadline !== null && run.deadline.getTime() <= t,
-    checkedAt: now.toISOString(),
-  };
+  const base = explanationBase(run, stage, now);
   const name = `stage ${stage.seq} (${stage.name})`;
   const waitingForMs = Math.max(0, t - ev.since.getTime());
   const overdueMs = ev.until !== null && ev.until.getTime() <= t ? t - ev.until.getTime() : null;

@@ -29,18 +29,9 @@ const errorText = (e: unknown): string => {
   return typeof code === 'string' ? code : 'no error recorded';
 };
 
-/**
- * The verdict about a run that is not finished, from its current stage (the running one, else
- * the queued one) and the evidence about that stage's class. Pure: the same facts give the
- * same answer. Order for a queued stage: not due yet (a retry delay); a limit that holds it
- * (class concurrency, its concurrency key, the class rate); nobody serving the class; nobody
- * serving it who has loaded the run's definition (a worker without it leaves the stage alone);
- * stages ahead of it; else first in line.
- */
-export function classifyActive(run: RunRow, stage: StageRow, ev: StageEvidence, cls: ToolClass | undefined): Explanation {
-  const now = ev.now.getTime();
-  const name = `stage ${stage.seq} (${stage.name})`;
-  const base = {
+/** What every verdict about one stage of a run says first: the run, the stage, the deadline, the clock it was read by. */
+export function explanationBase(run: RunRow, stage: StageRow, now: Date) {
+  return {
     runId: run.id,
     runState: run.state,
     stage: {
@@ -54,9 +45,23 @@ export function classifyActive(run: RunRow, stage: StageRow, ev: StageEvidence, 
       maxAttempts: stage.maxAttempts,
     },
     deadline: iso(run.deadline),
-    deadlinePassed: run.deadline !== null && run.deadline.getTime() <= now,
-    checkedAt: ev.now.toISOString(),
+    deadlinePassed: run.deadline !== null && run.deadline.getTime() <= now.getTime(),
+    checkedAt: now.toISOString(),
   };
+}
+
+/**
+ * The verdict about a run that is not finished, from its current stage (the running one, else
+ * the queued one) and the evidence about that stage's class. Pure: the same facts give the
+ * same answer. Order for a queued stage: not due yet (a retry delay); a limit that holds it
+ * (class concurrency, its concurrency key, the class rate); nobody serving the class; nobody
+ * serving it who has loaded the run's definition (a worker without it leaves the stage alone);
+ * stages ahead of it; else first in line.
+ */
+export function classifyActive(run: RunRow, stage: StageRow, ev: StageEvidence, cls: ToolClass | undefined): Explanation {
+  const now = ev.now.getTime();
+  const name = `stage ${stage.seq} (${stage.name})`;
+  const base = explanationBase(run, stage, ev.now);
   const make = <V extends Verdict>(verdict: V, summary: string, evidence: EvidenceOf<V>): Explanation =>
     ({
       verdict,
@@ -235,23 +240,7 @@ export type WaitingEvidence =
  * counting its items by state).
  */
 export function classifyWaiting(run: RunRow, stage: StageRow, ev: WaitingEvidence, now: Date): Explanation {
-  const base = {
-    runId: run.id,
-    runState: run.state,
-    stage: {
-      id: stage.id,
-      seq: stage.seq,
-      name: stage.name,
-      tool: stage.tool,
-      toolClass: stage.toolClass,
-      state: stage.state,
-      attempt: stage.attempt,
-      maxAttempts: stage.maxAttempts,
-    },
-    deadline: iso(run.deadline),
-    deadlinePassed: run.deadline !== null && run.deadline.getTime() <= now.getTime(),
-    checkedAt: now.toISOString(),
-  };
+  const base = explanationBase(run, stage, now);
   const name = `stage ${stage.seq} (${stage.name})`;
   if (ev.kind === 'child') {
     return {
