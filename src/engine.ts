@@ -291,6 +291,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       const res = await store.retryRun(id);
       const hash = res?.retried && res.stage ? (await store.getRun(id))?.definitionHash : undefined;
       if (hash && res?.stage) transport.notify(laneOf(res.stage.toolClass, hash), { stageId: res.stage.id, attempt: 1 });
+      for (const q of res?.childQueued ?? []) transport.notify(laneOf(q.toolClass, q.definitionHash), { stageId: q.stageId, attempt: 1 });
       if (res?.retried) logger.info({ event: 'run_retried', runId: id, stageId: res.stage?.id }, 'run retried');
       return res;
     },
