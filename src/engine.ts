@@ -12,7 +12,7 @@ import type { Workflow } from './definitions/types.js';
 import { workflowVersionSchema } from './definitions/workflow.js';
 import { InvalidInputError } from './errors.js';
 import { defaultLogger } from './logger.js';
-import { assertRunnable, planStaticRun } from './planner/plan.js';
+import { planStaticRun } from './planner/plan.js';
 import { planAgentRun } from './dispatcher/agent.js';
 import type { RunState, StageState } from './planner/states.js';
 import { openStore, retentionPolicySchema, type CancelResult, type EventRow, type Store } from './store/index.js';
@@ -196,7 +196,6 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
             : workflow.deadlineMs !== null
               ? { deadlineInMs: workflow.deadlineMs }
               : {};
-      assertRunnable(workflow);
       const runId = uuidv7();
       const span = startRunSpan(runId, workflow.name); // issue 12: the run's span, its traceparent stored on the run
       const created = await store

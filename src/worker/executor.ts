@@ -187,10 +187,17 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
         });
       }
     } else if (step.kind === 'agent_tool') {
-      // A gated call asks a person first (or runs as approved); the built-in sleep tool waits (issue 10).
+      // A gated call asks a person first (or runs as approved); the built-in sleep tool waits (issue 10);
+      // a workflow tool starts its child run, then takes its result or error (told to the model under tell_model).
       const decision = await decideAgentTool(deps, attempt, log, workflow, step.tool, stage);
       if (decision.kind === 'begin_wait') return await startWait(deps, log, stage, attempt, decision, slot);
-      if (decision.kind === 'fail') row = groupFailure(workflow, stage, decision.error, data());
+      if (decision.kind === 'wait') {
+        slot.release();
+        return handBack(deps, log, stage);
+      }
+      // A workflow tool (defineWorkflowTool): its child run starts keyed by this stage, which waits without a lease.
+      if (decision.kind === 'start_child') row = childStart(deps, workflow, stage, decision, data());
+      else if (decision.kind === 'fail') row = groupFailure(workflow, stage, decision.error, data());
       else if (decision.kind === 'done') row = succeededRow(stage, decision.result, data());
       else if (decision.kind === 'run') {
         const output = await produce(deps, log, workflow, step.tool, { ...stage, input: decision.input }, attempt);
@@ -580,7 +587,7 @@ async function decideNow(
 /**
  * An agent's tool call at its claim: an ungated call runs with its stored input (no read); a
  * gated one (approved, or ask a person) and the built-in sleep tool are decided from the
- * stage's waits row (src/planner/decide.ts).
+ * stage's waits row, a workflow tool from its child run, once started (src/planner/decide.ts).
  */
 async function decideAgentTool(
   deps: ExecutorDeps,
@@ -590,9 +597,26 @@ async function decideAgentTool(
   tool: Tool,
   stage: ClaimedStage,
 ): Promise<ClaimDecision> {
+  if (tool.childWorkflow) {
+    const child = await askStore(attempt, log, 'the child run', () => deps.store.childRun(stage.id));
+    return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: [selfOf(stage)], child });
+  }
   if (!tool.approval && tool.name !== AGENT_SLEEP_TOOL_NAME) return { kind: 'run', input: stage.input ?? null };
   const wait = await askStore(attempt, log, 'the stage wait', () => stageWait(deps.store.db, stage.id));
-  const self: PersistedStage = {
+  return decideAtClaim({
+    workflow,
+    runId: stage.runId,
+    runInput: stage.runInput,
+    seq: stage.seq,
+    stages: [selfOf(stage)],
+    now: stage.dbNow,
+    wait,
+  });
+}
+
+/** The claimed stage as the planner reads it (an agent's tool call is decided from itself alone). */
+function selfOf(stage: ClaimedStage): PersistedStage {
+  return {
     seq: stage.seq,
     name: stage.name,
     state: 'running',
@@ -603,7 +627,6 @@ async function decideAgentTool(
     input: stage.input ?? null,
     tool: stage.tool,
   };
-  return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: [self], now: stage.dbNow, wait });
 }
 
 /** How long beginWait is asked again when the database does not answer. */
