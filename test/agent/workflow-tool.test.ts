@@ -47,6 +47,8 @@ const dig = defineTool({
   output: z.object({ topic: z.string(), facts: z.array(z.string()) }),
   run: async ({ topic }) => {
     digs.push(topic);
+    if (topic.startsWith('once') && digs.filter((t) => t === topic).length === 1)
+      throw new PermanentError(`not yet: ${topic}`, { code: 'not_yet' });
     if (topic.startsWith('bad')) throw new PermanentError(`nothing to dig about ${topic}`, { code: 'no_facts' });
     return { topic, facts: [`${topic} is old`, `${topic} is big`] };
   },
@@ -198,6 +200,24 @@ describe('an agent calls a workflow or an agent as a tool: a durable child run (
     expect(v.error).toMatchObject({ code: 'child_run_failed' });
     expect(requestsOf('strict').length - before).toBe(1);
     expect(await childRows(id)).toHaveLength(1);
+  });
+
+  it("retry of a run failed by its child under 'fail' retries that child in place: one child, the model told its result", async () => {
+    script('strict', [
+      { toolCalls: [{ name: 'wt_research', arguments: { topic: 'once-lemuria' }, id: 'o1' }] },
+      { content: 'Lemuria, at last.' },
+    ]);
+    const { id } = await r.submit('strict', { q: 'lemuria' });
+    let v = await ended(id);
+    expect(v.state).toBe('failed');
+    expect(v.error).toMatchObject({ code: 'child_run_failed' });
+    const [kid] = await childRows(id);
+    expect(await r.retry(id)).toMatchObject({ retried: true });
+    v = await ended(id);
+    expect(v.state).toBe('succeeded');
+    expect(v.result).toEqual({ answer: 'Lemuria, at last.' });
+    expect(await childRows(id)).toEqual([expect.objectContaining({ id: kid!.id, state: 'succeeded' })]);
+    expect(digs.filter((t) => t === 'once-lemuria')).toHaveLength(2);
   });
 
   it('a sub-agent (an agent offered as a tool) runs as a durable child run on the scripted model', async () => {
