@@ -95,7 +95,11 @@ const refunds = defineWorkflow({ name: 'wr_refunds', input: caseInput, steps: [{
 const hooked = defineWorkflow({
   name: 'wr_hooked',
   input: z.object({}),
-  steps: [{ tool: prep }, { waitForSignal: { name: 'paid', schema: paid, timeout: '1h' } }, { tool: ship, input: ({ results }) => results.paid }],
+  steps: [
+    { tool: prep },
+    { waitForSignal: { name: 'paid', schema: paid, timeout: '1h' } },
+    { tool: ship, input: ({ results }) => results.paid },
+  ],
 });
 const patient = defineWorkflow({
   name: 'wr_patient',
@@ -230,7 +234,10 @@ describe('waits through a real worker (PostgreSQL)', () => {
       expect(await q(`SELECT (SELECT count(*) FROM ratchet.events WHERE run_id = $1)::int AS ev`, [id])).toEqual(before);
       expect((await waitRow(s.id))!.outcome).toBeNull();
 
-      const ok = await post(url(`/v1/runs/${id}/stages/${s.id}/approve`), { input: { invoiceId: 'inv-a1', amount: 100 }, reason: 'capped' });
+      const ok = await post(url(`/v1/runs/${id}/stages/${s.id}/approve`), {
+        input: { invoiceId: 'inv-a1', amount: 100 },
+        reason: 'capped',
+      });
       expect(ok.status).toBe(200);
       const run = await ended(id);
       expect(run.state).toBe('succeeded');
