@@ -175,6 +175,28 @@ describe('an agent calls a workflow or an agent as a tool: a durable child run (
     expect(types.filter((t) => t === 'child_run_started')).toHaveLength(1);
   });
 
+  it('two workflow-tool calls in one answer: two children in parallel, the next model call sees both results', async () => {
+    script('boss', [
+      {
+        toolCalls: [
+          { name: 'wt_research', arguments: { topic: 'oslo' }, id: 'p1' },
+          { name: 'wt_research', arguments: { topic: 'bergen' }, id: 'p2' },
+        ],
+      },
+      { content: 'Both found.' },
+    ]);
+    const before = requestsOf('boss').length;
+    const { id } = await r.submit('boss', { q: 'norway' });
+    const v = await ended(id);
+    expect(v.state).toBe('succeeded');
+    const kids = await childRows(id);
+    expect(kids).toHaveLength(2);
+    expect(new Set(kids.map((k) => k.parent_stage_id)).size).toBe(2);
+    const msgs = requestsOf('boss')[before + 1]!.messages;
+    expect(JSON.parse(msgs.find((m) => m.tool_call_id === 'p1')!.content as string)).toMatchObject({ topic: 'oslo' });
+    expect(JSON.parse(msgs.find((m) => m.tool_call_id === 'p2')!.content as string)).toMatchObject({ topic: 'bergen' });
+  });
+
   it('a failed child is a tool error told to the model (tell_model), which goes on', async () => {
     script('boss', [
       { toolCalls: [{ name: 'wt_research', arguments: { topic: 'bad-atlantis' }, id: 'b1' }] },
