@@ -89,6 +89,8 @@ export interface RunView {
     /** The stage's own idempotency key, and the key its tool derived for its effect (null: it sent the stage's own). */
     idempotencyKey: string;
     effectKey: string | null;
+    /** The seqs of the stages it waits for (the run graph; [] for the first stages, a map's items, an agent's first call). */
+    deps: number[];
   }[];
   result: unknown;
   error: unknown;
@@ -255,6 +257,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
           lastError: s.error,
           idempotencyKey: s.idempotencyKey,
           effectKey: s.effectKey,
+          deps: s.deps ?? [],
         })),
       };
     },
