@@ -13,7 +13,7 @@ import { workflowVersionSchema } from './definitions/workflow.js';
 import { InvalidInputError } from './errors.js';
 import { defaultLogger } from './logger.js';
 import { planStaticRun } from './planner/plan.js';
-import { planAgentRun } from './dispatcher/agent.js';
+import { planAgentRun } from './planner/agent-run.js';
 import type { RunState, StageState } from './planner/states.js';
 import { openStore, retentionPolicySchema, type CancelResult, type EventRow, type Store } from './store/index.js';
 import type { ListRunsFilter, RetryResult, RunPage } from './store/index.js';
