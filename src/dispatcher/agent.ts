@@ -3,6 +3,7 @@ import type { AgentSpec, Workflow } from '../definitions/types.js';
 import type { AssistantMessage, ModelStageResult } from '../agent/model-output.js';
 import { validateActions, type PlannedAction } from '../planner/actions.js';
 import { planAgentAnswer } from '../planner/agent-plan.js';
+import { offeredTools } from '../planner/waits.js';
 import type { GraphStageSpec } from '../planner/graph.js';
 import type { ClaimedStage, FinishRow, RunStageRow, StageSpec } from '../store/index.js';
 import { payloadHash } from '../worker/errors.js';
@@ -97,7 +98,7 @@ export function onModelAnswer(
     const result: ModelStageResult = { message: answer };
     return { ...base, result, data: info, run: { state: 'succeeded', result: { answer: answer.content ?? '' } } };
   }
-  const checked = validateActions(agent.tools, calls, agent.maxActions);
+  const checked = validateActions(offeredTools(agent), calls, agent.maxActions);
   if (!checked.ok) {
     const result: ModelStageResult = { message: answer, invalid: checked.errors };
     const refused = { ...info, invalidActions: checked.errors.map(({ callId, index, reason }) => ({ callId, index, reason })) };

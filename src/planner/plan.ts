@@ -2,7 +2,6 @@ import type { Workflow } from '../definitions/types.js';
 import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
 import type { StageSpec } from '../store/index.js';
 import { planGraphRun } from './graph.js';
-import { assertWaitsRunnable } from './waits.js';
 
 /** The run's concurrency key (from the workflow's key function), or none. */
 export function concurrencyOf(
@@ -31,7 +30,6 @@ export function concurrencyOf(
  * nothing written, rather than run wrongly.
  */
 export function assertRunnable(workflow: Workflow): void {
-  assertWaitsRunnable(workflow);
   const childTool = workflow.agent?.tools.findIndex((t) => t.childWorkflow) ?? -1;
   const step = -1; // every step kind runs; a workflow offered to an agent as a tool does not yet
   if (step < 0 && childTool < 0) return;

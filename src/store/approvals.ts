@@ -1,6 +1,7 @@
 import { AlreadyDecidedError, NotAwaitingApprovalError } from '../errors.js';
 import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
+import type { StageWait } from '../planner/waits.js';
 import { settleEnded, type Settled } from './waits-settle.js';
 
 /**
@@ -27,6 +28,8 @@ export interface DecisionResult {
   decidedAt: Date;
   reason: string | null;
   inputHash: string | null;
+  /** When the stage started waiting for a person (the decision time metric: decidedAt - since). */
+  since: Date;
   settled: Settled;
 }
 
@@ -34,7 +37,7 @@ export interface DecisionResult {
 const DECIDE_SQL = `
 UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = $3, decided_by = $4, actor = $5, reason = $6, input_hash = $7
 WHERE stage_id = $1::bigint AND run_id = $2::uuid AND kind = 'approval' AND ended_at IS NULL
-RETURNING ended_at`;
+RETURNING ended_at, since`;
 
 /**
  * The run's row lock first, as cancel and a run's end take it (runs, then stages): a decision and a
@@ -113,6 +116,7 @@ export async function approveStage(
       decidedAt: won.ended_at as Date,
       reason: a.reason,
       inputHash: a.edited?.inputHash ?? null,
+      since: won.since as Date,
       settled: {
         queued: [
           {
@@ -145,9 +149,11 @@ export async function rejectStage(
     const decidedAt = won.ended_at as Date;
     const error = a.error(decidedAt);
     const [st] = await tx.query(
-      `UPDATE ratchet.stages SET state = 'failed', error = $2::jsonb, finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
+      // a refusal kept as a value (an agent's call) is marked as finish.sql.ts marks one: a run retry never starts from it
+      `UPDATE ratchet.stages SET state = 'failed', error = CASE WHEN $3::boolean THEN $2::jsonb || '{"asValue": true}'::jsonb ELSE $2::jsonb END,
+         finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
        WHERE id = $1::bigint AND state = 'awaiting_approval' RETURNING seq`,
-      [a.stageId, JSON.stringify(error)],
+      [a.stageId, JSON.stringify(error), a.asValue],
     );
     if (!st) {
       const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [a.stageId]);
@@ -176,6 +182,7 @@ export async function rejectStage(
       decidedAt,
       reason: a.reason,
       inputHash: null,
+      since: won.since as Date,
       settled,
     };
   });
@@ -244,4 +251,16 @@ export async function waitsOf(
     endedAt: (r.ended_at as Date | null) ?? null,
     outcome: (r.outcome as string | null) ?? null,
   }));
+}
+
+/** A stage's waits row as its claim reads it (src/planner/decide.ts), or null when it never waited. */
+export async function stageWait(q: Queryable, stageId: string): Promise<StageWait | null> {
+  const [r] = await q.query(`SELECT kind, since, wait_until, outcome FROM ratchet.waits WHERE stage_id = $1::bigint`, [stageId]);
+  if (!r) return null;
+  return {
+    kind: r.kind as StageWait['kind'],
+    since: r.since as Date,
+    until: (r.wait_until as Date | null) ?? null,
+    outcome: (r.outcome as string | null) ?? null,
+  };
 }

@@ -90,7 +90,7 @@ export class Worker {
   private loops: Promise<void>[] = [];
   private running = false;
   /** How attempts ended (for tests and metrics). */
-  readonly ended: Record<AttemptEnd, number> = { succeeded: 0, failed: 0, retry: 0, rejected: 0, abandoned: 0, unknown: 0 };
+  readonly ended: Record<AttemptEnd, number> = { succeeded: 0, failed: 0, retry: 0, rejected: 0, abandoned: 0, unknown: 0, waiting: 0 };
 
   constructor(
     private readonly deps: WorkerDeps,
@@ -158,6 +158,7 @@ export class Worker {
       o.failUnservedAfterMs ?? null,
       deps.retention ?? null,
       deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null,
+      deps.registry,
     );
     this.executorDeps = {
       store: deps.store,
