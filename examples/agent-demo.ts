@@ -142,13 +142,16 @@ try {
   for (const c of cases) say(`  ${c.caseId}  invoice ${c.invoiceId}  ${c.outcome}  key ${c.key}  fence ${c.fence}`);
   const modelCalls = final.stages.filter((s) => s.tool === MODEL_STAGE_TOOL).length;
   const toolStages = final.stages.length - modelCalls;
-  const retries = final.stages.reduce((n, s) => n + Math.max(0, s.attempt - 1), 0);
+  // An approved call is claimed again once it is approved: that attempt is the call itself, not a retry.
+  const decisions = (await ratchet.events(run.id)).filter((e) => e.type === 'approval_granted' || e.type === 'approval_rejected');
+  const approved = decisions.filter((e) => e.type === 'approval_granted').length;
+  const retries = final.stages.reduce((n, s) => n + Math.max(0, s.attempt - 1), 0) - approved;
   say();
   const verdict = final.state === 'succeeded' ? 'ok' : outcome.kind === 'finished' ? 'FAILED' : 'stopped';
   say(
     `${verdict}: run ${final.state} in ${((Date.now() - started) / 1000).toFixed(1)}s — ` +
       `${count(modelCalls, 'model call')}${model ? ` (${count(model.requests.length, 'request')} to the scripted model)` : ''}, ` +
-      `${count(toolStages, 'tool stage')}, ${retries === 0 ? 'no retries' : count(retries, 'retry', 'retries')}, ` +
+      `${count(toolStages, 'tool stage')}, ${decisions.length === 0 ? 'no approval asked' : `${count(decisions.length, 'approval')} (${approved === decisions.length ? 'granted' : approved === 0 ? 'rejected' : `${approved} granted`})`}, ${retries === 0 ? 'no retries' : count(retries, 'retry', 'retries')}, ` +
       `${count(cases.length, 'case')} filed (${count(requests.length, 'POST')} to the receiver)`,
   );
   if (keptDir) say(`the run is kept in ${keptDir}: node bin/ratchet.mjs --data-dir ${keptDir} events ${run.id}`);

@@ -32,15 +32,13 @@ export interface Gate {
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(t);
-        resolve();
-      },
-      { once: true },
-    );
+    const done = () => {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
   });
 
 /**
@@ -62,7 +60,9 @@ export async function handleGate(
   say(`  stage ${gate.seq} ${gate.tool} waits for a person's approval (no lease, no worker held). To approve it:`);
   say(`    ${cli}`);
   say(`    curl -X POST -H 'Authorization: Bearer ${api.token}' ${api.url}${path}`);
-  say(`    (to refuse: ratchet reject ... --reason '<why>', or POST .../reject with {"reason":"<why>"}; the model hears it)`);
+  say(
+    `    (to refuse it: node bin/ratchet.mjs reject ... --reason '<why>', or POST .../reject with {"reason":"<why>"}; the model hears why)`,
+  );
 
   if (!o.ask) {
     say('  approving it now through that API call, as a person would (npm start -- --ask waits for you instead)');
@@ -91,7 +91,7 @@ export async function handleGate(
       say(`  still awaiting approval after ${Math.round((Date.now() - started) / 1000)} s (${ex.summary.split('. Decide:')[0]})`);
       next += o.progressEveryMs ?? 15_000;
     }
-    await sleep(500, o.signal);
+    await sleep(250, o.signal);
   }
   return null;
 }
