@@ -1,3 +1,5 @@
+import { processMetrics } from './observability/metrics.js';
+import { recordWaitEnded } from './observability/wait-metrics.js';
 import { v7 as uuidv7 } from 'uuid';
 import { startRunSpan } from './observability/tracing.js';
 import type { Logger } from 'pino';
@@ -273,7 +275,12 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       workers.add(w);
       return w;
     },
-    cancel: (id) => store.cancelRun(id),
+    cancel: async (id) => {
+      const r = await store.cancelRun(id);
+      // The waits the cancel closed (issue 10), counted where they ended.
+      for (const kind of r?.waitsClosed ?? []) recordWaitEnded(processMetrics().registry, kind, 'cancelled');
+      return r;
+    },
     async close() {
       for (const w of workers) await w.stop({ graceMs: 0 });
       await ownThreadRunner?.close();

@@ -54,6 +54,11 @@ async function refuseLoser(tx: Queryable, runId: string, stageId: string): Promi
     [stageId, runId],
   );
   if (!w) throw new NotAwaitingApprovalError(runId, stageId, 'this stage does not wait for approval');
+  // Closed by its run's end (a cancel, the deadline, a sibling's failure): nobody decided; the stage no longer waits.
+  if (w.outcome === 'cancelled' || w.outcome === 'expired') {
+    const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [stageId]);
+    throw gone(runId, stageId, now?.state as string | undefined);
+  }
   throw new AlreadyDecidedError(runId, stageId, {
     outcome: w.outcome as string,
     decidedBy: (w.decided_by as string | null) ?? (w.outcome === 'timed_out' ? 'its approvalTimeout' : null),

@@ -118,15 +118,25 @@ parent_woken AS (
   FROM run, clk WHERE run.id = $1::uuid AND p.id = run.parent_stage_id AND p.state = 'waiting'
   RETURNING p.id
 ),
+-- The open waits of the stages cancelled here (a sleep, a signal, an approval: issue 10) end 'cancelled'
+-- in this statement: an approval without a timeout would otherwise stay open for good.
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
+  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT run.id, NULL, 'run_cancelled', NULL, NULL, clk.t, CASE WHEN run.id <> $1::uuid THEN jsonb_build_object('reason', 'parent_cancelled') END
   FROM run, clk
   UNION ALL
   SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state) FROM st, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
 )
 SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHERE id = $1::uuid)::int AS cancelled,
-  coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;
+  coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids,
+  coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
 
 /**
  * Retry failed run $1 from its failed stage, as one conditional statement. Every way a run

@@ -569,7 +569,8 @@ async function decideNow(
     runId: stage.runId,
     runInput: stage.runInput,
     seq: stage.seq,
-    stages: stages.map(persisted),
+    // The claimed stage's stored input (an approver's edit, a fast-path input) as the claim read it.
+    stages: stages.map((s) => (s.seq === stage.seq ? { ...persisted(s), input: stage.input } : persisted(s))),
     child,
     now: stage.dbNow,
     wait,

@@ -183,7 +183,10 @@ export class Sweeper {
   private async expireRuns(): Promise<void> {
     try {
       for (let i = 0; i < DEADLINE_BATCHES; i++) {
-        const { expired, runningStageIds, woken, childrenCancelled } = await this.store.expireRuns(DEADLINE_BATCH);
+        const { expired, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled } =
+          await this.store.expireRuns(DEADLINE_BATCH);
+        for (const kind of waitsExpired ?? []) recordWaitEnded(this.metrics.registry, kind, 'expired');
+        for (const kind of waitsCancelled ?? []) recordWaitEnded(this.metrics.registry, kind, 'cancelled');
         // A parent stage an expired child run queued again: its next claim fails it with child_run_expired.
         for (const w of woken) this.transport.notify(laneOf(w.toolClass, w.definitionHash), { stageId: w.stageId, attempt: w.attempt });
         if (expired > 0) {
