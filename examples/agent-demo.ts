@@ -106,7 +106,18 @@ try {
   const a = api;
   const gates = new Map<number, Promise<void>>();
   const decide = (seq: number, tool: string) =>
-    handleGate(a, run.id, { seq, tool }, { ask, say, signal: interrupt.signal })
+    handleGate(
+      a,
+      run.id,
+      { seq, tool },
+      {
+        ask,
+        say,
+        signal: interrupt.signal,
+        // RATCHET_DEMO_PROGRESS_MS: how often --ask says it still waits (default 15 s).
+        ...(Number(process.env.RATCHET_DEMO_PROGRESS_MS) > 0 ? { progressEveryMs: Number(process.env.RATCHET_DEMO_PROGRESS_MS) } : {}),
+      },
+    )
       .then((line) => {
         if (line) say(`  decided: ${line}`);
       })

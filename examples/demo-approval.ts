@@ -88,7 +88,9 @@ export async function handleGate(
         : `${gate.tool} rejected by ${who}${d.reason ? `: "${d.reason}"` : ''}; the model hears it as the tool's answer`;
     }
     if (Date.now() >= next) {
-      say(`  still awaiting approval after ${Math.round((Date.now() - started) / 1000)} s (${ex.summary.split('. Decide:')[0]})`);
+      say(
+        `  still awaiting approval after ${Math.round((Date.now() - started) / 1000)} s (explain: ${ex.verdict}; nothing is leased meanwhile)`,
+      );
       next += o.progressEveryMs ?? 15_000;
     }
     await sleep(250, o.signal);

@@ -28,7 +28,11 @@ interface Result {
 }
 
 /** Runs the demo; `onLine` sees each stdout line as it is printed (to act as the person would). */
-function npmStart(args: string[], env: NodeJS.ProcessEnv, onLine?: (line: string) => void): Promise<Result> {
+function npmStart(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  onLine?: (line: string, child: ReturnType<typeof spawn>) => void,
+): Promise<Result> {
   return new Promise((resolve, reject) => {
     const base = { ...process.env };
     for (const name of [
@@ -42,6 +46,7 @@ function npmStart(args: string[], env: NodeJS.ProcessEnv, onLine?: (line: string
       'RATCHET_EXAMPLE_SERVICES_URL',
       'SERVICES_DATABASE_URL',
       'RATCHET_LOG_LEVEL',
+      'RATCHET_DEMO_PROGRESS_MS',
     ])
       delete base[name];
     const child = spawn(process.execPath, ['--import', 'tsx', 'examples/agent-demo.ts', ...args], {
@@ -57,7 +62,7 @@ function npmStart(args: string[], env: NodeJS.ProcessEnv, onLine?: (line: string
       partial += d.toString();
       const lines = partial.split('\n');
       partial = lines.pop()!;
-      for (const line of lines) onLine?.(line);
+      for (const line of lines) onLine?.(line, child);
     });
     child.stderr.on('data', (d: Buffer) => {
       stderr += d.toString();
@@ -65,7 +70,7 @@ function npmStart(args: string[], env: NodeJS.ProcessEnv, onLine?: (line: string
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`the demo did not exit; stdout: ${stdout}\nstderr: ${stderr}`));
-    }, 110_000);
+    }, 170_000);
     child.on('error', reject);
     child.on('exit', (code) => {
       clearTimeout(timer);
@@ -183,7 +188,7 @@ describe('npm start (examples/agent-demo.ts)', () => {
     } finally {
       await kept.close();
     }
-  }, 120_000);
+  }, 180_000);
 
   it('an invoice that does not exist: the model says so, no case is filed, and the temp data directory is removed', async () => {
     const r = await npmStart(['missing-7'], {});
@@ -201,7 +206,7 @@ describe('npm start (examples/agent-demo.ts)', () => {
     const dir = /embedded PGlite at (\S+)/.exec(r.stdout)?.[1];
     expect(dir).toContain('ratchet-agent-demo-');
     expect(existsSync(dir!)).toBe(false);
-  }, 120_000);
+  }, 180_000);
 
   it('with OPENAI_BASE_URL and OPENAI_API_KEY set, asks that endpoint for RATCHET_MODEL and starts no scripted server', async () => {
     const endpoint = await startScriptedModel({ script: invoiceAgentScript });
@@ -220,7 +225,7 @@ describe('npm start (examples/agent-demo.ts)', () => {
     } finally {
       await endpoint.close();
     }
-  }, 120_000);
+  }, 180_000);
 
   it('--ask waits for the person: the printed CLI command approves it, the call runs once', async () => {
     let approval: Promise<Result> | undefined;
@@ -237,7 +242,7 @@ describe('npm start (examples/agent-demo.ts)', () => {
     expect(r.stdout).toMatch(/^ {2}decided: create_case approved by token:[0-9a-f]{12} \(Ana\): queued, it runs once$/m);
     expect(r.stdout).toMatch(/^cases at the case service: 1$/m);
     expect(r.stdout).toMatch(/, 3 tool stages, 1 approval \(granted\), no retries, 1 case filed \(1 POST to the receiver\)$/m);
-  }, 120_000);
+  }, 180_000);
 
   it('--ask, rejected through the API call: nothing is filed, the model hears why and says so', async () => {
     let rejection: Promise<Response> | undefined;
@@ -265,5 +270,21 @@ describe('npm start (examples/agent-demo.ts)', () => {
         .map((s) => s.state),
     ).toEqual(['awaiting_approval', 'failed']);
     expect(r.stdout).toMatch(/, 3 tool stages, 1 approval \(rejected\), no retries, 0 cases filed \(0 POSTs to the receiver\)$/m);
-  }, 120_000);
+  }, 180_000);
+
+  it('--ask prints progress while it waits; Ctrl-C stops watching (exit 130) and the call never ran', async () => {
+    let progress = 0;
+    const r = await npmStart(['--ask'], { RATCHET_DEMO_PROGRESS_MS: '300' }, (line, child) => {
+      if (
+        /^ {2}still awaiting approval after \d+ s \(explain: awaiting_approval; nothing is leased meanwhile\)$/.test(line) &&
+        ++progress === 2
+      )
+        child.kill('SIGINT');
+    });
+    expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(130);
+    expect(progress).toBeGreaterThanOrEqual(2);
+    expect(r.stdout).toMatch(/^interrupted: the run is left running$/m);
+    expect(r.stdout).toMatch(/^cases at the case service: 0$/m);
+    expect(r.stdout).not.toMatch(/decided:/);
+  }, 180_000);
 });
