@@ -43,9 +43,12 @@ RETURNING ended_at, since`;
  * The run's row lock first, as cancel and a run's end take it (runs, then stages): a decision and a
  * cancel of one run queue up instead of deadlocking (a rejection's settle updates the run row).
  */
-async function lockRun(tx: Queryable, runId: string): Promise<void> {
-  const [r] = await tx.query(`SELECT id FROM ratchet.runs WHERE id = $1::uuid FOR UPDATE`, [runId]);
+async function lockRun(tx: Queryable, runId: string, stageId: string): Promise<void> {
+  const [r] = await tx.query(`SELECT state FROM ratchet.runs WHERE id = $1::uuid FOR UPDATE`, [runId]);
   if (!r) throw new NotAwaitingApprovalError(runId, null, 'no such run');
+  // A run that ended (a sibling's failure may leave a call awaiting approval behind): nothing to decide;
+  // a wait decided before it ended says who decided.
+  if (r.state !== 'queued' && r.state !== 'running') await refuseLoser(tx, runId, stageId);
 }
 
 async function refuseLoser(tx: Queryable, runId: string, stageId: string): Promise<never> {
@@ -54,8 +57,8 @@ async function refuseLoser(tx: Queryable, runId: string, stageId: string): Promi
     [stageId, runId],
   );
   if (!w) throw new NotAwaitingApprovalError(runId, stageId, 'this stage does not wait for approval');
-  // Closed by its run's end (a cancel, the deadline, a sibling's failure): nobody decided; the stage no longer waits.
-  if (w.outcome === 'cancelled' || w.outcome === 'expired') {
+  // Closed by its run's end (a cancel, the deadline, a sibling's failure), or left open by it: nobody decided; the stage no longer waits.
+  if (w.outcome === null || w.outcome === 'cancelled' || w.outcome === 'expired') {
     const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [stageId]);
     throw gone(runId, stageId, now?.state as string | undefined);
   }
@@ -78,7 +81,7 @@ export async function approveStage(
 ): Promise<DecisionResult> {
   const inputText = a.edited ? toJsonText(a.edited.input, 'input') : null;
   return db.transaction(async (tx) => {
-    await lockRun(tx, a.runId);
+    await lockRun(tx, a.runId, a.stageId);
     const [won] = await tx.query(DECIDE_SQL, [
       a.stageId,
       a.runId,
@@ -148,7 +151,7 @@ export async function rejectStage(
   a: { runId: string; stageId: string; by: Decider; reason: string | null; error: (decidedAt: Date) => unknown; asValue: boolean },
 ): Promise<DecisionResult> {
   return db.transaction(async (tx) => {
-    await lockRun(tx, a.runId);
+    await lockRun(tx, a.runId, a.stageId);
     const [won] = await tx.query(DECIDE_SQL, [a.stageId, a.runId, 'rejected', a.by.decidedBy, a.by.actor, a.reason, null]);
     if (!won) return refuseLoser(tx, a.runId, a.stageId);
     const decidedAt = won.ended_at as Date;

@@ -9,9 +9,10 @@ import { counts, startApi, type Api } from './helpers.js';
 import { allowWaitStates, claimStage, createAgentRun, createWaitRun, gated, hooked, napper, waitWorkflows } from './waits-fixtures.js';
 
 /**
- * Waits through the real server and client on PostgreSQL (issue 10, phase 1): signals, approval
- * decisions, their races and timeouts by the movable database clock. No worker runs waits yet:
- * each test plays the claim's part (claimStage + beginWait), as the phase-2 executor will.
+ * Waits through the real server and client on PostgreSQL (issue 10): signals, approval
+ * decisions, their races and timeouts by the movable database clock. No worker here: each test
+ * plays the claim's part (claimStage + beginWait), as the executor does (the same flows through a
+ * real worker: test/worker/waits-run.test.ts).
  */
 let db: TestDatabase;
 let api: Api;

@@ -92,10 +92,24 @@ const paid = z.object({ paid: z.boolean(), ref: z.string() });
 
 const gated = defineWorkflow({ name: 'wr_gated', input: caseInput, steps: [{ tool: createCase }, { tool: ship }] });
 const refunds = defineWorkflow({ name: 'wr_refunds', input: caseInput, steps: [{ tool: refund }] });
+const batch = defineWorkflow({
+  name: 'wr_batch',
+  input: z.object({ amounts: z.array(z.number()) }),
+  steps: [
+    {
+      name: 'refunds',
+      map: { items: ({ input }) => input.amounts, tool: refund, input: (amount: number, i: number) => ({ invoiceId: `b-${i}`, amount }) },
+    },
+  ],
+});
 const hooked = defineWorkflow({
   name: 'wr_hooked',
   input: z.object({}),
-  steps: [{ tool: prep }, { waitForSignal: { name: 'paid', schema: paid, timeout: '1h' } }, { tool: ship, input: ({ results }) => results.paid }],
+  steps: [
+    { tool: prep },
+    { waitForSignal: { name: 'paid', schema: paid, timeout: '1h' } },
+    { tool: ship, input: ({ results }) => results.paid },
+  ],
 });
 const patient = defineWorkflow({
   name: 'wr_patient',
@@ -162,7 +176,7 @@ describe('waits through a real worker (PostgreSQL)', () => {
     r = await createRatchet({
       databaseUrl: db.url,
       logger: silentLogger(),
-      workflows: [gated, refunds, hooked, patient, napper, forked, agent],
+      workflows: [gated, refunds, batch, hooked, patient, napper, forked, agent],
     });
     worker = await startWorker();
     api = await createServer({ ratchet: r, tokens: [TOKEN], port: 0 });
@@ -230,7 +244,10 @@ describe('waits through a real worker (PostgreSQL)', () => {
       expect(await q(`SELECT (SELECT count(*) FROM ratchet.events WHERE run_id = $1)::int AS ev`, [id])).toEqual(before);
       expect((await waitRow(s.id))!.outcome).toBeNull();
 
-      const ok = await post(url(`/v1/runs/${id}/stages/${s.id}/approve`), { input: { invoiceId: 'inv-a1', amount: 100 }, reason: 'capped' });
+      const ok = await post(url(`/v1/runs/${id}/stages/${s.id}/approve`), {
+        input: { invoiceId: 'inv-a1', amount: 100 },
+        reason: 'capped',
+      });
       expect(ok.status).toBe(200);
       const run = await ended(id);
       expect(run.state).toBe('succeeded');
@@ -272,6 +289,20 @@ describe('waits through a real worker (PostgreSQL)', () => {
       const { id } = await r.submit('wr_refunds', { invoiceId: 'y', amount: 500 });
       await stageIn(id, 'refund', 'awaiting_approval');
       await r.cancel(id);
+    });
+
+    it('a map of a gated tool: each item asks for itself (only the one over the limit waits); approved, the map gathers in order', async () => {
+      const { id } = await r.submit('wr_batch', { amounts: [50, 500, 70] });
+      const big = await until('an item awaiting approval', async () =>
+        (await r.store.getRun(id))!.stages.find((s) => s.state === 'awaiting_approval'),
+      );
+      const [lease] = await q(`SELECT owner_id, lease_until, heartbeat_at FROM ratchet.stages WHERE id = $1`, [big.id]);
+      expect(lease).toEqual({ owner_id: null, lease_until: null, heartbeat_at: null });
+      expect(big!.input).toEqual({ invoiceId: 'b-1', amount: 500 });
+      expect((await post(url(`/v1/runs/${id}/stages/${big!.id}/approve`), {})).status).toBe(200);
+      const run = await ended(id);
+      expect(run.state).toBe('succeeded');
+      expect(run.result).toEqual([{ refunded: 50 }, { refunded: 500 }, { refunded: 70 }]);
     });
 
     it('an agent: approve → the tool runs once; reject → no effect, the next model call hears the rejection and the run ends as the model says', async () => {
