@@ -164,8 +164,9 @@ describe('upgrading from the previous release with runs in flight', () => {
       const run = await r.getRun(id);
       expect(run!.result, id).toEqual({ n: (k + 1) * 10 }); // the second step's output on the run's input
       expect(run!.stages.map((s) => s.state)).toEqual(['succeeded', 'succeeded']);
-      // The stages the gone old worker held were reclaimed: a second attempt, with a newer fence.
-      if (k + 1 <= 16 && [1, 2].includes((k + 1) % 4)) expect(run!.stages[0]!.attempt, id).toBe(2);
+      // The stages the gone old worker held were reclaimed: a later attempt, with a newer fence (at least the second: on a
+      // loaded machine the new worker's own 3 s lease may lapse once more, which is a reclaim too, not a defect).
+      if (k + 1 <= 16 && [1, 2].includes((k + 1) % 4)) expect(run!.stages[0]!.attempt, id).toBeGreaterThanOrEqual(2);
     }
   });
 });
