@@ -56,8 +56,16 @@ export const DASHBOARD_JS = String.raw`(() => {
       const res = await fetch('/runs/' + id + '/panel', { credentials: 'same-origin' });
       if (!res.ok) return;
       const panel = document.getElementById('panel');
+      // A reason being typed survives the refresh (and keeps the focus): the forms are replaced, not the person's words.
+      const typed = Array.from(panel.querySelectorAll('form[data-stage-id] input[name=reason]'), (i) => [i.form.dataset.stageId, i.value, i === document.activeElement]);
       panel.outerHTML = await res.text();
       const fresh = document.getElementById('panel');
+      for (const [stageId, value, focused] of typed) {
+        const input = fresh.querySelector('form[data-stage-id="' + stageId + '"] input[name=reason]');
+        if (!input) continue;
+        input.value = value;
+        if (focused) input.focus();
+      }
       if (fresh.dataset.stages) stages = JSON.parse(fresh.dataset.stages);
     }, 120);
   };

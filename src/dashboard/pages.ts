@@ -185,6 +185,11 @@ export function runPanel(
     children: (run.children ?? []).map((c) => ({ id: c.id, workflow: c.workflow, state: c.state, parentStageId: c.parentStageId })),
   });
   const stageSeqs = JSON.stringify(Object.fromEntries(run.stages.map((st) => [st.id, st.seq])));
+  // The stages table lists what the timeline draws, in its order (a map's items capped likewise).
+  const stageById = new Map(run.stages.map((st) => [st.id, st]));
+  const waitOf = new Map(waits.map((w) => [w.stageId, w]));
+  const lastShownItem = new Map<number, string>();
+  for (const l of tl.lanes) if (l.groupSeq !== null && l.itemIndex !== null) lastShownItem.set(l.groupSeq, l.stageId);
   return html`<div id="panel" data-state="${run.state}" data-stages="${stageSeqs}">
 <div class="summary"><span class="state big s-${run.state}" id="run-state">${run.state}</span>
 <dl class="facts"><dt>workflow</dt><dd>${run.workflow}</dd><dt>created</dt><dd>${fmtTime(run.createdAt)}</dd>
@@ -195,13 +200,21 @@ ${run.error ? html`<dt>error</dt><dd class="err">${errorLine(run.error)}</dd>` :
 ${approvalActions(run, csrf, waits)}
 <h2>Timeline</h2>${timelineView(tl)}
 <h2>Stages</h2><table class="stages"><thead><tr><th>#</th><th>Name</th><th>Tool (class)</th><th>State</th><th>Attempt</th><th>Fence</th><th>Held by</th><th>Since</th><th>Lease until</th><th>Heartbeat</th><th>Last error</th></tr></thead><tbody>
-${run.stages.map(
-  (
-    s,
-  ) => html`<tr data-stage-seq="${s.seq}"><td>${s.seq}</td><td>${s.name}</td><td>${s.tool} (${s.toolClass})</td><td><span class="state s-${s.state}">${s.state}</span></td>
-<td>${s.attempt}/${s.maxAttempts}</td><td>${s.fence ?? '-'}</td><td>${s.state === 'running' ? (s.ownerId ?? '-') : '-'}</td><td>${s.state === 'running' ? fmtTime(s.claimedAt) : '-'}</td>
-<td>${s.state === 'running' ? fmtTime(s.leaseUntil) : '-'}</td><td>${s.state === 'running' ? fmtTime(s.heartbeatAt) : '-'}</td><td class="err">${errorLine(s.error)}</td></tr>`,
-)}
+${tl.lanes.map((lane) => {
+  const s = stageById.get(lane.stageId)!;
+  const held = s.state === 'running';
+  const w = s.state === 'waiting' || s.state === 'awaiting_approval' ? waitOf.get(s.id) : undefined;
+  return html`<tr data-stage-seq="${s.seq}"${s.itemIndex !== null && s.itemIndex !== undefined ? html` class="item"` : ''}><td>${s.seq}</td><td>${s.itemIndex !== null && s.itemIndex !== undefined ? `↳ item ${s.itemIndex}` : s.name}</td><td>${s.tool} (${s.toolClass})</td><td><span class="state s-${s.state}">${s.state}</span></td>
+<td>${s.attempt}/${s.maxAttempts}</td><td>${s.fence ?? '-'}</td><td>${held ? (s.ownerId ?? '-') : w ? `nobody (${w.kind})` : '-'}</td><td>${held ? fmtTime(s.claimedAt) : w ? fmtTime(w.since) : '-'}</td>
+<td>${held ? fmtTime(s.leaseUntil) : '-'}</td><td>${held ? fmtTime(s.heartbeatAt) : '-'}</td><td class="err">${errorLine(s.error)}</td></tr>${
+    lane.itemIndex !== null &&
+    lane.groupSeq !== null &&
+    tl.hiddenItems.has(lane.groupSeq) &&
+    lastShownItem.get(lane.groupSeq) === lane.stageId
+      ? html`<tr class="item more"><td></td><td colspan="10" class="muted">↳ ${tl.hiddenItems.get(lane.groupSeq)!.count} more items not listed</td></tr>`
+      : ''
+  }`;
+})}
 </tbody></table>
 ${explainView(explanation)}</div>`;
 }

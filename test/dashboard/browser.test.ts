@@ -177,10 +177,15 @@ describe('dashboard in a real browser', () => {
     const page = await openSignedIn(`/runs/${id}`);
     const lanes = page.locator('.timeline .lane');
     expect(await lanes.count()).toBe(3);
+    // The stream replays the finished run's history, and the panel is redrawn after it: wait for the redraw to settle.
+    await expect.poll(() => page.textContent('#live')).toBe('finished');
+    await page.waitForTimeout(500);
     const box = async (seq: number) => {
       const bar = page.locator(`.lane[data-stage-seq="${seq}"] .bar[data-attempt="1"]`);
       expect(await bar.getAttribute('data-outcome')).toBe('succeeded');
-      return (await bar.boundingBox())!;
+      let b = await bar.boundingBox();
+      for (let i = 0; b === null && i < 20; i++) b = await page.waitForTimeout(100).then(() => bar.boundingBox());
+      return b!;
     };
     const [left, right, join] = [await box(1), await box(2), await box(3)];
     // Each in its own row; the two branches overlap in time, the join starts after both.

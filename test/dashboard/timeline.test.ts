@@ -203,4 +203,14 @@ describe('run panel', () => {
     expect(html).toMatch(/3\. s3 .*after 1, 2/);
     expect(approvalActions(run([stage(1, { state: 'running' })]), 'x').text).toBe('');
   });
+
+  it('a map of 2,000 items: the timeline and the stages table draw ITEMS_SHOWN of them and count the rest', () => {
+    const items = Array.from({ length: 2000 }, (_, i) => stage(1_000_000 + i, { id: String(9000 + i), itemIndex: i, groupSeq: 1 }));
+    const html = runPanel(run([stage(1, { state: 'waiting' }), ...items]), [], null, 'c').text;
+    expect(html.match(/<div class="lane item"/g)?.length).toBe(ITEMS_SHOWN);
+    expect(html.match(/<tr data-stage-seq="\d+" class="item">/g)?.length).toBe(ITEMS_SHOWN);
+    expect(html).toContain(`${2000 - ITEMS_SHOWN} more items not listed`);
+    expect(html).toContain(`${2000 - ITEMS_SHOWN} more items</div>`);
+    expect(html.length).toBeLessThan(200_000);
+  });
 });
