@@ -30,10 +30,17 @@ const nap = (name: string) =>
       return { ok: name };
     },
   });
+const publish = defineWorkflow({ name: 'dash-publish', input: z.unknown(), steps: [{ tool: nap('post') }] });
+/** Two branches at once, their join, then a child run. */
 const fanout = defineWorkflow({
   name: 'dash-fanout',
   input: z.object({}),
-  steps: [{ tool: nap('left') }, { tool: nap('right'), after: [] }, { tool: nap('join'), after: ['left', 'right'] }],
+  steps: [
+    { tool: nap('left') },
+    { tool: nap('right'), after: [] },
+    { tool: nap('join'), after: ['left', 'right'] },
+    { name: 'publish', workflow: 'dash-publish', input: () => ({}) },
+  ],
 });
 
 let db: TestDatabase;
@@ -68,7 +75,7 @@ beforeAll(async () => {
     databaseUrl: db.url,
     poolSize: 8,
     streamHeartbeatMs: 1000,
-    workflows: [...apiWorkflows, ...waitWorkflows, fanout],
+    workflows: [...apiWorkflows, ...waitWorkflows, fanout, publish],
   });
   await insertQueuedStages(api.ratchet.store.db, 1000, 'bulk-class');
   // Before any worker serves create_case's class: the gates are in place when it starts.
@@ -79,7 +86,7 @@ beforeAll(async () => {
   const [dead] = await api.ratchet.store.claim({ owner: 'dead-worker-1', toolClass: 'long', limit: 1 });
   expect(dead?.runId).toBe(reclaimedRun);
   await new Promise((r) => setTimeout(r, 3300));
-  await api.ratchet.worker({ classes: ['quick', 'long', 'wio', 'dash-par'], pollIntervalMs: 50, concurrency: 4 }).start();
+  await api.ratchet.worker({ classes: ['quick', 'long', 'wio', 'dash-par', '$control'], pollIntervalMs: 50, concurrency: 4 }).start();
   await until('the reclaim', async () => callsOf('gate', 'dash-reclaim').length > 0);
   browser = await launchBrowser();
 }, 120_000);
@@ -176,7 +183,7 @@ describe('dashboard in a real browser', () => {
     await until('the fan-out to end', async () => (await api.client.get(id)).state === 'succeeded');
     const page = await openSignedIn(`/runs/${id}`);
     const lanes = page.locator('.timeline .lane');
-    expect(await lanes.count()).toBe(3);
+    expect(await lanes.count()).toBe(4);
     // The stream replays the finished run's history, and the panel is redrawn after it: wait for the redraw to settle.
     await expect.poll(() => page.textContent('#live')).toBe('finished');
     await page.waitForTimeout(500);
@@ -193,7 +200,16 @@ describe('dashboard in a real browser', () => {
     expect(left.x < right.x + right.width && right.x < left.x + left.width).toBe(true);
     expect(join.x).toBeGreaterThanOrEqual(Math.max(left.x + left.width, right.x + right.width) - 2);
     expect(await page.textContent('.lane[data-stage-seq="3"] .lane-label')).toContain('after 1, 2');
+    // The child-run stage: handed back to wait for its child, the wait drawn, a link to the child's page.
+    const childLane = page.locator('.lane[data-stage-seq="4"]');
+    expect(await childLane.locator('.wait[data-wait-kind="child"]').count()).toBe(1);
+    expect(await childLane.locator('.bar').first().getAttribute('data-outcome')).toBe('waited');
     await page.screenshot({ path: artefactPath('dashboard-fanout.png'), fullPage: true });
+    const child = (await api.client.get(id)).children?.[0];
+    expect(child?.workflow).toBe('dash-publish');
+    await childLane.locator('a.child').click();
+    await page.waitForURL(`**/runs/${child!.id}`);
+    expect(await page.textContent('#panel .summary')).toContain(id); // the parent run, linked back
     await page.close();
   });
 
