@@ -113,7 +113,16 @@ async function watchersBench(): Promise<void> {
   try {
     await withEngine('bench_stream_watchers', async (ratchet, url) => {
       await ratchet.worker({ pollIntervalMs: 50, concurrency: 4 }).start();
+      // Reads of the events table (index + sequential scans, pg_stat_user_tables): what the streams ask the database.
+      const eventReads = async () => {
+        await new Promise((r) => setTimeout(r, 1200)); // the backends' statistics reach the shared counters within a second
+        const [r] = await ratchet.store.db.query(
+          `SELECT (coalesce(idx_scan, 0) + coalesce(seq_scan, 0))::bigint AS n FROM pg_stat_user_tables WHERE schemaname = 'ratchet' AND relname = 'events'`,
+        );
+        return Number(r?.n ?? 0);
+      };
       for (const n of [0, cfg.watchers]) {
+        const reads0 = await eventReads();
         const perStage: number[] = [];
         const stagesPerS: number[] = [];
         const cpuMs: number[] = [];
@@ -168,6 +177,7 @@ async function watchersBench(): Promise<void> {
             ...(n > 0 ? { eventsPerWatcherMin: fewest, eventsPerWatcherMax: most } : {}),
           },
         });
+        const eventReadsPerRun = ((await eventReads()) - reads0) / (cfg.runs + 1);
         // The same runs as a rate: the watched run's stages per second, median over the runs.
         emit('stream', {
           metric: 'run_stages_per_s',
@@ -180,6 +190,7 @@ async function watchersBench(): Promise<void> {
             perRun: stagesPerS.map((v) => round(v)),
             // CPU of this process (engine + worker + API, streams included) per run, ms: what the watchers cost the engine itself.
             engineCpuMsPerRun: cpuMs.map((v) => round(v)),
+            eventReadsPerRun: round(eventReadsPerRun, 1),
             loadavg1: round(loadavg()[0]!, 2),
           },
         });
