@@ -1,6 +1,8 @@
 /**
  * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--runs N] [--peer-runs N] [--cap S]
- *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]`.
+ *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]
+ *   [--scale | --scale-only] [--stream | --stream-only] [--stream-watchers N] [--stream-runs R]`.
+ * --stream adds the live-stream section: one run's stages/s with 0 vs N (50) watchers of its stream (see streamSection).
  * stdout: one JSON line per figure, {"bench":"engine","metric","variant","value","unit","info"}; stderr: progress.
  *
  * No-op runs of 10 stages (bench/workflows/noop.ts) through real worker processes
@@ -66,6 +68,8 @@ const { values: argv } = parseArgs({
     stream: { type: 'boolean', default: false },
     'stream-only': { type: 'boolean', default: false },
     'stream-watchers': { type: 'string', default: '50' },
+    /** Measured runs per watcher count (after one warm-up run). */
+    'stream-runs': { type: 'string', default: '5' },
     /** Worker-process counts of the scale sweep (fast path). */
     'scale-procs': { type: 'string', default: '1,2,4,8' },
     /** Runs per point of the sweep (default 500). */
@@ -1052,8 +1056,8 @@ async function pgliteRate(): Promise<{ stagesPerS: number; stages: number; ok: b
 // ---- the live stream ----------------------------------------------------------------------------
 /**
  * `--stream`: do watchers slow a run? bench/stream.ts part 1 in its own process (engine, worker and
- * task API in one process, the watchers in another): a run of a gate then 30 no-op stages, 5 runs
- * (+1 warm-up) watched by 0 and then by N streams of GET /v1/runs/:id/stream; its figures
+ * task API in one process, the watchers in another): a run of a gate then 30 no-op stages, --stream-runs
+ * runs (default 5, +1 warm-up) watched by 0 and then by N streams of GET /v1/runs/:id/stream; its figures
  * (run_stages_per_s and stage_ms_p50 per variant, every watcher's event count) are passed through
  * as engine lines, and the ratio of the two rates is added.
  */
@@ -1071,6 +1075,8 @@ async function streamSection(): Promise<void> {
       'watchers',
       '--watchers',
       String(watchers),
+      '--runs',
+      String(Number(argv['stream-runs'])),
       '--pg-url',
       cfg.adminUrl,
     ],
