@@ -299,3 +299,33 @@ LEFT JOIN replayed rp ON rp.id = req.id
 LEFT JOIN LATERAL (SELECT x.state, x.fence FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
 LEFT JOIN handed h ON h.after_id = req.id
 ORDER BY req.id`;
+
+/**
+ * After a finish that failed runs (the group failure): the unended stages of the failed runs of
+ * stages $1, cancelled by a statement of its own. A concurrent finish that inserted stages into
+ * such a run (a map's items, an agent's answer) committed before the failure's rest_cancelled
+ * could take its finishing stage's row (it waited on that row lock), or its fence failed and it
+ * inserted nothing; either way its rows were not in the failing statement's snapshot, and this
+ * next statement sees them. Until it runs, claims skip them (RUN_IS_ACTIVE in claim.sql.ts).
+ */
+export const CANCEL_FAILED_LEFTOVERS_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+failed_runs AS (
+  SELECT DISTINCT r.id FROM ratchet.stages f JOIN ratchet.runs r ON r.id = f.run_id
+  WHERE f.id = ANY($1::bigint[]) AND r.state = 'failed'
+),
+old AS (
+  SELECT s.id, s.state FROM ratchet.stages s JOIN failed_runs r ON s.run_id = r.id WHERE s.state IN (${UNENDED})
+),
+st AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM old, clk WHERE s.id = old.id AND s.state IN (${UNENDED})
+  RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t,
+    jsonb_build_object('previousState', st.old_state, 'reason', 'run_failed')
+  FROM st, clk
+)
+SELECT (SELECT count(*) FROM st)::int AS cancelled`;

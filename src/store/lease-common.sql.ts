@@ -226,6 +226,22 @@ ${p}_events AS (
 )`;
 }
 
+/**
+ * The settleFrom source (its columns, see there) of the rows of `from` (id, run_id, state, fence,
+ * error, continue_on_error, next_seqs, sink, step) that failed for good with continue_on_error: the
+ * failure kept as a value (`{ ok: false, error }`, the asValue mark left out) for what follows.
+ * The claim (attempts_exhausted) and the extend (stage_duration_exceeded) use it; their rows
+ * without continue_on_error go to failRunsFrom instead.
+ */
+export function failedAsValue(from: string, name: string): string {
+  return `
+${name} AS (
+  SELECT f.id, f.run_id, f.fence, f.next_seqs, NULL::int AS next_seq, f.sink, f.step,
+    jsonb_build_object('ok', false, 'error', f.error - 'asValue') AS value, false AS skipped, false AS claim_next, NULL::jsonb AS next_input
+  FROM ${from} f WHERE f.state = 'failed' AND f.continue_on_error
+)`;
+}
+
 /** What every claim returns per row (c: the claimed stage, r: its run). */
 export const CLAIMED_COLUMNS = `c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state, c.fence::text AS fence,
   c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
