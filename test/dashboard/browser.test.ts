@@ -1,13 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
-import { beginWait } from '../../src/store/signals.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { artefactPath, launchBrowser, type Browser } from '../helpers/browser.js';
 import { insertQueuedStages } from '../helpers/stages.js';
 import { apiWorkflows, callsOf } from '../api/fixtures.js';
 import { startApi, TOKEN, until, type Api } from '../api/helpers.js';
-import { claimStage, createWaitRun, gated, waitWorkflows } from '../api/waits-fixtures.js';
+import { waitWorkflows } from '../api/waits-fixtures.js';
 
 /**
  * The dashboard in headless Chromium against a real server on PostgreSQL: sign in with the
@@ -15,7 +14,8 @@ import { claimStage, createWaitRun, gated, waitWorkflows } from '../api/waits-fi
  * reclaimed (both attempts on the timeline), cancel it with the button and watch the page
  * follow it to its end over the live stream, without a reload; a fan-out's parallel stages in
  * their own lanes; approve a stage awaiting approval with its button and watch the run finish
- * live; reject another with a reason. Screenshots in test-artefacts/.
+ * live (a real gate: the worker's claim of a tool with `approval: true` asks); reject another with a
+ * reason. Screenshots in test-artefacts/.
  */
 const par = defineToolClass({ name: 'dash-par', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '10s', maxDuration: '30s' });
 const nap = (name: string) =>
@@ -51,22 +51,14 @@ let reclaimedRun: string;
 let toApprove: { id: string; stageIds: string[] };
 let toReject: { id: string; stageIds: string[] };
 
-/**
- * A gated run whose create_case stage awaits approval: the claim's part played by hand
- * (claimStage + beginWait, as test/api/waits.test.ts does) until the executor runs gates itself.
- */
+/** A run of `gated` submitted through the API: a worker claims create_case (approval: true) and the stage waits for a person. */
 async function awaitingApproval(invoiceId: string) {
-  const run = await createWaitRun(api.ratchet, gated, { invoiceId, amount: 120 });
-  const lease = await claimStage(api.ratchet.store.db, run.stageIds[0]!, 'dash-gate-worker');
-  // The claim's event, as claim.sql.ts writes it (claimStage plays the claim's row update only).
-  await api.ratchet.store.db.query(
-    `INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
-     VALUES ($1::uuid, $2::bigint, 'job_claimed', $3::bigint, 1, ratchet.db_now(), jsonb_build_object('owner', $4::text))`,
-    [run.id, lease.stageId, lease.fence, lease.owner],
-  );
-  const w = await beginWait(api.ratchet.store.db, lease, { kind: 'approval', until: { inMs: 3_600_000 } });
-  expect(w.verdict).toBe('waiting');
-  return run;
+  const { id } = await api.client.submit('gated', { invoiceId, amount: 120 });
+  const stageIds = await until(`run ${id} to await approval`, async () => {
+    const run = await api.ratchet.store.getRun(id);
+    return run?.stages[0]?.state === 'awaiting_approval' ? run.stages.map((s) => s.id) : null;
+  });
+  return { id, stageIds };
 }
 
 beforeAll(async () => {
@@ -78,9 +70,6 @@ beforeAll(async () => {
     workflows: [...apiWorkflows, ...waitWorkflows, fanout, publish],
   });
   await insertQueuedStages(api.ratchet.store.db, 1000, 'bulk-class');
-  // Before any worker serves create_case's class: the gates are in place when it starts.
-  toApprove = await awaitingApproval('inv-approve');
-  toReject = await awaitingApproval('inv-reject');
   // A worker claims the gate stage and dies: its lease (3 s) runs out, a live worker reclaims it.
   reclaimedRun = (await api.client.submit('gate', { key: 'dash-reclaim' })).id;
   const [dead] = await api.ratchet.store.claim({ owner: 'dead-worker-1', toolClass: 'long', limit: 1 });
@@ -88,6 +77,9 @@ beforeAll(async () => {
   await new Promise((r) => setTimeout(r, 3300));
   await api.ratchet.worker({ classes: ['quick', 'long', 'wio', 'dash-par', '$control'], pollIntervalMs: 50, concurrency: 4 }).start();
   await until('the reclaim', async () => callsOf('gate', 'dash-reclaim').length > 0);
+  // Two real approval gates: the worker's claim of create_case asks a person.
+  toApprove = await awaitingApproval('inv-approve');
+  toReject = await awaitingApproval('inv-reject');
   browser = await launchBrowser();
 }, 120_000);
 afterAll(async () => {
@@ -272,6 +264,11 @@ describe('dashboard in a real browser', () => {
     // The rejected call never ran: its stage kept the gating claim's attempt only.
     const [rejected] = await api.ratchet.store.db.query(`SELECT state, attempt FROM ratchet.stages WHERE id = $1`, [toReject.stageIds[0]]);
     expect(rejected).toMatchObject({ state: 'failed', attempt: 1 });
+    // The approved call ran once, with the input the person saw (the worker's claim after the approval).
+    const [approvedStage] = await api.ratchet.store.db.query(`SELECT state, attempt, result FROM ratchet.stages WHERE id = $1`, [
+      toApprove.stageIds[0],
+    ]);
+    expect(approvedStage).toMatchObject({ state: 'succeeded', attempt: 2, result: { caseId: 'case-inv-approve' } });
     expect(failures).toEqual([]);
     await page.close();
   }, 60_000);
