@@ -1,6 +1,8 @@
 /**
  * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--runs N] [--peer-runs N] [--cap S]
- *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]`.
+ *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]
+ *   [--scale | --scale-only] [--stream | --stream-only] [--stream-watchers N] [--stream-runs R]`.
+ * --stream adds the live-stream section: one run's stages/s with 0 vs N (50) watchers of its stream (see streamSection).
  * stdout: one JSON line per figure, {"bench":"engine","metric","variant","value","unit","info"}; stderr: progress.
  *
  * No-op runs of 10 stages (bench/workflows/noop.ts) through real worker processes
@@ -59,6 +61,15 @@ const { values: argv } = parseArgs({
     /** The "how it scales" section (after the variants; --scale-only: without them and the peers). */
     scale: { type: 'boolean', default: false },
     'scale-only': { type: 'boolean', default: false },
+    /**
+     * The live-stream section (after the variants; --stream-only: without them and the peers): one run's
+     * stages/s watched by 0 and by --stream-watchers server-sent event streams (bench/stream.ts part 1).
+     */
+    stream: { type: 'boolean', default: false },
+    'stream-only': { type: 'boolean', default: false },
+    'stream-watchers': { type: 'string', default: '50' },
+    /** Measured runs per watcher count (after one warm-up run). */
+    'stream-runs': { type: 'string', default: '5' },
     /** Worker-process counts of the scale sweep (fast path). */
     'scale-procs': { type: 'string', default: '1,2,4,8' },
     /** Runs per point of the sweep (default 500). */
@@ -1042,6 +1053,59 @@ async function pgliteRate(): Promise<{ stagesPerS: number; stages: number; ok: b
   }
 }
 
+// ---- the live stream ----------------------------------------------------------------------------
+/**
+ * `--stream`: do watchers slow a run? bench/stream.ts part 1 in its own process (engine, worker and
+ * task API in one process, the watchers in another): a run of a gate then 30 no-op stages, --stream-runs
+ * runs (default 5, +1 warm-up) watched by 0 and then by N streams of GET /v1/runs/:id/stream; its figures
+ * (run_stages_per_s and stage_ms_p50 per variant, every watcher's event count) are passed through
+ * as engine lines, and the ratio of the two rates is added.
+ */
+async function streamSection(): Promise<void> {
+  const watchers = Number(argv['stream-watchers']);
+  if (!Number.isInteger(watchers) || watchers < 1) throw new Error('--stream-watchers must be a positive whole number');
+  log(`stream section: 0 vs ${watchers} watchers of one run`);
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      fileURLToPath(new URL('./stream.ts', import.meta.url)),
+      '--only',
+      'watchers',
+      '--watchers',
+      String(watchers),
+      '--runs',
+      String(Number(argv['stream-runs'])),
+      '--pg-url',
+      cfg.adminUrl,
+    ],
+    { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const rates = new Map<string, number>();
+  for await (const line of createInterface({ input: child.stdout })) {
+    const l = JSON.parse(line) as Line & { bench: string };
+    if (l.metric === 'run_stages_per_s' && typeof l.value === 'number') rates.set(l.variant, l.value);
+    out({ metric: `stream_${l.metric}`, variant: l.variant, value: l.value, unit: l.unit, info: l.info });
+  }
+  const code = await new Promise<number | null>((r) => (child.exitCode !== null ? r(child.exitCode) : child.on('exit', r)));
+  if (code !== 0) throw new Error(`bench/stream.ts exited with ${code}`);
+  const base = rates.get('0_watchers');
+  const watched = rates.get(`${watchers}_watchers`);
+  if (base && watched) {
+    out({
+      metric: 'stream_watched_over_unwatched',
+      variant: `${watchers}_watchers`,
+      value: round(watched / base, 3),
+      unit: 'x',
+      info: { base, watched },
+    });
+    process.stderr.write(
+      `\nstream: one run's stages/s with 0 watchers ${base}, with ${watchers} watchers ${watched} (${round(watched / base, 3)}x)\n`,
+    );
+  }
+}
+
 // ---- main -------------------------------------------------------------------------------------
 log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv['skip-peers'] })}`);
 {
@@ -1051,10 +1115,11 @@ log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv[
   log(`worker script loaded (tsx cache warm) in ${round((performance.now() - t) / 1000, 2)} s`);
 }
 const results: VariantResult[] = [];
-if (!argv['scale-only'])
+const sectionOnly = argv['scale-only'] || argv['stream-only'];
+if (!sectionOnly)
   for (const v of cfg.variants) results.push(await runVariant(v.mode, v.procs, { noGrace: v.noGrace, light: !argv['skip-light'] }));
 
-if (!argv['skip-peers'] && !argv['scale-only']) {
+if (!argv['skip-peers'] && !sectionOnly) {
   const peers = await runPeers();
   const find = (measure: string, metric: string, pick: (variant: string) => boolean): PeerLine | null => {
     const cands = peers.filter((p) => p.measure === measure && p.metric === metric && pick(p.variant) && p.median != null);
@@ -1167,5 +1232,6 @@ for (const r of results) {
   );
 }
 if (argv.scale || argv['scale-only']) await scaleSection();
+if (argv.stream || argv['stream-only']) await streamSection();
 log('done');
 process.exit(0);

@@ -1,5 +1,6 @@
 /**
- * Live-stream benchmark (not a test): `npm run bench:stream -- [--watchers N] [--runs R] [--stages S] [--throughput-runs T] [--pg-url URL]`.
+ * Live-stream benchmark (not a test): `npm run bench:stream -- [--watchers N] [--runs R] [--stages S] [--throughput-runs T]
+ *   [--only watchers|notify|throughput] [--pg-url URL]`; `npm run bench -- --stream` runs part 1 as a section of the engine bench.
  * stdout: one JSON line per figure, {"bench":"stream","metric","variant","value","unit","info"}; stderr: progress.
  * One process runs the engine, a worker (in-process wake-ups) and the task API on PostgreSQL, like `ratchet serve`
  * beside a worker; the watchers are another process (bench/stream-watchers.ts) so their CPU is not counted as the engine's.
@@ -23,8 +24,8 @@ import { createServer } from '../src/api/server.js';
 import { defineTool, defineToolClass, defineWorkflow } from '../src/definitions/index.js';
 import { createRatchet, type Ratchet } from '../src/engine.js';
 import { silentLogger } from '../src/logger.js';
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createDb, dropDb, emit, log, percentile, pgbenchTps, round } from './lib.js';
 
@@ -34,6 +35,8 @@ const { values: argv } = parseArgs({
     runs: { type: 'string', default: '5' },
     stages: { type: 'string', default: '30' },
     'throughput-runs': { type: 'string', default: '300' },
+    /** One part only: watchers (1), notify (3, pgbench), throughput (2). */
+    only: { type: 'string' },
     'pg-url': { type: 'string', default: process.env.RATCHET_BENCH_PG_URL ?? 'postgres://root@127.0.0.1:5432/test' },
   },
 });
@@ -101,6 +104,15 @@ async function watchersBench(): Promise<void> {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   const lines = createInterface({ input: child.stdout });
+  // utime + stime of the watchers' process from /proc (clock ticks of 10 ms); 0 where /proc is missing.
+  const watcherCpuMs = (): number => {
+    try {
+      const f = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      return (Number(f[11]) + Number(f[12])) * 10;
+    } catch {
+      return 0;
+    }
+  };
   const waiting = new Map<string, (words: string[]) => void>();
   lines.on('line', (l) => {
     const words = l.split(' ');
@@ -110,8 +122,20 @@ async function watchersBench(): Promise<void> {
   try {
     await withEngine('bench_stream_watchers', async (ratchet, url) => {
       await ratchet.worker({ pollIntervalMs: 50, concurrency: 4 }).start();
+      // Reads of the events table (index + sequential scans, pg_stat_user_tables): what the streams ask the database.
+      const eventReads = async () => {
+        await new Promise((r) => setTimeout(r, 1200)); // the backends' statistics reach the shared counters within a second
+        const [r] = await ratchet.store.db.query(
+          `SELECT (coalesce(idx_scan, 0) + coalesce(seq_scan, 0))::bigint AS n FROM pg_stat_user_tables WHERE schemaname = 'ratchet' AND relname = 'events'`,
+        );
+        return Number(r?.n ?? 0);
+      };
       for (const n of [0, cfg.watchers]) {
+        const reads0 = await eventReads();
         const perStage: number[] = [];
+        const stagesPerS: number[] = [];
+        const cpuMs: number[] = [];
+        const watcherCpuMsRuns: number[] = [];
         let fewest = Infinity;
         let most = 0;
         for (let i = 0; i < cfg.runs + 1; i++) {
@@ -127,12 +151,16 @@ async function watchersBench(): Promise<void> {
           }
           await until('the gate', async () => gates.has(key));
           const t0 = performance.now();
+          const cpu0 = process.cpuUsage();
+          const watcherCpu0 = watcherCpuMs();
           gates.get(key)!();
           await until(
             'the run to end',
             async () => (await ratchet.store.db.query(`SELECT 1 FROM ratchet.runs WHERE id = $1 AND state = 'succeeded'`, [id])).length > 0,
           );
           const ms = performance.now() - t0;
+          const cpu = process.cpuUsage(cpu0);
+          let watcherCpu = watcherCpuMs() - watcherCpu0;
           if (done) {
             const [, , lo, hi] = await done;
             fewest = Math.min(fewest, Number(lo));
@@ -141,8 +169,14 @@ async function watchersBench(): Promise<void> {
               id,
             ])) as [{ n: number }];
             if (Number(lo) !== count) log(`a watcher of ${id} got ${lo} events of ${count}`);
+            watcherCpu = watcherCpuMs() - watcherCpu0;
           }
-          if (i > 0) perStage.push(ms / cfg.stages);
+          if (i > 0) {
+            cpuMs.push((cpu.user + cpu.system) / 1000);
+            watcherCpuMsRuns.push(watcherCpu);
+            perStage.push(ms / cfg.stages);
+            stagesPerS.push((cfg.stages * 1000) / ms);
+          }
           log(`${n} watchers: run ${i} took ${round(ms)} ms for ${cfg.stages} stages`);
         }
         emit('stream', {
@@ -155,6 +189,25 @@ async function watchersBench(): Promise<void> {
             stages: cfg.stages,
             perStage: perStage.map((v) => round(v)),
             ...(n > 0 ? { eventsPerWatcherMin: fewest, eventsPerWatcherMax: most } : {}),
+          },
+        });
+        const eventReadsPerRun = ((await eventReads()) - reads0) / (cfg.runs + 1);
+        // The same runs as a rate: the watched run's stages per second, median over the runs.
+        emit('stream', {
+          metric: 'run_stages_per_s',
+          variant: `${n}_watchers`,
+          value: round(percentile(stagesPerS, 50)!),
+          unit: 'stages/s',
+          info: {
+            runs: cfg.runs,
+            stages: cfg.stages,
+            perRun: stagesPerS.map((v) => round(v)),
+            // CPU of this process (engine + worker + API, streams included) per run, ms: what the watchers cost the engine itself.
+            engineCpuMsPerRun: cpuMs.map((v) => round(v)),
+            eventReadsPerRun: round(eventReadsPerRun, 1),
+            // CPU of the watchers' own process per run, ms (on a 2-core machine it competes with the engine for the cores).
+            watcherProcessCpuMsPerRun: watcherCpuMsRuns.map((v) => round(v)),
+            loadavg1: round(loadavg()[0]!, 2),
           },
         });
       }
@@ -215,9 +268,12 @@ async function notifyLockBench(): Promise<void> {
   }
 }
 
-await watchersBench();
-await notifyLockBench();
-for (const r of [1, 2]) {
-  await throughputOnce(true, r);
-  await throughputOnce(false, r);
-}
+const only = argv.only;
+if (only !== undefined && !['watchers', 'notify', 'throughput'].includes(only)) throw new Error('--only: watchers, notify or throughput');
+if (!only || only === 'watchers') await watchersBench();
+if (!only || only === 'notify') await notifyLockBench();
+if (!only || only === 'throughput')
+  for (const r of [1, 2]) {
+    await throughputOnce(true, r);
+    await throughputOnce(false, r);
+  }

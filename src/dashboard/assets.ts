@@ -16,7 +16,13 @@ export const DASHBOARD_JS = String.raw`(() => {
     const button = form.querySelector('button');
     if (button) button.disabled = true;
     try {
-      const res = await fetch(form.action, { method: 'POST', credentials: 'same-origin', headers: { 'x-csrf-token': csrf, accept: 'application/json' } });
+      // The form's fields (a rejection's reason) go as a form body; the CSRF token in a header.
+      const res = await fetch(form.action, {
+        method: 'POST',
+        credentials: 'same-origin',
+        headers: { 'x-csrf-token': csrf, accept: 'application/json', 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams(new FormData(form)),
+      });
       const body = await res.json().catch(() => null);
       notice(res.ok ? (body && body.note) || 'done' : (body && body.error && body.error.message) || 'HTTP ' + res.status, !res.ok);
     } catch (err) {
@@ -50,8 +56,16 @@ export const DASHBOARD_JS = String.raw`(() => {
       const res = await fetch('/runs/' + id + '/panel', { credentials: 'same-origin' });
       if (!res.ok) return;
       const panel = document.getElementById('panel');
+      // A reason being typed survives the refresh (and keeps the focus): the forms are replaced, not the person's words.
+      const typed = Array.from(panel.querySelectorAll('form[data-stage-id] input[name=reason]'), (i) => [i.form.dataset.stageId, i.value, i === document.activeElement]);
       panel.outerHTML = await res.text();
       const fresh = document.getElementById('panel');
+      for (const [stageId, value, focused] of typed) {
+        const input = fresh.querySelector('form[data-stage-id="' + stageId + '"] input[name=reason]');
+        if (!input) continue;
+        input.value = value;
+        if (focused) input.focus();
+      }
       if (fresh.dataset.stages) stages = JSON.parse(fresh.dataset.stages);
     }, 120);
   };
@@ -137,18 +151,28 @@ th{background:#eef0f4;font-weight:600}td.err{color:#a1262b}td.facts{font-family:
 .summary{display:flex;gap:2rem;align-items:flex-start;background:#fff;padding:.8rem;border:1px solid #e3e6eb}
 .facts{display:grid;grid-template-columns:auto auto;gap:.1rem .8rem;margin:0}dt{color:#667}dd{margin:0}
 .actions{display:flex;gap:.5rem;margin-left:auto}.actions button{padding:.35rem .8rem;cursor:pointer}.danger{background:#b3261e;color:#fff;border:0;border-radius:3px}
-.timeline{background:#fff;border:1px solid #e3e6eb;padding:.6rem}.axis{display:flex;justify-content:space-between;color:#778;font-size:12px;margin-left:220px}
-.lane{display:flex;align-items:center;height:30px}.lane-label{width:220px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis;font-size:13px}
+.timeline{background:#fff;border:1px solid #e3e6eb;padding:.6rem}.axis{display:flex;justify-content:space-between;color:#778;font-size:12px;margin-left:280px}
+.lane{display:flex;align-items:center;height:30px}.lane-label{width:280px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis;font-size:13px}
 .lane-track{position:relative;flex:1;height:22px;background:#f1f3f6;border-radius:3px}
 .bar{position:absolute;top:2px;height:18px;border-radius:3px;color:#fff;font-size:11px;overflow:hidden;white-space:nowrap;padding-left:3px;min-width:4px}
 .o-running{background:#2f6fe0}.o-succeeded{background:#2e8b45}.o-failed{background:#c2372f}.o-retried{background:#e08a1e}
 .o-lease_lost{background:repeating-linear-gradient(45deg,#7d5ba6,#7d5ba6 4px,#a48bc4 4px,#a48bc4 8px)}.o-cancelled{background:#8a8f99}.o-released,.o-unknown{background:#b0b6c2}
 .bar.reclaimed{outline:2px solid #7d5ba6;outline-offset:-2px}
-.wait{position:absolute;top:9px;height:4px;border-top:2px dashed #e08a1e}
+.wait{position:absolute;top:3px;height:16px;border:1px dashed #e08a1e;border-radius:3px;background:rgba(224,138,30,.08);font-size:10px;line-height:14px;color:#6b4a12;overflow:hidden;white-space:nowrap;padding-left:3px}
+.wait.w-approval{border-color:#b3261e;background:repeating-linear-gradient(135deg,rgba(179,38,30,.10),rgba(179,38,30,.10) 5px,transparent 5px,transparent 10px);color:#7a1913}
+.wait.w-signal{border-color:#2f6fe0;background:rgba(47,111,224,.08);color:#1d4a9c}.wait.w-sleep{border-color:#6b7280;background:rgba(107,114,128,.08);color:#374151}
+.wait.w-items,.wait.w-child{border-color:#0f766e;background:rgba(15,118,110,.08);color:#0f4f4a}.wait.open{border-right:3px solid currentColor}
+.o-waited{background:#5b8fa8}.o-skipped{background:#c9ced6;color:#333}.m-skip{background:#9aa1ad}.m-decision{background:#b3261e;width:3px}
+.lane.item .lane-label{padding-left:1.2rem;color:#4a5263;font-size:12px}.lane.item{height:22px}.lane.item .lane-track{height:16px}.lane.item .bar{top:1px;height:14px}.lane.item .wait{top:1px;height:14px}
+.lane-label .after{font-size:11px;color:#778}.lane-label a.child{font-size:11px}.lane-track.more-items{background:none;font-size:12px;color:#667}
+.s-awaiting_approval{background:#f7cfd1}.s-waiting{background:#d9ecea}.s-skipped{background:#eceef1;color:#667}.s-pending{background:#eef0f4}
+.approval{background:#fff4f3;border:1px solid #e8b4b1;padding:.4rem .8rem;margin-top:.8rem}.gate-buttons{display:flex;gap:.6rem;align-items:center}
+.gate-buttons form{display:flex;gap:.4rem}.gate-buttons input{padding:.3rem;width:18rem}button.approve{background:#176b2c;color:#fff;border:0;border-radius:3px;padding:.35rem .9rem;cursor:pointer}
 .mark{position:absolute;top:-3px;width:2px;height:28px;background:#333}.m-reclaim{background:#7d5ba6}.m-retry{background:#e08a1e}.m-lease_lost{background:#c2372f}
 .m-ownership_unknown{background:#d4a017}.m-result_rejected{background:#000}.m-request{background:#2f6fe0;width:1px}
 .legend{display:flex;gap:.6rem;margin-top:.5rem;font-size:11px;flex-wrap:wrap}.legend .bar{position:static;display:inline-block;padding:0 .4rem}
-.wait-key{border-top:2px dashed #e08a1e;padding:0 .4rem}.mark-key{border-left:3px solid;padding-left:.3rem}.mark-key.m-reclaim{border-color:#7d5ba6;background:none}.mark-key.m-retry{border-color:#e08a1e;background:none}
+.wait-key{position:static;display:inline-block;border:1px dashed #e08a1e;padding:0 .4rem;border-radius:3px}.wait-key.w-approval{border-color:#b3261e}.wait-key.w-signal{border-color:#2f6fe0}.wait-key.w-sleep{border-color:#6b7280}.wait-key.w-items,.wait-key.w-child{border-color:#0f766e}
+.mark-key.m-decision{border-color:#b3261e;background:none}.mark-key{border-left:3px solid;padding-left:.3rem}.mark-key.m-reclaim{border-color:#7d5ba6;background:none}.mark-key.m-retry{border-color:#e08a1e;background:none}
 .explain{background:#fff;border:1px solid #e3e6eb;padding:.6rem}.explain dl{display:grid;grid-template-columns:max-content auto;gap:.1rem 1rem}
 .live{font-size:12px;color:#778}.live.on{color:#176b2c}.live.on::before{content:"● "}tr.fresh{animation:fresh 1.5s}@keyframes fresh{from{background:#fff7c2}to{background:#fff}}
 .login{max-width:420px;background:#fff;padding:1rem 1.4rem;border:1px solid #e3e6eb}.login input{width:100%;margin:.4rem 0 .8rem;padding:.4rem}

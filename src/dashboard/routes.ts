@@ -10,7 +10,9 @@ import type { EventHub } from '../live/hub.js';
 import { RUN_STATES, type RunState } from '../planner/states.js';
 import { DASHBOARD_CSS, DASHBOARD_JS } from './assets.js';
 import { html, layout } from './html.js';
-import { listPage, loginPage, runPage, runPanel } from './pages.js';
+import { AWAITING_APPROVAL, listPage, loginPage, runPage, runPanel } from './pages.js';
+import { createWaitService } from '../api/wait-service.js';
+import { listPendingApprovals, waitsOf, type PendingApproval } from '../store/approvals.js';
 import { runUsage } from '../store/usage.js';
 import { createDashboardSession, SESSION_COOKIE, SESSION_MAX_AGE_S } from './session.js';
 
@@ -25,6 +27,9 @@ export interface DashboardOptions {
 
 /** Runs per page of the list: a thousand runs are twenty pages, each one indexed read. */
 export const DASHBOARD_PAGE_SIZE = 50;
+/** Stages awaiting approval on the runs list (the rest one click away), and on the awaiting-approval filter. */
+const APPROVALS_ON_LIST = 10;
+const APPROVALS_LISTED = 200;
 /** Events shown on a run page (the newest are added live). */
 const EVENTS_SHOWN = 2000;
 
@@ -45,6 +50,7 @@ const SECURITY_HEADERS: Record<string, string> = {
  */
 export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): void {
   const session = createDashboardSession(opts.tokens);
+  const waits = createWaitService(opts.ratchet);
   const page = (c: Context, title: string, body: Parameters<typeof layout>[1], status = 200) =>
     c.html(
       layout(title, body, { csrf: session.csrf(c), signedIn: opts.tokens.length > 0 && session.signedIn(c) }),
@@ -111,6 +117,20 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const state = c.req.query('state') ?? '';
     const workflow = (c.req.query('workflow') ?? '').trim();
     const cursor = c.req.query('cursor') || undefined;
+    const awaiting = state === AWAITING_APPROVAL;
+    // What awaits a person: the oldest first (waits_open_approval_idx), one bounded read.
+    const want = awaiting ? APPROVALS_LISTED : APPROVALS_ON_LIST;
+    const pending = (await listPendingApprovals(opts.ratchet.store.db, { limit: want + 1 }).catch(() => [] as PendingApproval[])).filter(
+      (a) => !workflow || a.workflow === workflow,
+    );
+    const approvals = { awaitingApproval: pending.slice(0, want), moreAwaiting: pending.length > want };
+    if (awaiting) {
+      return page(
+        c,
+        'Awaiting approval',
+        listPage({ runs: [], nextCursor: null, state, workflow, workflows: opts.ratchet.registry.list().map((w) => w.name), ...approvals }),
+      );
+    }
     const page1 = await opts.ratchet
       .listRuns({
         ...(RUN_STATES.includes(state as RunState) ? { states: [state as RunState] } : {}),
@@ -128,7 +148,7 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
         state: RUN_STATES.includes(state as RunState) ? state : '',
         workflow,
         workflows: opts.ratchet.registry.list().map((w) => w.name),
-        awaitingApproval: [],
+        ...approvals,
       }),
     );
   });
@@ -136,18 +156,19 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
   const loadRun = async (id: string) => {
     const run = await opts.ratchet.store.getRun(id);
     if (!run) throw new UnknownRunError(id);
-    const [events, explanation, usage] = await Promise.all([
+    const [events, explanation, usage, waits] = await Promise.all([
       opts.ratchet.store.listEvents(id, { limit: EVENTS_SHOWN }),
       opts.ratchet.explain(id).catch(() => null),
       runUsage(opts.ratchet.store.db, id),
+      waitsOf(opts.ratchet.store.db, id),
     ]);
-    return { run, events, explanation, usage };
+    return { run, events, explanation, usage, waits };
   };
   app.get('/runs/:id', signedIn, async (c) => {
     const id = c.req.param('id');
     try {
-      const { run, events, explanation, usage } = await loadRun(id);
-      return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c), usage));
+      const { run, events, explanation, usage, waits } = await loadRun(id);
+      return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c), usage, waits));
     } catch (err) {
       if (err instanceof UnknownRunError)
         return page(
@@ -160,8 +181,8 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     }
   });
   app.get('/runs/:id/panel', signedIn, async (c) => {
-    const { run, events, explanation, usage } = await loadRun(c.req.param('id'));
-    return c.html(runPanel(run, events, explanation, session.csrf(c), usage).text, 200, SECURITY_HEADERS);
+    const { run, events, explanation, usage, waits } = await loadRun(c.req.param('id'));
+    return c.html(runPanel(run, events, explanation, session.csrf(c), usage, waits).text, 200, SECURITY_HEADERS);
   });
   app.get(
     '/runs/:id/stream',
@@ -177,4 +198,23 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
   };
   app.post('/runs/:id/cancel', signedIn, csrf, action('cancel'));
   app.post('/runs/:id/retry', signedIn, csrf, action('retry'));
+
+  // Approve / reject a stage awaiting approval: the API's decision (same service, same checks),
+  // decided by this session's token identity (never the token), a rejection with its reason.
+  const decide = (name: 'approve' | 'reject') => async (c: Context) => {
+    const id = c.req.param('id')!;
+    const stageId = c.req.param('stageId')!;
+    const form = c.req.header('content-type')?.includes('form') ? await c.req.parseBody() : {};
+    const reason = typeof form.reason === 'string' && form.reason.trim() ? form.reason.trim().slice(0, 500) : undefined;
+    const by = session.identity(c);
+    const res =
+      name === 'approve'
+        ? await waits.approve(id, { stageId, ...(reason ? { reason } : {}) }, by)
+        : await waits.reject(id, { stageId, ...(reason ? { reason } : {}) }, by);
+    opts.logger.info({ event: `dashboard_${name}`, runId: id, stageId, decidedBy: by }, `stage ${name} from the dashboard`);
+    const note = name === 'approve' ? `stage approved: it runs next` : `stage rejected${reason ? `: ${reason}` : ''}`;
+    return c.req.header('accept')?.includes('application/json') ? c.json({ ...res, note }, 200) : c.redirect(`/runs/${id}`, 303);
+  };
+  app.post('/runs/:id/stages/:stageId/approve', signedIn, csrf, decide('approve'));
+  app.post('/runs/:id/stages/:stageId/reject', signedIn, csrf, decide('reject'));
 }

@@ -1,7 +1,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Context } from 'hono';
 import { getCookie } from 'hono/cookie';
-import { createTokenCheck } from '../api/auth.js';
+import { createTokenCheck, tokenIdentity } from '../api/auth.js';
 
 /** The cookie that keeps the API token the operator entered once (HttpOnly, SameSite=Strict). */
 export const SESSION_COOKIE = 'ratchet_token';
@@ -15,6 +15,8 @@ export interface DashboardSession {
   accepts(token: string): boolean;
   /** The CSRF token for this request's session (empty when not signed in). */
   csrf(c: Context): string;
+  /** Who decides through this session (an approval): the token's identity as the API gives it, never the token. */
+  identity(c: Context): string;
   /** Is a state-changing request genuine: its CSRF token matches the session's, and Origin (if sent) is this server? */
   checkCsrf(c: Context, sent: string | undefined): boolean;
 }
@@ -42,6 +44,7 @@ export function createDashboardSession(tokens: readonly string[]): DashboardSess
     signedIn,
     accepts: (token) => check(`Bearer ${token}`),
     csrf,
+    identity: (c) => tokenIdentity(`Bearer ${tokenOf(c) ?? ''}`, tokens),
     checkCsrf(c, sent) {
       const origin = c.req.header('origin');
       if (origin && origin !== new URL(c.req.url).origin) return false;

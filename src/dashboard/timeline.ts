@@ -1,11 +1,25 @@
+import { CHILD_RUN_TOOL_NAME } from '../definitions/builtin.js';
 import type { EventRow, StageRow } from '../store/runs.js';
 
 /**
- * A run's timeline from its events (pure): one lane per stage, a bar per attempt coloured by
- * how it ended, marks for what happened on the way (reclaim, lease lost, retry, ownership
- * unknown, a rejected result), and waits (a retry delay) between attempts.
+ * A run's timeline from its events (pure): one lane per stage (parallel stages each in their
+ * own lane, a map's items nested under their map stage), a bar per attempt coloured by how it
+ * ended, marks for what happened on the way (reclaim, lease lost, retry, ownership unknown, a
+ * rejected result, a skip), and waits drawn as waits: a retry delay, a sleep, a signal, a
+ * person's approval, a map's items, a child run.
  */
-export type AttemptOutcome = 'running' | 'succeeded' | 'failed' | 'retried' | 'lease_lost' | 'released' | 'cancelled' | 'unknown';
+export type AttemptOutcome =
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'retried'
+  | 'lease_lost'
+  | 'released'
+  | 'cancelled'
+  /** The attempt handed its lease back to wait (a sleep, a signal, an approval, a map's items, a child run). */
+  | 'waited'
+  | 'skipped'
+  | 'unknown';
 
 export interface AttemptBar {
   attempt: number;
@@ -22,13 +36,36 @@ export interface AttemptBar {
 
 export interface Mark {
   at: number;
-  kind: 'reclaim' | 'lease_lost' | 'retry' | 'ownership_unknown' | 'result_rejected' | 'request';
+  kind: 'reclaim' | 'lease_lost' | 'retry' | 'ownership_unknown' | 'result_rejected' | 'request' | 'skip' | 'decision';
   label: string;
 }
+/** What a stage waited for, without a lease: a retry's delay, or a wait of issue 10 / the run graph. */
+export type WaitKind = 'retry' | 'sleep' | 'signal' | 'approval' | 'items' | 'child';
 export interface Wait {
+  kind: WaitKind;
   start: number;
   end: number;
+  /** Still waiting (the bar runs to now). */
+  open: boolean;
   label: string;
+}
+
+/** A stage's row of ratchet.waits (the latest wait of the stage: kind, since, timeout, how it ended). */
+export interface WaitRow {
+  stageId: string;
+  kind: 'sleep' | 'signal' | 'approval';
+  signalName: string | null;
+  since: Date;
+  until: Date | null;
+  endedAt: Date | null;
+  outcome: string | null;
+}
+/** A child run a stage started. */
+export interface ChildRef {
+  id: string;
+  workflow: string;
+  state: string;
+  parentStageId: string | null;
 }
 
 export interface Lane {
@@ -38,21 +75,51 @@ export interface Lane {
   tool: string;
   toolClass: string;
   state: string;
+  /** The seqs this stage waits for (the run graph), [] for a first stage. */
+  deps: number[];
+  /** A map item: its index, and the map stage's seq (its lane follows the map's). */
+  itemIndex: number | null;
+  groupSeq: number | null;
+  /** The child run this stage started, if any. */
+  child: ChildRef | null;
   attempts: AttemptBar[];
   marks: Mark[];
   waits: Wait[];
 }
 
+/** Map items beyond this many per map are summed up in one line (a map may have 10,000). */
+export const ITEMS_SHOWN = 40;
+
 export interface Timeline {
   start: number;
   end: number;
   lanes: Lane[];
+  /** Per map stage seq: items not drawn (beyond ITEMS_SHOWN), counted by state. */
+  hiddenItems: Map<number, { count: number; byState: Record<string, number> }>;
 }
 
 const t = (d: Date) => d.getTime();
 const str = (v: unknown): string | null => (typeof v === 'string' ? v : null);
 
-export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: Date, now: Date, runEnd: Date | null): Timeline {
+const WAIT_WORDS: Record<WaitKind, string> = {
+  retry: 'waiting to retry',
+  sleep: 'sleeping',
+  signal: 'waiting for a signal',
+  approval: 'awaiting approval',
+  items: "waiting for the map's items",
+  child: 'waiting for its child run',
+};
+
+export function buildTimeline(
+  stages: StageRow[],
+  events: EventRow[],
+  runStart: Date,
+  now: Date,
+  runEnd: Date | null,
+  extra: { waits?: WaitRow[]; children?: ChildRef[] } = {},
+): Timeline {
+  const childOf = new Map((extra.children ?? []).flatMap((c) => (c.parentStageId ? [[c.parentStageId, c] as const] : [])));
+  const waitRowOf = new Map((extra.waits ?? []).map((w) => [w.stageId, w]));
   const lanes = new Map<string, Lane>(
     stages.map((s) => [
       s.id,
@@ -63,6 +130,10 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
         tool: s.tool,
         toolClass: s.toolClass,
         state: s.state,
+        deps: s.deps ?? [],
+        itemIndex: s.itemIndex ?? null,
+        groupSeq: s.groupSeq ?? null,
+        child: childOf.get(s.id) ?? null,
         attempts: [],
         marks: [],
         waits: [],
@@ -78,7 +149,18 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
       a.outcome = outcome;
     }
   };
-  const pendingWait = new Map<string, { start: number; label: string }>();
+  const pendingWait = new Map<string, { kind: WaitKind; start: number; label: string }>();
+  const endWait = (lane: Lane, at: number) => {
+    const w = pendingWait.get(lane.stageId);
+    if (w) {
+      lane.waits.push({ ...w, end: at, open: false });
+      pendingWait.delete(lane.stageId);
+    }
+  };
+  const beginWait = (lane: Lane, at: number, kind: WaitKind, detail = '') => {
+    endWait(lane, at);
+    pendingWait.set(lane.stageId, { kind, start: at, label: `${WAIT_WORDS[kind]}${detail}` });
+  };
   for (const e of events) {
     if (!e.stageId) continue;
     const lane = lanes.get(e.stageId);
@@ -99,11 +181,7 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
         } else {
           close(lane, at, 'unknown');
         }
-        const w = pendingWait.get(lane.stageId);
-        if (w) {
-          lane.waits.push({ start: w.start, end: at, label: w.label });
-          pendingWait.delete(lane.stageId);
-        }
+        endWait(lane, at);
         lane.attempts.push({
           attempt: e.attempt ?? lane.attempts.length + 1,
           fence: e.fence,
@@ -126,7 +204,50 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
         break;
       case 'stage_cancelled':
         close(lane, at, 'cancelled');
+        endWait(lane, at);
         break;
+      case 'stage_skipped':
+        close(lane, at, 'skipped');
+        lane.marks.push({ at, kind: 'skip', label: `skipped (${str(data.reason) ?? 'its condition or its dependencies'})` });
+        break;
+      case 'stage_waiting': {
+        // The run graph's waits: a map stage for its items, a child-run stage for its child.
+        close(lane, at, 'waited');
+        beginWait(lane, at, lane.child !== null || lane.tool === CHILD_RUN_TOOL_NAME ? 'child' : 'items');
+        break;
+      }
+      case 'child_run_started':
+        if (lane.child === null && typeof data.childRunId === 'string')
+          lane.child = { id: data.childRunId, workflow: '', state: '', parentStageId: lane.stageId };
+        break;
+      case 'wait_started': {
+        close(lane, at, 'waited');
+        const kind = data.kind === 'signal' ? 'signal' : 'sleep';
+        beginWait(lane, at, kind, kind === 'signal' && typeof data.signal === 'string' ? ` "${data.signal}"` : '');
+        break;
+      }
+      case 'approval_requested':
+        close(lane, at, 'waited');
+        beginWait(lane, at, 'approval');
+        break;
+      case 'wait_ended':
+      case 'signal_received':
+        endWait(lane, at);
+        break;
+      case 'approval_granted':
+      case 'approval_rejected':
+      case 'approval_timed_out': {
+        const w = pendingWait.get(lane.stageId);
+        if (w) w.label += ` · ${e.type === 'approval_granted' ? 'approved' : e.type === 'approval_rejected' ? 'rejected' : 'timed out'}`;
+        endWait(lane, at);
+        const who = str(data.actor) ?? str(data.decidedBy);
+        lane.marks.push({
+          at,
+          kind: 'decision',
+          label: `${e.type.replace('_', ' ')}${who ? ` by ${who}` : ''}${str(data.reason) ? `: ${str(data.reason)}` : ''}`,
+        });
+        break;
+      }
       case 'lease_released':
         close(lane, at, 'released');
         break;
@@ -134,7 +255,7 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
         close(lane, at, 'retried');
         const delay = typeof data.delayMs === 'number' ? data.delayMs : null;
         lane.marks.push({ at, kind: 'retry', label: `retry scheduled${delay !== null ? ` after ${delay} ms` : ''}` });
-        pendingWait.set(lane.stageId, { start: at, label: `waiting to retry${delay !== null ? ` (${delay} ms)` : ''}` });
+        beginWait(lane, at, 'retry', delay !== null ? ` (${delay} ms)` : '');
         break;
       }
       case 'heartbeat_lost':
@@ -169,7 +290,44 @@ export function buildTimeline(stages: StageRow[], events: EventRow[], runStart: 
       a.outcome = lane.state === 'cancelled' ? 'cancelled' : 'unknown';
     }
     const w = pendingWait.get(lane.stageId);
-    if (w) lane.waits.push({ start: w.start, end, label: w.label });
+    if (w) {
+      const row = waitRowOf.get(lane.stageId);
+      const until = row && row.endedAt === null && row.until ? ` until ${row.until.toISOString()}` : '';
+      lane.waits.push({ ...w, label: w.label + until, end, open: runEnd === null });
+    }
   }
-  return { start: t(runStart), end: Math.max(end, t(runStart) + 1), lanes: [...lanes.values()].sort((a, b) => a.seq - b.seq) };
+  return { start: t(runStart), end: Math.max(end, t(runStart) + 1), ...orderLanes([...lanes.values()]) };
+}
+
+/**
+ * Lanes in the graph's order: by seq, each map's items right under their map stage (by index),
+ * at most ITEMS_SHOWN of them (the ones not shown are counted by state).
+ */
+function orderLanes(all: Lane[]): { lanes: Lane[]; hiddenItems: Timeline['hiddenItems'] } {
+  const items = new Map<number, Lane[]>();
+  const top: Lane[] = [];
+  for (const l of all) {
+    if (l.groupSeq !== null && l.itemIndex !== null) items.set(l.groupSeq, [...(items.get(l.groupSeq) ?? []), l]);
+    else top.push(l);
+  }
+  top.sort((a, b) => a.seq - b.seq);
+  const known = new Set(top.map((l) => l.seq));
+  const hiddenItems: Timeline['hiddenItems'] = new Map();
+  const lanes: Lane[] = [];
+  const addItems = (group: number) => {
+    const list = (items.get(group) ?? []).sort((a, b) => (a.itemIndex ?? 0) - (b.itemIndex ?? 0));
+    lanes.push(...list.slice(0, ITEMS_SHOWN));
+    if (list.length > ITEMS_SHOWN) {
+      const byState: Record<string, number> = {};
+      for (const l of list.slice(ITEMS_SHOWN)) byState[l.state] = (byState[l.state] ?? 0) + 1;
+      hiddenItems.set(group, { count: list.length - ITEMS_SHOWN, byState });
+    }
+  };
+  for (const l of top) {
+    lanes.push(l);
+    addItems(l.seq);
+  }
+  // Items whose map stage is not among the stages (never expected): at the end, in order.
+  for (const g of [...items.keys()].filter((g) => !known.has(g)).sort((a, b) => a - b)) addItems(g);
+  return { lanes, hiddenItems };
 }

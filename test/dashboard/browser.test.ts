@@ -1,31 +1,85 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { artefactPath, launchBrowser, type Browser } from '../helpers/browser.js';
 import { insertQueuedStages } from '../helpers/stages.js';
-import { callsOf } from '../api/fixtures.js';
+import { apiWorkflows, callsOf } from '../api/fixtures.js';
 import { startApi, TOKEN, until, type Api } from '../api/helpers.js';
+import { waitWorkflows } from '../api/waits-fixtures.js';
 
 /**
  * The dashboard in headless Chromium against a real server on PostgreSQL: sign in with the
  * token, page through a thousand runs, open a run whose first attempt lost its lease and was
  * reclaimed (both attempts on the timeline), cancel it with the button and watch the page
- * follow it to its end over the live stream, without a reload. Screenshots in test-artefacts/.
+ * follow it to its end over the live stream, without a reload; a fan-out's parallel stages in
+ * their own lanes; approve a stage awaiting approval with its button and watch the run finish
+ * live (a real gate: the worker's claim of a tool with `approval: true` asks); reject another with a
+ * reason. Screenshots in test-artefacts/.
  */
+const par = defineToolClass({ name: 'dash-par', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '10s', maxDuration: '30s' });
+const nap = (name: string) =>
+  defineTool({
+    name,
+    description: 'naps',
+    class: par,
+    input: z.unknown(),
+    output: z.object({ ok: z.string() }),
+    run: async () => {
+      await new Promise((r) => setTimeout(r, 400));
+      return { ok: name };
+    },
+  });
+const publish = defineWorkflow({ name: 'dash-publish', input: z.unknown(), steps: [{ tool: nap('post') }] });
+/** Two branches at once, their join, then a child run. */
+const fanout = defineWorkflow({
+  name: 'dash-fanout',
+  input: z.object({}),
+  steps: [
+    { tool: nap('left') },
+    { tool: nap('right'), after: [] },
+    { tool: nap('join'), after: ['left', 'right'] },
+    { name: 'publish', workflow: 'dash-publish', input: () => ({}) },
+  ],
+});
+
 let db: TestDatabase;
 let api: Api;
 let browser: Browser;
 let reclaimedRun: string;
+/** Runs of `gated` whose first stage (create_case, approval: true) awaits a person. */
+let toApprove: { id: string; stageIds: string[] };
+let toReject: { id: string; stageIds: string[] };
+
+/** A run of `gated` submitted through the API: a worker claims create_case (approval: true) and the stage waits for a person. */
+async function awaitingApproval(invoiceId: string) {
+  const { id } = await api.client.submit('gated', { invoiceId, amount: 120 });
+  const stageIds = await until(`run ${id} to await approval`, async () => {
+    const run = await api.ratchet.store.getRun(id);
+    return run?.stages[0]?.state === 'awaiting_approval' ? run.stages.map((s) => s.id) : null;
+  });
+  return { id, stageIds };
+}
+
 beforeAll(async () => {
   db = await createTestDatabase('dashboard_browser');
-  api = await startApi({ databaseUrl: db.url, poolSize: 8, streamHeartbeatMs: 1000 });
+  api = await startApi({
+    databaseUrl: db.url,
+    poolSize: 8,
+    streamHeartbeatMs: 1000,
+    workflows: [...apiWorkflows, ...waitWorkflows, fanout, publish],
+  });
   await insertQueuedStages(api.ratchet.store.db, 1000, 'bulk-class');
   // A worker claims the gate stage and dies: its lease (3 s) runs out, a live worker reclaims it.
   reclaimedRun = (await api.client.submit('gate', { key: 'dash-reclaim' })).id;
   const [dead] = await api.ratchet.store.claim({ owner: 'dead-worker-1', toolClass: 'long', limit: 1 });
   expect(dead?.runId).toBe(reclaimedRun);
   await new Promise((r) => setTimeout(r, 3300));
-  await api.ratchet.worker({ classes: ['quick', 'long'], pollIntervalMs: 50 }).start();
+  await api.ratchet.worker({ classes: ['quick', 'long', 'wio', 'dash-par', '$control'], pollIntervalMs: 50, concurrency: 4 }).start();
   await until('the reclaim', async () => callsOf('gate', 'dash-reclaim').length > 0);
+  // Two real approval gates: the worker's claim of create_case asks a person.
+  toApprove = await awaitingApproval('inv-approve');
+  toReject = await awaitingApproval('inv-reject');
   browser = await launchBrowser();
 }, 120_000);
 afterAll(async () => {
@@ -33,6 +87,19 @@ afterAll(async () => {
   await api?.close();
   await db?.drop();
 });
+
+/** A page of the dashboard, signed in with the token (the cookie stays in the browser's context). */
+async function openSignedIn(path: string) {
+  const page = await browser.context.newPage();
+  await page.goto(`${api.server.url}${path}`);
+  if ((await page.locator('input[name=token]').count()) > 0) {
+    await page.fill('input[name=token]', TOKEN);
+    await page.click('button[type=submit]');
+    await page.waitForSelector('table.runs');
+    await page.goto(`${api.server.url}${path}`);
+  }
+  return page;
+}
 
 describe('dashboard in a real browser', () => {
   it('sign in, a thousand runs paged, a reclaimed attempt on the timeline, cancel with the button and the page follows live to the end', async () => {
@@ -54,6 +121,14 @@ describe('dashboard in a real browser', () => {
     await page.waitForSelector('table.runs');
     const cookies = await browser.context.cookies();
     expect(cookies.find((c) => c.name === 'ratchet_token')).toMatchObject({ httpOnly: true, sameSite: 'Strict' });
+
+    // What awaits a person: listed above the runs, and the list's own filter.
+    expect(await page.locator('section.approvals tr[data-run-id]').count()).toBe(2);
+    await page.selectOption('select[name=state]', 'awaiting_approval');
+    await page.click('form.filters button');
+    await page.waitForSelector('table.approvals-list');
+    expect(await page.locator(`table.approvals-list tr[data-stage-id="${toApprove.stageIds[0]}"]`).count()).toBe(1);
+    await page.goto(`${api.server.url}/`);
 
     // A thousand runs: 50 a page, the next page one click away.
     expect(await page.locator('table.runs tbody tr').count()).toBe(50);
@@ -94,6 +169,109 @@ describe('dashboard in a real browser', () => {
     expect((await api.client.get(reclaimedRun)).state).toBe('cancelled');
     expect(failures).toEqual([]);
   }, 120_000);
+
+  it('parallel stages in their own lanes: a fan-out of two and their join', async () => {
+    const { id } = await api.client.submit('dash-fanout', {});
+    await until('the fan-out to end', async () => (await api.client.get(id)).state === 'succeeded');
+    const page = await openSignedIn(`/runs/${id}`);
+    const lanes = page.locator('.timeline .lane');
+    expect(await lanes.count()).toBe(4);
+    // The stream replays the finished run's history, and the panel is redrawn after it: wait for the redraw to settle.
+    await expect.poll(() => page.textContent('#live')).toBe('finished');
+    await page.waitForTimeout(500);
+    const box = async (seq: number) => {
+      const bar = page.locator(`.lane[data-stage-seq="${seq}"] .bar[data-attempt="1"]`);
+      expect(await bar.getAttribute('data-outcome')).toBe('succeeded');
+      let b = await bar.boundingBox();
+      for (let i = 0; b === null && i < 20; i++) b = await page.waitForTimeout(100).then(() => bar.boundingBox());
+      return b!;
+    };
+    const [left, right, join] = [await box(1), await box(2), await box(3)];
+    // Each in its own row; the two branches overlap in time, the join starts after both.
+    expect(new Set([left.y, right.y, join.y]).size).toBe(3);
+    expect(left.x < right.x + right.width && right.x < left.x + left.width).toBe(true);
+    expect(join.x).toBeGreaterThanOrEqual(Math.max(left.x + left.width, right.x + right.width) - 2);
+    expect(await page.textContent('.lane[data-stage-seq="3"] .lane-label')).toContain('after 1, 2');
+    // The child-run stage: handed back to wait for its child, the wait drawn, a link to the child's page.
+    const childLane = page.locator('.lane[data-stage-seq="4"]');
+    expect(await childLane.locator('.wait[data-wait-kind="child"]').count()).toBe(1);
+    expect(await childLane.locator('.bar').first().getAttribute('data-outcome')).toBe('waited');
+    await page.screenshot({ path: artefactPath('dashboard-fanout.png'), fullPage: true });
+    const child = (await api.client.get(id)).children?.[0];
+    expect(child?.workflow).toBe('dash-publish');
+    await childLane.locator('a.child').click();
+    await page.waitForURL(`**/runs/${child!.id}`);
+    expect(await page.textContent('#panel .summary')).toContain(id); // the parent run, linked back
+    await page.close();
+  });
+
+  it('approve a stage awaiting approval with its button: the wait is drawn, the page follows the run live to its end; reject another with a reason', async () => {
+    const page = await openSignedIn(`/runs/${toApprove.id}`);
+    const failures: string[] = [];
+    page.on('pageerror', (e) => failures.push(e.message));
+    await expect.poll(() => page.textContent('#live')).toBe('live');
+    const lane = page.locator('.lane[data-stage-seq="1"]');
+    expect(await lane.getAttribute('data-state')).toBe('awaiting_approval');
+    expect(await lane.locator('.wait[data-wait-kind="approval"].open').count()).toBe(1);
+    expect(await lane.locator('.bar[data-attempt="1"]').getAttribute('data-outcome')).toBe('waited');
+    expect(await page.textContent('#panel .explain')).toContain('awaiting_approval');
+    expect(await page.textContent('section.approval')).toContain('create_case');
+    expect(await page.content()).not.toContain('inv-approve'); // inputs are shown by size and hash only
+    await page.screenshot({ path: artefactPath('dashboard-awaiting-approval.png'), fullPage: true });
+
+    await page.evaluate(() => {
+      (window as unknown as { marker: number }).marker = 7;
+    });
+    await page.click(`form[data-action=approve][data-stage-id="${toApprove.stageIds[0]}"] button`);
+    await expect.poll(() => page.textContent('#run-state'), { timeout: 20_000 }).toBe('succeeded');
+    await expect.poll(() => page.locator('#events tr', { hasText: 'run_succeeded' }).count()).toBe(1);
+    expect(await page.locator('#events tr', { hasText: 'approval_granted' }).count()).toBe(1);
+    await expect.poll(() => page.textContent('#live')).toBe('finished');
+    // The wait ended at the decision; a second attempt ran the approved call; the next stage ran.
+    expect(await lane.locator('.wait[data-wait-kind="approval"]:not(.open)').count()).toBe(1);
+    expect(await lane.locator('.mark.m-decision').count()).toBe(1);
+    expect(await lane.locator('.bar[data-attempt="2"]').getAttribute('data-outcome')).toBe('succeeded');
+    expect(await page.locator('.lane[data-stage-seq="2"] .bar').getAttribute('data-outcome')).toBe('succeeded');
+    expect(await page.locator('section.approval').count()).toBe(0);
+    expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(7); // updated live, no reload
+    await page.screenshot({ path: artefactPath('dashboard-approved.png'), fullPage: true });
+    const decided = await api.ratchet.store.db.query(`SELECT outcome, decided_by FROM ratchet.waits WHERE stage_id = $1`, [
+      toApprove.stageIds[0],
+    ]);
+    expect(decided[0]).toMatchObject({ outcome: 'approved', decided_by: expect.stringMatching(/^token:[0-9a-f]{12}$/) });
+
+    // Reject with a reason: the static run fails with approval_rejected, live.
+    await page.goto(`${api.server.url}/runs/${toReject.id}`);
+    await expect.poll(() => page.textContent('#live')).toBe('live');
+    await page.fill(`form[data-action=reject][data-stage-id="${toReject.stageIds[0]}"] input[name=reason]`, 'amount looks wrong');
+    await page.click(`form[data-action=reject][data-stage-id="${toReject.stageIds[0]}"] button`);
+    await expect.poll(() => page.textContent('#run-state'), { timeout: 20_000 }).toBe('failed');
+    expect(await page.textContent('#panel .summary')).toContain('approval_rejected');
+    await expect.poll(() => page.getAttribute('.lane[data-stage-seq="1"] .mark.m-decision', 'title')).toContain('amount looks wrong');
+    // Approving what was decided already: the API's refusal, shown, nothing changes.
+    const again = await page.evaluate(
+      async ([id, stageId]) => {
+        const csrf = (document.querySelector('meta[name="csrf-token"]') as HTMLMetaElement).content;
+        const r = await fetch(`/runs/${id}/stages/${stageId}/approve`, {
+          method: 'POST',
+          headers: { 'x-csrf-token': csrf, accept: 'application/json' },
+        });
+        return { status: r.status, body: await r.json() };
+      },
+      [toReject.id, toReject.stageIds[0]!] as const,
+    );
+    expect(again.status).toBe(409);
+    // The rejected call never ran: its stage kept the gating claim's attempt only.
+    const [rejected] = await api.ratchet.store.db.query(`SELECT state, attempt FROM ratchet.stages WHERE id = $1`, [toReject.stageIds[0]]);
+    expect(rejected).toMatchObject({ state: 'failed', attempt: 1 });
+    // The approved call ran once, with the input the person saw (the worker's claim after the approval).
+    const [approvedStage] = await api.ratchet.store.db.query(`SELECT state, attempt, result FROM ratchet.stages WHERE id = $1`, [
+      toApprove.stageIds[0],
+    ]);
+    expect(approvedStage).toMatchObject({ state: 'succeeded', attempt: 2, result: { caseId: 'case-inv-approve' } });
+    expect(failures).toEqual([]);
+    await page.close();
+  }, 60_000);
 
   it('buttons refuse a request without the CSRF token or from another origin; pages and streams refuse a missing cookie', async () => {
     const cookie = `ratchet_token=${TOKEN}`;

@@ -1,3 +1,5 @@
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { fileURLToPath } from 'node:url';
 import { trace } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -155,6 +157,54 @@ describe('OpenTelemetry spans', () => {
       expect(m.attributes['ratchet.fence']).toBe(a.attributes['ratchet.fence']);
     }
     expect(spans.filter((s) => s.name === 'ratchet.tool lookup')).toHaveLength(1);
+  });
+});
+
+describe('a thread-isolated tool (isolation: thread) sends the trace context downstream', () => {
+  it("the tool span is made on the worker's main thread; the tool in its worker thread gets it as ctx.traceparent and sends it", async () => {
+    // The downstream service: records the traceparent of each request.
+    const seen: (string | null)[] = [];
+    const svc: Server = createHttpServer((req, res) => {
+      seen.push((req.headers.traceparent as string | undefined) ?? null);
+      req.resume();
+      req.on('end', () => res.end('ok'));
+    });
+    await new Promise<void>((r) => svc.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(svc.address() as { port: number }).port}/effects`;
+    const threadDb = await createTestDatabase('traces_thread');
+    const workflowsDir = fileURLToPath(new URL('../fixtures/traced-thread-workflows/', import.meta.url));
+    const r = await createRatchet({ databaseUrl: threadDb.url, workflowsDir, logger: silentLogger() });
+    try {
+      await r.worker({ pollIntervalMs: 50 }).start();
+      const { id } = await r.submit('traced-thread', { url });
+      const end = Date.now() + 30_000;
+      let run = await r.store.getRun(id);
+      while (run && !['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state) && Date.now() < end) {
+        await new Promise((res) => setTimeout(res, 50));
+        run = await r.store.getRun(id);
+      }
+      expect(run?.state).toBe('succeeded');
+      const result = run!.stages[0]!.result as { traceparent: string | null; mainThread: boolean; status: number };
+      expect(result.mainThread).toBe(false); // it did run in a worker thread
+
+      const spans = spansOf(id);
+      const root = spans.find((s) => s.name === 'ratchet.run')!;
+      const attempt = spans.find((s) => s.name === 'ratchet.attempt')!;
+      const tool = spans.find((s) => s.name === 'ratchet.tool call_out')!;
+      expect(attempt.attributes).toMatchObject({ 'ratchet.fence': run!.stages[0]!.fence, 'ratchet.tool_class': 'trace-thread' });
+      expect(parentOf(attempt)).toBe(root.spanContext().spanId);
+      expect(parentOf(tool)).toBe(attempt.spanContext().spanId);
+      expect(tool.spanContext().traceId).toBe(root.spanContext().traceId);
+      expect(tool.attributes['ratchet.fence']).toBe(attempt.attributes['ratchet.fence']);
+      // What the thread was given and what the service received: the tool span's context, exactly.
+      const want = traceparentOf(tool.spanContext());
+      expect(result.traceparent).toBe(want);
+      expect(seen).toEqual([want]);
+    } finally {
+      await r.close();
+      await threadDb.drop();
+      await new Promise((res) => svc.close(res));
+    }
   });
 });
 
