@@ -2,25 +2,28 @@ import { ApiError } from '../src/api/errors.js';
 import type { RatchetClient } from '../src/client/index.js';
 import type { FaultRecord, SubmitRecord } from './history.js';
 import type { Prng } from './prng.js';
+import { MAP_ITEMS_MAX } from './workflows/_flows.js';
 
 /**
  * The soak's client side: a steady stream of submits over the HTTP API, with duplicate
  * submits (one idempotency key sent again, or twice at once), cancels at random points, the
  * retry of failed runs, and one tenant's flood. Every loop is bounded in count and time.
  *
- * WORKFLOW_MIX is the hook for what the engine does not have yet: when fan-out (`after`),
- * `map` and waits with approvals land, add their workflows to chaos/workflows/_flows.ts and a
- * weight here (a wait needs the driver to send its signal or approval at a random point: a new
- * action in `afterAccepted`, recorded as a fault kind of its own).
+ * WORKFLOW_MIX weighs the soak's workflows (chaos/workflows/_flows.ts), the run graph's among
+ * them (fan-out and join, a map, a child run). Waits with approvals are the hook left: a wait
+ * needs the driver to send its signal or approval at a random point (a new action after the
+ * submit, recorded as a fault kind of its own).
  */
 export const WORKFLOW_MIX = {
-  chaos_pipeline: 30,
+  chaos_pipeline: 22,
   chaos_limited: 10,
   chaos_flaky: 8,
-  chaos_tenant: 20,
-  chaos_agent: 16,
-  chaos_roll: 16,
-  // TODO(fan-out, map, waits): not in the engine yet (DESIGN.md "Run graph"); add them here when they exist.
+  chaos_tenant: 18,
+  chaos_agent: 12,
+  chaos_roll: 12,
+  chaos_fanout: 8,
+  chaos_map: 8,
+  chaos_parent: 8,
 } as const;
 type MixWorkflow = keyof typeof WORKFLOW_MIX;
 
@@ -60,7 +63,9 @@ export function planSubmit(rng: Prng, seed: number, id: string, atMs: number, on
         ? { n }
         : workflow === 'chaos_tenant'
           ? { tenant: only ? FLOOD_TENANT : rng.pick(SMALL_TENANTS), n, work }
-          : { n, work };
+          : workflow === 'chaos_map'
+            ? { n, work, items: rng.int(2, MAP_ITEMS_MAX) }
+            : { n, work };
   const twiceAtOnce = rng.chance(0.02);
   const again = rng.chance(0.06);
   const cancel = rng.chance(0.04);

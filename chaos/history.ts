@@ -42,6 +42,16 @@ export interface StageLogRow {
   attempt: number;
   /** NEW.error->>'code' (absent in histories recorded before it was logged). */
   errorCode?: string | null;
+  /**
+   * The run graph (issue 11; absent in histories recorded before it was logged): the stage's
+   * seq in its run, its step (a map item: its map step), the seqs it waits for, and for a map
+   * item its index and its map stage's seq.
+   */
+  seq?: number | null;
+  step?: string | null;
+  deps?: number[] | null;
+  itemIndex?: number | null;
+  groupSeq?: number | null;
 }
 
 export interface RunLogRow {
@@ -54,6 +64,8 @@ export interface RunLogRow {
   workflow: string;
   oldState: string | null;
   newState: string;
+  /** A child run's parent run (absent in histories recorded before it was logged). */
+  parentRunId?: string | null;
 }
 
 export interface LedgerRow {
@@ -162,6 +174,12 @@ export interface CheckConfig {
   classLimits: Record<string, number>;
   /** Tools whose succeeded stages applied exactly one effect (their output names the key). */
   effectTools: string[];
+  /**
+   * maxParallel of each map step, by `<workflow>:<step>`: at most this many items of one map
+   * stage hold a lease at once (checked from the lease intervals, not from the key the engine
+   * gave the items). Absent: maps are not checked.
+   */
+  mapLimits?: Record<string, number>;
   /** Faults that stop every worker at once (excluded from the tenant wait bound). */
   globalFaultKinds: FaultKind[];
   /** Slack for a global fault's aftermath (reconnects, backoff) in the tenant wait bound. */
@@ -187,6 +205,8 @@ export interface CheckConfig {
      * load the limited class up to its limit by chance; the soak asks it from runs of 120 s and more.
      */
     classLimits?: boolean;
+    /** The run graph was exercised: a join and a map gather checked, each map at its maxParallel, a child run ended. */
+    graph?: boolean;
   };
 }
 

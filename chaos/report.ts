@@ -30,6 +30,7 @@ export function reportJson(o: SoakOutcome) {
     peakConcurrency: s.peakConcurrency,
     v1FinishedAfterDeploy: s.v1FinishedAfterDeploy,
     failedRuns: s.failedRuns,
+    graph: s.graph,
     events: s.events,
     duplicates: s.duplicates,
     staleWrites: s.staleWrites,
@@ -83,6 +84,12 @@ export function reportText(o: SoakOutcome): string {
       .filter(([g]) => g.startsWith('class:') || g === `key:${o.config.floodTenant}`)
       .map(([g, v]) => `${g} ${v.peak}/${v.limit}`)
       .join(', ')}; failed runs: ${j.failedRuns.deliberate} deliberate, ${j.failedRuns.unexpected} unexpected`,
+    `run graph: ${j.graph.joinClaims.all} claims after their dependencies checked (${j.graph.joinClaims.fanIn} joins, ` +
+      `${j.graph.joinClaims.mapGathers} map gathers); map peaks ${
+        Object.entries(j.graph.mapPeak)
+          .map(([m, v]) => `${m} ${v.peak}/${v.limit}`)
+          .join(', ') || 'none'
+      }; child runs ${j.graph.childRuns.terminal}/${j.graph.childRuns.started} terminal`,
     `events: ${j.events ? `${j.events.total} (claims ${j.events.claimEvents}, result_rejected ${j.events.resultRejected}, ownership_unknown ${j.events.ownershipUnknown})` : 'not read'}`,
     `leases ${j.leases}, reclaims ${j.reclaims}; receiver: ${j.receiver.requests} requests ` +
       `(${Object.entries(j.receiver.verdicts)
