@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS chaos.stage_log (
   concurrency_key text, concurrency_limit int,
   old_state text, new_state text NOT NULL, old_fence bigint, new_fence bigint, old_owner text, new_owner text,
   old_lease_until timestamptz, new_lease_until timestamptz, available_at timestamptz, attempt int NOT NULL,
-  error_code text, seq int, step text, deps int[], item_index int, group_seq int
+  error_code text, seq int, step text, deps int[], item_index int, group_seq int, lease_ms int
 );
 CREATE TABLE IF NOT EXISTS chaos.run_log (
   id bigint PRIMARY KEY DEFAULT nextval('chaos.log_seq'),
@@ -33,13 +33,13 @@ CREATE OR REPLACE FUNCTION chaos.log_stage() RETURNS trigger LANGUAGE plpgsql AS
 BEGIN
   INSERT INTO chaos.stage_log (op, stage_id, run_id, tool, tool_class, concurrency_key, concurrency_limit, old_state, new_state,
     old_fence, new_fence, old_owner, new_owner, old_lease_until, new_lease_until, available_at, attempt, error_code,
-    seq, step, deps, item_index, group_seq)
+    seq, step, deps, item_index, group_seq, lease_ms)
   VALUES (lower(TG_OP), NEW.id, NEW.run_id, NEW.tool, NEW.tool_class, NEW.concurrency_key, NEW.concurrency_limit,
     CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state,
     CASE WHEN TG_OP = 'UPDATE' THEN OLD.fence END, NEW.fence,
     CASE WHEN TG_OP = 'UPDATE' THEN OLD.owner_id END, NEW.owner_id,
     CASE WHEN TG_OP = 'UPDATE' THEN OLD.lease_until END, NEW.lease_until, NEW.available_at, NEW.attempt,
-    NEW.error ->> 'code', NEW.seq, coalesce(NEW.step, NEW.name), NEW.deps, NEW.item_index, NEW.group_seq);
+    NEW.error ->> 'code', NEW.seq, coalesce(NEW.step, NEW.name), NEW.deps, NEW.item_index, NEW.group_seq, NEW.lease_ms);
   RETURN NULL;
 END $fn$;
 CREATE OR REPLACE FUNCTION chaos.log_run() RETURNS trigger LANGUAGE plpgsql AS $fn$
@@ -62,7 +62,7 @@ SELECT id::float8 AS id, ${ms('at')} AS at, ${ms('tx_at')} AS tx_at, txid::text 
   run_id::text AS run_id,
   tool, tool_class, concurrency_key, concurrency_limit, old_state, new_state, old_fence::text AS old_fence, new_fence::text AS new_fence,
   old_owner, new_owner, ${ms('old_lease_until')} AS old_lease_until, ${ms('new_lease_until')} AS new_lease_until,
-  ${ms('available_at')} AS available_at, attempt, error_code, seq, step, deps, item_index, group_seq
+  ${ms('available_at')} AS available_at, attempt, error_code, seq, step, deps, item_index, group_seq, lease_ms
 FROM chaos.stage_log ORDER BY id`;
 
 export const READ_RUN_LOG_SQL = `

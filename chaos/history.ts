@@ -52,6 +52,8 @@ export interface StageLogRow {
   deps?: number[] | null;
   itemIndex?: number | null;
   groupSeq?: number | null;
+  /** The stage's lease length (its class's; absent in histories recorded before it was logged). */
+  leaseMs?: number | null;
 }
 
 export interface RunLogRow {
@@ -180,6 +182,8 @@ export interface CheckConfig {
    * gave the items). Absent: maps are not checked.
    */
   mapLimits?: Record<string, number>;
+  /** The lease of the soak's tool classes: a stage whose log rows do not name its own (older histories) is taken to have it. */
+  defaultLeaseMs?: number;
   /** Faults that stop every worker at once (excluded from the tenant wait bound). */
   globalFaultKinds: FaultKind[];
   /** Slack for a global fault's aftermath (reconnects, backoff) in the tenant wait bound. */

@@ -70,6 +70,7 @@ export const SOAK_CONFIG: CheckConfig = {
   floodTenant: FLOOD_TENANT,
   classLimits: { chaos_limited: CHAOS_LIMITED_CONCURRENCY },
   effectTools: EFFECT_TOOLS,
+  defaultLeaseMs: LEASE_MS,
   mapLimits: { 'chaos_map:each': MAP_MAX_PARALLEL },
   globalFaultKinds: ['pg_restart', 'redis_restart'],
   globalFaultSlackMs: 10_000,
@@ -266,6 +267,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       deps: r.deps as number[] | null,
       itemIndex: r.item_index as number | null,
       groupSeq: r.group_seq as number | null,
+      leaseMs: r.lease_ms as number | null,
     }));
     const runLog = rowsOf((await history.query(READ_RUN_LOG_SQL)).rows, (r) => ({
       id: r.id as number,

@@ -660,6 +660,29 @@ describe('chaos invariant checker', () => {
     // s2 is owned by w1 too but was claimed after the kill (same owner name in this synthetic history): not counted.
     expect(result.stats.reclaimAfterKillMs).toEqual({ count: 1, p50: 2500, p99: 2500, max: 2500 });
     expect(result.stats.reclaims).toBe(1);
+    // Where the time went: 2010 ms of lease left after the kill, reclaimed 490 ms after it ended; the
+    // goal's measure is past the stage's own lease (3 s here: 500 ms before it; unknown: from the kill).
+    expect(result.stats.reclaimBeyondLeaseMs.p99).toBe(2500);
+    const leased = structuredClone(h);
+    for (const r of leased.stageLog) r.leaseMs = 3000;
+    // Another stage of its class claimed after the lease ended, before the reclaim: counted.
+    leased.stageLog.push(
+      stageRow({
+        stageId: 's7',
+        runId: 'r2',
+        op: 'insert',
+        newState: 'running',
+        at: T0 + 3200,
+        newFence: '77',
+        newOwner: 'w2',
+        newLeaseUntil: T0 + 6200,
+      }),
+    );
+    const r2 = check(leased, cfg).stats;
+    expect(r2.reclaimBeyondLeaseMs.p99).toBe(-500);
+    expect(r2.reclaimBreakdown.slowest).toMatchObject([
+      { stageId: 's1', ms: 2500, leaseMs: 3000, beyondLeaseMs: -500, leaseLeftMs: 2010, afterLeaseMs: 490, otherClaimsMeanwhile: 1 },
+    ]);
   });
 
   it('events_mismatch: each claim has its claim event with its fence; no event of an unknown run', () => {
