@@ -4,7 +4,7 @@ import { isClaim, type LeaseInterval } from './leases.js';
 /**
  * Reclaim after a SIGKILL, measured from the history (issue 13's goal: p99 within the lease plus
  * one second of the kill): for each stage the killed worker held a live lease on, the time from
- * the kill to its next claim. Each sample is also split where the time went, so a missed goal
+ * the kill to its next claim, when that claim takes over the dead worker's lease. Each sample is also split where the time went, so a missed goal
  * says why: the lease still running after the kill (the lease minus the age of its last
  * extension: the engine's heartbeat), then the wait after the lease ended, with what else
  * happened meanwhile: claims of the same class that went to other stages (the claim preferred
@@ -51,7 +51,9 @@ export function reclaimSamples(
     for (const iv of intervals) {
       if (iv.owner !== f.owner || iv.start > f.at || iv.end <= f.at) continue;
       const next = byStage.get(iv.stageId)?.find((r) => r.at > f.at && isClaim(r));
-      if (!next) continue;
+      // A reclaim takes over the dead worker's lease. A stage its own last statement ended after the
+      // kill (sent just before it, committed after: a retry's backoff, a release) was not reclaimed.
+      if (next?.oldState !== 'running' || next.oldFence !== iv.fence) continue;
       const leaseEnd = Math.min(iv.end, next.at);
       const leaseMs = byStage.get(iv.stageId)?.find((r) => r.leaseMs != null)?.leaseMs ?? defaultLeaseMs;
       out.push({

@@ -680,6 +680,26 @@ describe('chaos invariant checker', () => {
     );
     const r2 = check(leased, cfg).stats;
     expect(r2.reclaimBeyondLeaseMs.p99).toBe(-500);
+    // The dead worker's own last statement (a retry, sent before the kill) committed after it: not a reclaim.
+    const retried = structuredClone(h);
+    const reclaimRow = retried.stageLog.find((r) => r.stageId === 's1' && r.newFence === '60')!;
+    retried.stageLog.splice(
+      retried.stageLog.indexOf(reclaimRow),
+      0,
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        oldState: 'running',
+        newState: 'queued',
+        at: T0 + 1100,
+        oldFence: '11',
+        newFence: '11',
+        oldOwner: 'w1',
+      }),
+    );
+    reclaimRow.id = ++seq;
+    reclaimRow.oldState = 'queued';
+    expect(check(retried, cfg).stats.reclaimAfterKillMs.count).toBe(0);
     expect(r2.reclaimBreakdown.slowest).toMatchObject([
       { stageId: 's1', ms: 2500, leaseMs: 3000, beyondLeaseMs: -500, leaseLeftMs: 2010, afterLeaseMs: 490, otherClaimsMeanwhile: 1 },
     ]);
