@@ -71,6 +71,15 @@ export function invoiceAgentScript(request: ChatRequest): ScriptedAnswer {
     const invoiceId = requestedInvoice(request);
     return invoiceId ? call('search', { invoiceId }) : answer('Which invoice should I reconcile? Please give its id.');
   }
+  // A person refused the filing (or no one decided in time): the refusal is create_case's answer.
+  if (last.tool === 'create_case' && (last.result.error === 'approval_rejected' || last.result.error === 'approval_timeout')) {
+    const invoiceId = [...results].reverse().find((r) => r.tool === 'extract_fields')?.result.invoiceId ?? requestedInvoice(request);
+    const why =
+      last.result.error === 'approval_timeout'
+        ? 'no one approved it in time'
+        : `it was rejected by ${String(last.result.decidedBy ?? 'a person')}${last.result.reason ? ` ("${String(last.result.reason)}")` : ''}`;
+    return answer(`I did not file a case for invoice ${String(invoiceId)}: ${why}.`);
+  }
   if ('error' in last.result) return answer(`I could not go on: ${JSON.stringify(last.result)}`);
   switch (last.tool) {
     case 'search':

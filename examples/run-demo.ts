@@ -1,7 +1,7 @@
 /**
  * The invoice workflow end to end, offline, through the API: the example services in this
  * process (in-memory PGlite behind the fence guard), Ratchet on an in-memory embedded store,
- * one worker. The run is then resubmitted as a new run: its create_case stage derives the same
+ * one worker. The run is then resubmitted as a new run: its file_case stage derives the same
  * idempotency key, so the case service replays the first case instead of filing a second.
  *   npx tsx examples/run-demo.ts [invoiceId]
  * (The CLI does the same with `ratchet run reconcile-invoice --input '{"invoiceId":"inv-42"}' --with-services`.)

@@ -1,3 +1,5 @@
+import { processMetrics } from './observability/metrics.js';
+import { recordWaitEnded } from './observability/wait-metrics.js';
 import { v7 as uuidv7 } from 'uuid';
 import { startRunSpan } from './observability/tracing.js';
 import type { Logger } from 'pino';
@@ -10,8 +12,8 @@ import type { Workflow } from './definitions/types.js';
 import { workflowVersionSchema } from './definitions/workflow.js';
 import { InvalidInputError } from './errors.js';
 import { defaultLogger } from './logger.js';
-import { assertRunnable, planStaticRun } from './planner/plan.js';
-import { planAgentRun } from './dispatcher/agent.js';
+import { planStaticRun } from './planner/plan.js';
+import { planAgentRun } from './planner/agent-run.js';
 import type { RunState, StageState } from './planner/states.js';
 import { openStore, retentionPolicySchema, type CancelResult, type EventRow, type Store } from './store/index.js';
 import type { ListRunsFilter, RetryResult, RunPage } from './store/index.js';
@@ -87,6 +89,8 @@ export interface RunView {
     /** The stage's own idempotency key, and the key its tool derived for its effect (null: it sent the stage's own). */
     idempotencyKey: string;
     effectKey: string | null;
+    /** The seqs of the stages it waits for (the run graph; [] for the first stages, a map's items, an agent's first call). */
+    deps: number[];
   }[];
   result: unknown;
   error: unknown;
@@ -194,7 +198,6 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
             : workflow.deadlineMs !== null
               ? { deadlineInMs: workflow.deadlineMs }
               : {};
-      assertRunnable(workflow);
       const runId = uuidv7();
       const span = startRunSpan(runId, workflow.name); // issue 12: the run's span, its traceparent stored on the run
       const created = await store
@@ -254,6 +257,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
           lastError: s.error,
           idempotencyKey: s.idempotencyKey,
           effectKey: s.effectKey,
+          deps: s.deps ?? [],
         })),
       };
     },
@@ -273,7 +277,12 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       workers.add(w);
       return w;
     },
-    cancel: (id) => store.cancelRun(id),
+    cancel: async (id) => {
+      const r = await store.cancelRun(id);
+      // The waits the cancel closed (issue 10), counted where they ended.
+      for (const kind of r?.waitsClosed ?? []) recordWaitEnded(processMetrics().registry, kind, 'cancelled');
+      return r;
+    },
     async close() {
       for (const w of workers) await w.stop({ graceMs: 0 });
       await ownThreadRunner?.close();
@@ -284,6 +293,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
       const res = await store.retryRun(id);
       const hash = res?.retried && res.stage ? (await store.getRun(id))?.definitionHash : undefined;
       if (hash && res?.stage) transport.notify(laneOf(res.stage.toolClass, hash), { stageId: res.stage.id, attempt: 1 });
+      for (const q of res?.childQueued ?? []) transport.notify(laneOf(q.toolClass, q.definitionHash), { stageId: q.stageId, attempt: 1 });
       if (res?.retried) logger.info({ event: 'run_retried', runId: id, stageId: res.stage?.id }, 'run retried');
       return res;
     },

@@ -5,10 +5,13 @@
  * and retries from its tool's class. The model call is itself a stage (class `model`), so an
  * answer is persisted once and never asked for again after a crash.
  *
- * Tools: `search` (look an invoice up at the statement source), `extract_fields` (pure parsing)
- * and `create_case` (the fenced, irreversible one). The last two are the very tool objects of
- * reconcile-invoice.ts — one name, one definition across the registry — so create_case keeps
- * its key derived from the invoice (`invoice:<id>:create-case`): a create_case the model
+ * Tools: `search` (look an invoice up at the statement source), `extract_fields` (pure parsing,
+ * the very tool object of reconcile-invoice.ts) and `create_case`, the fenced, irreversible one,
+ * behind an approval gate (issue 10): its stage waits in `awaiting_approval`, holding no lease and
+ * no worker, until a person approves it (`ratchet approve <run> --stage <id>`, or POST
+ * /v1/runs/:id/stages/:stageId/approve) or rejects it (the model then hears the rejection as the
+ * tool's answer). It is reconcile-invoice.ts's case filing (`caseFiling`) under its own name, with
+ * the same key derived from the invoice (`invoice:<id>:create-case`): a create_case the model
  * proposes again, in this run or another, is one case at the receiver.
  *
  * Model: any OpenAI-compatible endpoint (OPENAI_BASE_URL, OPENAI_API_KEY, read at call time),
@@ -18,7 +21,7 @@
 import { z } from 'zod';
 import { defineAgent, defineTool, defineToolClass } from '../src/index.js';
 import { getFromService } from './_lib/http.js';
-import { createCase, extractFields, fetchStatement } from './reconcile-invoice.js';
+import { caseFiling, extractFields, fetchStatement } from './reconcile-invoice.js';
 
 /** The model call: slow and occasionally flaky, so a long lease, a 45 s timeout and 3 attempts. */
 const model = defineToolClass({
@@ -47,6 +50,9 @@ export const search = defineTool({
     return { invoiceId: id, found: true, text: typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body) };
   },
 });
+
+/** Filing a case is irreversible: a person approves each call first (no approvalTimeout: it waits until someone decides, or the run's deadline). */
+export const createCase = defineTool({ name: 'create_case', ...caseFiling, approval: true });
 
 export default defineAgent({
   name: 'invoice-agent',

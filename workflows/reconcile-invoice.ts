@@ -5,7 +5,7 @@
  * second one. Services: examples/services.ts (base URL from RATCHET_EXAMPLE_SERVICES_URL).
  */
 import { z } from 'zod';
-import { PermanentError, defineTool, defineToolClass, defineWorkflow } from '../src/index.js';
+import { PermanentError, defineTool, defineToolClass, defineWorkflow, type ToolContext } from '../src/index.js';
 import { fencedPost, getFromService } from './_lib/http.js';
 
 /** Calls to the statement source and the case service. */
@@ -108,25 +108,32 @@ const filedCase = z.object({
 });
 const caseBody = z.object({ caseId: z.string(), key: z.string(), outcome: z.enum(['balanced', 'discrepancy']), status: z.string() });
 
-export const createCase = defineTool({
-  name: 'create_case',
+/**
+ * Filing a case, as a tool's parts: the pipeline below files with `file_case`, the agent of
+ * invoice-agent.ts with `create_case` (the same parts behind a person's approval). One tool name
+ * means one definition in a registry, hence two names; both derive the same key from the invoice,
+ * so an agent run and a pipeline run for one invoice still make one case at the receiver.
+ */
+export const caseFiling = {
   description: 'Files a reconciliation case for an invoice with the case service (once per invoice).',
   class: invoiceHttp,
   input: fields,
   output: filedCase,
   // What the operation means, not which run asked: a resubmitted run replays the first case.
-  idempotencyKey: (input) => 'invoice:' + input.invoiceId + ':create-case',
-  async run(input, ctx) {
+  idempotencyKey: (input: Fields) => 'invoice:' + input.invoiceId + ':create-case',
+  async run(input: Fields, ctx: ToolContext): Promise<z.infer<typeof filedCase>> {
     const answer = await fencedPost('/cases', input, ctx);
     return { ...caseBody.parse(answer.body), replayed: answer.replayed };
   },
   /** An earlier attempt sent the POST and its answer was lost: ask whether the case exists. */
-  async reconcile(_input, ctx) {
+  async reconcile(_input: Fields, ctx: ToolContext) {
     const answer = await getFromService(`/cases/${encodeURIComponent(ctx.idempotencyKey)}`, ctx, { allowMissing: true });
-    if (!answer) return { done: false };
-    return { done: true, output: { ...caseBody.parse(answer.body), replayed: true } };
+    if (!answer) return { done: false as const };
+    return { done: true as const, output: { ...caseBody.parse(answer.body), replayed: true } };
   },
-});
+};
+
+export const fileCase = defineTool({ name: 'file_case', ...caseFiling });
 
 export default defineWorkflow({
   name: 'reconcile-invoice',
@@ -135,6 +142,6 @@ export default defineWorkflow({
   steps: [
     { tool: fetchStatement },
     { tool: extractFields, input: ({ results }) => results.fetch_statement },
-    { tool: createCase, input: ({ results }) => results.extract_fields },
+    { tool: fileCase, input: ({ results }) => results.extract_fields },
   ],
 });

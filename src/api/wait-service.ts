@@ -8,6 +8,8 @@ import { approveStage, listPendingApprovals, rejectStage, type DecisionResult } 
 import { sendSignal } from '../store/signals.js';
 import type { Settled } from '../store/waits-settle.js';
 import { laneOf } from '../transport/lane.js';
+import { processMetrics } from '../observability/metrics.js';
+import { recordApprovalDecision, recordWaitEnded } from '../observability/wait-metrics.js';
 import type { ApprovalListJson, ApproveBody, DecisionResponse, RejectBody, SignalResponse } from './wait-schemas.js';
 
 /**
@@ -67,6 +69,11 @@ export function createWaitService(ratchet: Ratchet): WaitService {
     if (!tool?.approval) throw new NotAwaitingApprovalError(runId, stage.id, `its tool ${stage.tool} has no approval gate`);
     return { run, stage, wf, tool, step: wf.steps.find((s) => s.name === stage.name) ?? null };
   };
+  const decided = (d: DecisionResult) => {
+    const registry = processMetrics().registry;
+    recordWaitEnded(registry, 'approval', d.decision);
+    recordApprovalDecision(registry, (d.decidedAt.getTime() - d.since.getTime()) / 1000, d.decision);
+  };
   const decisionJson = (d: DecisionResult): DecisionResponse => ({
     runId: d.runId,
     stageId: d.stageId,
@@ -100,6 +107,7 @@ export function createWaitService(ratchet: Ratchet): WaitService {
         sentBy: opts.sentBy,
       });
       notify(d.settled);
+      if (d.status === 'delivered' && !d.duplicate) recordWaitEnded(processMetrics().registry, 'signal', 'signalled');
       ratchet.logger.info({ event: 'signal_received', runId, signal: name, status: d.status, duplicate: d.duplicate }, 'signal');
       return {
         runId: d.runId,
@@ -123,6 +131,7 @@ export function createWaitService(ratchet: Ratchet): WaitService {
         edited: edited.edited ? { input: edited.input, inputHash: edited.inputHash } : null,
       });
       notify(d.settled);
+      decided(d);
       ratchet.logger.info({ event: 'approval_granted', runId, stageId: stage.id, decidedBy }, 'approved');
       return decisionJson(d);
     },
@@ -145,6 +154,7 @@ export function createWaitService(ratchet: Ratchet): WaitService {
         error: (decidedAt) => refusal(decidedAt).error,
       });
       notify(d.settled);
+      decided(d);
       ratchet.logger.info({ event: 'approval_rejected', runId, stageId: stage.id, decidedBy }, 'rejected');
       return decisionJson(d);
     },

@@ -9,6 +9,7 @@ import { WORKFLOW_NAME, workflowVersionSchema } from './workflow.js';
 import type { AgentSpec, Duration, Tool, ToolClass, Workflow } from './types.js';
 import { definitionPath, parseDefinition } from './validate.js';
 import { AGENT_SLEEP_TOOL_NAME, DEFAULT_AGENT_SLEEP_MAX_MS, allowSleepSchema } from './waits.js';
+import { CONTROL_CLASS } from './builtin.js';
 
 /** The stage tool name of a model call (not a valid tool name, so it can never clash with one). */
 export const MODEL_STAGE_TOOL = '$model';
@@ -193,5 +194,6 @@ export function toolsOf(w: Workflow): readonly Tool[] {
 /** Every tool class a workflow's stages may use (an agent's model class included). */
 export function classesOf(w: Workflow): ToolClass[] {
   const classes = toolsOf(w).map((t) => t.class);
-  return w.agent ? [...classes, w.agent.model.class] : classes;
+  // An agent offered the built-in sleep tool (issue 10) runs its calls in the control class.
+  return w.agent ? [...classes, w.agent.model.class, ...(w.agent.sleep ? [CONTROL_CLASS] : [])] : classes;
 }

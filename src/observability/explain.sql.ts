@@ -33,3 +33,11 @@ FROM st CROSS JOIN clk`;
 
 /** The database clock alone (for the answer about an unknown or finished run). */
 export const DB_NOW_SQL = `SELECT ratchet.db_now() AS now`;
+
+/**
+ * A map stage's maxParallel: the limit its items (run $1, group_seq $2, step $3) carry under the
+ * map's own key (planner/map.ts mapConcurrencyKey `run:step`; a workflow's key is not it); null without one.
+ */
+export const MAP_LIMIT_SQL = `
+SELECT max(concurrency_limit)::int AS max_parallel FROM ratchet.stages
+WHERE run_id = $1::uuid AND group_seq = $2::int AND concurrency_key = $3::text`;

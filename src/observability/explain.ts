@@ -1,4 +1,5 @@
 import type { Registry } from '../definitions/registry.js';
+import { mapConcurrencyKey } from '../planner/map.js';
 import { TERMINAL_RUN_STATES } from '../planner/states.js';
 import type { Store } from '../store/index.js';
 import {
@@ -9,7 +10,7 @@ import {
   classifyWaiting,
   type StageEvidence,
 } from './classify.js';
-import { DB_NOW_SQL, STAGE_EVIDENCE_SQL } from './explain.sql.js';
+import { DB_NOW_SQL, MAP_LIMIT_SQL, STAGE_EVIDENCE_SQL } from './explain.sql.js';
 import { WORKER_SEEN_WITHIN_MS, type Explanation } from './explanation.js';
 import { classifyWait } from './classify-waits.js';
 import { waitsOf } from '../store/approvals.js';
@@ -45,7 +46,11 @@ export async function explainRun(deps: ExplainDeps, id: string): Promise<Explana
       }
       if (run.stages.some((s) => s.groupSeq === waiting.seq)) {
         const items = run.stages.filter((s) => s.groupSeq === waiting.seq).map((s) => s.state);
-        return classifyWaiting(run, waiting, { kind: 'items', states: items, maxParallel: null }, run.dbNow);
+        // maxParallel is the items' concurrency limit (their key run:step); null when the map has none
+        const key = mapConcurrencyKey(run.id, waiting.name);
+        const [m] = await deps.store.db.query(MAP_LIMIT_SQL, [run.id, waiting.seq, key]);
+        const maxParallel = (m?.max_parallel as number | null | undefined) ?? null;
+        return classifyWaiting(run, waiting, { kind: 'items', states: items, maxParallel }, run.dbNow);
       }
     }
     // Issue 10: a stage waiting for a signal, a person or a time (ratchet.waits), else no active stage.

@@ -6,6 +6,8 @@ import { runGraph, type GraphNode, type GraphStageSpec } from './graph.js';
 import { failedToolCalls, toolErrorsOver } from './failure.js';
 import { expandMap, gatherMap } from './map.js';
 import { guarded, plannerFailure, type PlannerError, type PlannerFailure } from './planner-error.js';
+import { decideGate, decideAgentSleep, decideSleepStep, decideSignalStep, type StageWait, type WaitClaim } from './waits.js';
+import { AGENT_SLEEP_TOOL_NAME } from '../definitions/waits.js';
 
 export type { PlannerError } from './planner-error.js';
 
@@ -42,6 +44,10 @@ export interface ClaimQuestion {
   stages: readonly PersistedStage[];
   /** A child-run stage's child run, once started. */
   child?: ChildRunState | null;
+  /** The database's now at the claim (waits: a sleep's end, a timeout). */
+  now?: Date;
+  /** The stage's ratchet.waits row, if it ever waited (a sleep, a signal, an approval: issue 10). */
+  wait?: StageWait | null;
 }
 
 export type ClaimDecision =
@@ -58,7 +64,9 @@ export type ClaimDecision =
   /** Start the child run (keyed by this stage) and wait for it without a lease. */
   | { kind: 'start_child'; workflow: ChildWorkflowSpec; input: unknown }
   /** What this stage waits for has not ended: it goes back to waiting (no attempt should be spent). */
-  | { kind: 'wait' };
+  | { kind: 'wait' }
+  /** Issue 10: the stage waits without a lease (src/store/signals.ts beginWait): a sleep, a signal, a person's decision. */
+  | WaitClaim;
 
 const ENDED_AS_VALUE = new Set(['succeeded', 'skipped']);
 
@@ -136,6 +144,9 @@ export function decideAtClaim(q: ClaimQuestion): ClaimDecision {
   }
 
   if (step.kind === 'map') return expandMap(q.workflow, q.runId, q.runInput, node, args);
+  const now = q.now ?? new Date();
+  if (step.kind === 'sleep') return decideSleepStep(step, args, now, q.wait ?? null);
+  if (step.kind === 'signal') return decideSignalStep(step, args, now, q.wait ?? null, self?.error ?? null);
   const input = step.input
     ? guarded('step_input_failed', `input() of step ${step.name}`, () => step.input!(args))
     : { ok: true as const, value: q.runInput };
@@ -143,6 +154,7 @@ export function decideAtClaim(q: ClaimQuestion): ClaimDecision {
   const json = asJson('step_input_failed', `the input of step ${step.name}`, input.value);
   if (!json.ok) return json.fail;
   if (step.kind === 'workflow') return { kind: 'start_child', workflow: step.workflow!, input: json.value };
+  if (step.tool.approval) return decideGate(step.tool, json.value, self?.input, q.wait ?? null);
   return { kind: 'run', input: json.value };
 }
 
@@ -158,9 +170,12 @@ function decideAgentStage(agent: AgentSpec, q: ClaimQuestion, self: PersistedSta
     const over = toolErrorsOver(agent, failedToolCalls(q.stages.map((s) => ({ tool: s.tool ?? '', state: s.state }))));
     return over ?? { kind: 'run', input: self.input ?? {} };
   }
+  if (self.tool === AGENT_SLEEP_TOOL_NAME && agent.sleep)
+    return decideAgentSleep(self.input ?? null, q.now ?? new Date(), agent.sleep.maxMs, q.wait ?? null);
   const tool = agent.tools.find((t) => t.name === self.tool);
   if (tool?.childWorkflow)
     return q.child ? childOutcome(q.child) : { kind: 'start_child', workflow: tool.childWorkflow, input: self.input ?? null };
+  if (tool?.approval) return decideGate(tool, self.input ?? null, self.input, q.wait ?? null);
   return { kind: 'run', input: self.input ?? null };
 }
 

@@ -1,8 +1,7 @@
 import type { Workflow } from '../definitions/types.js';
-import { InvalidDefinitionError, InvalidInputError } from '../errors.js';
+import { InvalidInputError } from '../errors.js';
 import type { StageSpec } from '../store/index.js';
 import { planGraphRun } from './graph.js';
-import { assertWaitsRunnable } from './waits.js';
 
 /** The run's concurrency key (from the workflow's key function), or none. */
 export function concurrencyOf(
@@ -25,26 +24,6 @@ export function concurrencyOf(
 }
 
 /**
- * What of the run graph this version runs: dependencies and joins, `when` with skip propagation,
- * several sinks, continueOnError, maps, child runs. A workflow offered to an agent as a tool is
- * defined and checked but not run yet: such a workflow is refused at submit, with
- * nothing written, rather than run wrongly.
- */
-export function assertRunnable(workflow: Workflow): void {
-  assertWaitsRunnable(workflow);
-  const childTool = workflow.agent?.tools.findIndex((t) => t.childWorkflow) ?? -1;
-  const step = -1; // every step kind runs; a workflow offered to an agent as a tool does not yet
-  if (step < 0 && childTool < 0) return;
-  const what =
-    step >= 0 ? `step ${workflow.steps[step]!.name} (${workflow.steps[step]!.kind})` : 'a workflow as an agent tool (a child run)';
-  throw new InvalidDefinitionError(
-    `workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`,
-    step >= 0 ? `workflow[${workflow.name}].steps[${step}]` : `agent[${workflow.name}].tools[${childTool}]`,
-    { reason: 'graph_not_runnable' },
-  );
-}
-
-/**
  * A static workflow's plan, as the run graph: one stage per step (seq = position), each with
  * the lease, timeout and retry budget of its tool's class (never from input or a model), what it
  * waits for and what waits for it; stages that wait for nothing are queued. A first stage without
@@ -53,7 +32,6 @@ export function assertRunnable(workflow: Workflow): void {
  * own counter.
  */
 export function planStaticRun(workflow: Workflow, input: unknown): { stages: StageSpec[]; sinksLeft: number } {
-  assertRunnable(workflow);
   const plan = planGraphRun(workflow, input);
   const stages = plan.stages.map((g, i): StageSpec => {
     const step = workflow.steps[i]!;

@@ -1,8 +1,9 @@
-import type { GraphErrorCode } from '../errors.js';
+import type { GraphErrorCode, WaitErrorCode } from '../errors.js';
 
 /** An error the planner decides (no tool involved): permanent, never retried. */
 export interface PlannerError {
-  code: GraphErrorCode;
+  /** A graph decision's code, or a wait's (issue 10: signal_timeout, sleep_until_failed, ...). */
+  code: GraphErrorCode | WaitErrorCode;
   message: string;
   kind: 'permanent';
   details?: Record<string, unknown>;

@@ -20,7 +20,9 @@ export type GraphFinish =
   /** A failure for good that fails the run (with `runError`) and cancels every other unended stage, child runs included. */
   | { outcome: 'failed'; error: unknown; asValue: false; runError: unknown }
   /** Nothing ended: the stage goes back (no attempt spent). */
-  | { outcome: 'hand_back' };
+  | { outcome: 'hand_back' }
+  /** Issue 10: the stage waits without a lease (a sleep, a signal, a person), through beginWait rather than a finish. */
+  | { outcome: 'begin_wait'; wait: Extract<ClaimDecision, { kind: 'begin_wait' }> };
 
 /** How the attempt itself ended, when the planner let a tool run (after decideRetry said "no retry" for a failure). */
 export type AttemptEnd = { kind: 'succeeded'; output: unknown } | { kind: 'failed_for_good'; error: unknown };
@@ -53,6 +55,8 @@ export function settleStage(
       return { outcome: 'waiting', startChild: { workflow: decision.workflow, input: decision.input } };
     case 'wait':
       return { outcome: 'hand_back' };
+    case 'begin_wait':
+      return { outcome: 'begin_wait', wait: decision };
     case 'fail':
       return failure(workflow, stage, decision.error, toolErrorsSoFar);
   }

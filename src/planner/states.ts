@@ -16,6 +16,8 @@ import { IllegalTransitionError } from '../errors.js';
  *   failed -> queued is the explicit retry of a failed run from its failed stage;
  *   cancelled -> pending is the same retry re-planning the later stages the failure cancelled;
  *   cancelled -> queued the same for a parallel branch it cancelled that was already due.
+ *   failed | cancelled -> waiting is that retry re-attaching a child-run stage to its child run,
+ *   retried with it (store/retry-run.ts).
  *   The run graph (issue 11): running -> skipped is a stage whose `when` was false, or whose
  *   dependencies were all skipped (decided at its claim; it counts as done for the join).
  *   running -> waiting is a stage that holds no lease while it waits: a map stage for its items,
@@ -46,8 +48,8 @@ export const STAGE_TRANSITIONS = {
   awaiting_approval: ['queued', 'failed', 'cancelled'],
   succeeded: [],
   skipped: [],
-  failed: ['queued'],
-  cancelled: ['pending', 'queued'],
+  failed: ['queued', 'waiting'],
+  cancelled: ['pending', 'queued', 'waiting'],
 } as const satisfies Record<string, readonly string[]>;
 
 export const RUN_TRANSITIONS = {

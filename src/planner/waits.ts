@@ -2,12 +2,13 @@ import { createHash } from 'node:crypto';
 import type { z } from 'zod';
 import { canonicalJson } from '../definitions/fingerprint.js';
 import { agentSleepInputSchema } from '../definitions/waits.js';
-import type { Step, StepInputArgs, Tool, Workflow } from '../definitions/types.js';
+import type { AgentSpec, Step, StepInputArgs, Tool, Workflow } from '../definitions/types.js';
+import { AGENT_SLEEP_TOOL } from '../definitions/builtin.js';
 
 /** What the approval decisions read of a tool (any tool: its input type does not matter here). */
 // biome-ignore lint/suspicious/noExplicitAny: a Tool<{ id: string }> is no Tool<unknown> (its functions take I)
 export type GatedTool = Pick<Tool<any, any>, 'name' | 'approval' | 'input'>;
-import { InvalidDefinitionError, type WaitErrorCode } from '../errors.js';
+import type { WaitErrorCode } from '../errors.js';
 import { isStorableText } from '../store/json.js';
 
 /**
@@ -323,6 +324,87 @@ export function decideRefusal(
   return step?.continueOnError ? { kind: 'value', error } : { kind: 'fail_run', error };
 }
 
+/** A stage's ratchet.waits row as the claim reads it (the last wait of the stage; a retried run's earlier one is replaced). */
+export interface StageWait {
+  kind: WaitKind;
+  since: Date;
+  until: Date | null;
+  /** null while the wait is open; else woken | signalled | timed_out | approved | rejected | cancelled | expired. */
+  outcome: string | null;
+}
+
+/** How a wait starts (src/store/signals.ts beginWait): until an absolute time, `inMs` from the wait's start by the database clock, or no limit. */
+export type WaitUntil = { at: Date } | { inMs: number } | null;
+
+/**
+ * What the claim of a waiting kind of stage decides (the wait branches of src/planner/decide.ts):
+ * begin a wait (the stage hands back its lease; `input` is stored on the stage for a person to
+ * read and edit), run the tool (an approved call), end with a value, or fail for good.
+ */
+export type WaitClaim =
+  | { kind: 'begin_wait'; wait: WaitKind; until: WaitUntil; signalName?: string; input?: unknown }
+  | { kind: 'run'; input: unknown }
+  | { kind: 'done'; result: unknown }
+  | { kind: 'fail'; error: WaitError };
+
+const fromDecision = (d: WaitDecision): WaitClaim =>
+  d.kind === 'succeed'
+    ? { kind: 'done', result: d.output }
+    : d.kind === 'fail'
+      ? { kind: 'fail', error: d.error }
+      : { kind: 'begin_wait', wait: d.wait, until: { at: d.until } };
+
+/** A sleep step's claim: its first one starts the sleep; the one after the sweeper woke it ends it with `{ sleptUntil }`. */
+export function decideSleepStep(step: Step, args: StepInputArgs, now: Date, wait: StageWait | null): WaitClaim {
+  if (wait?.kind === 'sleep' && wait.outcome === 'woken' && wait.until) return fromDecision(wakeSleep(wait.until, now));
+  return fromDecision(startSleep(step, args, now));
+}
+
+/** Errors a signal step ends with when its timeout passed: a run retried from one waits again (a new wait). */
+const SIGNAL_TIMEOUT_CODES = new Set(['signal_timeout', 'on_timeout_failed']);
+
+/**
+ * A signal step's claim: after the sweeper found its timeout passed, onTimeout or
+ * signal_timeout (signalTimedOut); else (its first claim, or a run retried after the timeout
+ * failed it) a new wait of `timeout` from now, which takes a signal kept for it at once.
+ */
+export function decideSignalStep(step: Step, args: StepInputArgs, now: Date, wait: StageWait | null, stageError: unknown): WaitClaim {
+  const spec = step.signal;
+  if (!spec) throw new Error(`step ${step.name} is not a signal step`);
+  const code = (stageError as { code?: unknown } | null)?.code;
+  if (wait?.kind === 'signal' && wait.outcome === 'timed_out' && wait.until && !SIGNAL_TIMEOUT_CODES.has(code as string)) {
+    return fromDecision(signalTimedOut(step, args, wait.since, wait.until, now));
+  }
+  return { kind: 'begin_wait', wait: 'signal', signalName: spec.name, until: { inMs: spec.timeoutMs } };
+}
+
+/**
+ * A gated tool call's claim (static step or agent call): approved → run with the stage's stored
+ * input (the approver's edit, if any), never asking again; else (first claim, or a run retried
+ * after a rejection or a timeout) approval(input) decides: ask a person (the call's input stored
+ * on the stage for them to read and edit), or run.
+ */
+export function decideGate(tool: GatedTool, input: unknown, stored: unknown, wait: StageWait | null): WaitClaim {
+  if (wait?.kind === 'approval' && wait.outcome === 'approved') return { kind: 'run', input: stored ?? input };
+  if (!approvalNeeded(tool, input).needed) return { kind: 'run', input };
+  const ms = tool.approval?.timeoutMs ?? null;
+  return { kind: 'begin_wait', wait: 'approval', until: ms === null ? null : { inMs: ms }, input };
+}
+
+/** The agent's built-in sleep tool at claim: a refusal is the tool's answer (the model reads it); else as a sleep step. */
+export function decideAgentSleep(input: unknown, now: Date, maxMs: number, wait: StageWait | null): WaitClaim {
+  if (wait?.kind === 'sleep' && wait.outcome === 'woken' && wait.until) return fromDecision(wakeSleep(wait.until, now));
+  const d = startAgentSleep(input, now, maxMs);
+  if (d.kind === 'refuse') return { kind: 'done', result: d.answer };
+  if (d.kind === 'succeed') return { kind: 'done', result: d.output };
+  return { kind: 'begin_wait', wait: 'sleep', until: { at: d.until } };
+}
+
+/** The tools an agent's model is offered, and may call: its own, and the built-in sleep tool when it allows it. */
+export function offeredTools(agent: AgentSpec): readonly Tool[] {
+  return agent.sleep ? [...agent.tools, AGENT_SLEEP_TOOL] : agent.tools;
+}
+
 /** Is a wait's time limit passed by the database clock? (The sweeper's question, by row.) */
 export const waitDue = (until: Date | null, now: Date): boolean => until !== null && until.getTime() <= now.getTime();
 
@@ -330,36 +412,4 @@ function describe(v: unknown): string {
   if (v === null) return 'null';
   if (v instanceof Date) return 'an invalid Date';
   return typeof v === 'string' ? JSON.stringify(v).slice(0, 50) : typeof v;
-}
-
-/**
- * Phase 1 of issue 10 defines and checks waits but the worker does not run them yet: a workflow
- * that would wait (a sleep or signal step, a gated tool, an agent offered the sleep tool) is
- * refused at submit with nothing written — above all a gated tool, which today's executor would
- * run without asking anyone. Phase 2 (WAITS-NOTES.md) removes this check.
- */
-export function assertWaitsRunnable(workflow: Workflow): void {
-  const refuse = (what: string, path: string) => {
-    throw new InvalidDefinitionError(
-      `workflow ${workflow.name} uses ${what}, which this version defines and checks but cannot run yet`,
-      path,
-      {
-        reason: 'waits_not_runnable',
-      },
-    );
-  };
-  if (workflow.agent) {
-    const gated = workflow.agent.tools.findIndex((t) => t.approval);
-    if (gated >= 0) refuse('an approval gate', `agent[${workflow.name}].tools[${gated}].approval`);
-    if (workflow.agent.sleep) refuse('the built-in sleep tool', `agent[${workflow.name}].allowSleep`);
-    return;
-  }
-  const i = workflow.steps.findIndex((s) => s.kind === 'sleep' || s.kind === 'signal' || s.tool.approval);
-  if (i >= 0) {
-    const s = workflow.steps[i]!;
-    refuse(
-      s.kind === 'sleep' ? 'a sleep step' : s.kind === 'signal' ? 'a waitForSignal step' : 'an approval gate',
-      `workflow[${workflow.name}].steps[${i}]`,
-    );
-  }
 }

@@ -1,6 +1,7 @@
 import { AlreadyDecidedError, NotAwaitingApprovalError } from '../errors.js';
 import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
+import type { StageWait } from '../planner/waits.js';
 import { settleEnded, type Settled } from './waits-settle.js';
 
 /**
@@ -27,6 +28,8 @@ export interface DecisionResult {
   decidedAt: Date;
   reason: string | null;
   inputHash: string | null;
+  /** When the stage started waiting for a person (the decision time metric: decidedAt - since). */
+  since: Date;
   settled: Settled;
 }
 
@@ -34,15 +37,18 @@ export interface DecisionResult {
 const DECIDE_SQL = `
 UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = $3, decided_by = $4, actor = $5, reason = $6, input_hash = $7
 WHERE stage_id = $1::bigint AND run_id = $2::uuid AND kind = 'approval' AND ended_at IS NULL
-RETURNING ended_at`;
+RETURNING ended_at, since`;
 
 /**
  * The run's row lock first, as cancel and a run's end take it (runs, then stages): a decision and a
  * cancel of one run queue up instead of deadlocking (a rejection's settle updates the run row).
  */
-async function lockRun(tx: Queryable, runId: string): Promise<void> {
-  const [r] = await tx.query(`SELECT id FROM ratchet.runs WHERE id = $1::uuid FOR UPDATE`, [runId]);
+async function lockRun(tx: Queryable, runId: string, stageId: string): Promise<void> {
+  const [r] = await tx.query(`SELECT state FROM ratchet.runs WHERE id = $1::uuid FOR UPDATE`, [runId]);
   if (!r) throw new NotAwaitingApprovalError(runId, null, 'no such run');
+  // A run that ended (a sibling's failure may leave a call awaiting approval behind): nothing to decide;
+  // a wait decided before it ended says who decided.
+  if (r.state !== 'queued' && r.state !== 'running') await refuseLoser(tx, runId, stageId);
 }
 
 async function refuseLoser(tx: Queryable, runId: string, stageId: string): Promise<never> {
@@ -51,6 +57,11 @@ async function refuseLoser(tx: Queryable, runId: string, stageId: string): Promi
     [stageId, runId],
   );
   if (!w) throw new NotAwaitingApprovalError(runId, stageId, 'this stage does not wait for approval');
+  // Closed by its run's end (a cancel, the deadline, a sibling's failure), or left open by it: nobody decided; the stage no longer waits.
+  if (w.outcome === null || w.outcome === 'cancelled' || w.outcome === 'expired') {
+    const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [stageId]);
+    throw gone(runId, stageId, now?.state as string | undefined);
+  }
   throw new AlreadyDecidedError(runId, stageId, {
     outcome: w.outcome as string,
     decidedBy: (w.decided_by as string | null) ?? (w.outcome === 'timed_out' ? 'its approvalTimeout' : null),
@@ -70,7 +81,7 @@ export async function approveStage(
 ): Promise<DecisionResult> {
   const inputText = a.edited ? toJsonText(a.edited.input, 'input') : null;
   return db.transaction(async (tx) => {
-    await lockRun(tx, a.runId);
+    await lockRun(tx, a.runId, a.stageId);
     const [won] = await tx.query(DECIDE_SQL, [
       a.stageId,
       a.runId,
@@ -113,6 +124,7 @@ export async function approveStage(
       decidedAt: won.ended_at as Date,
       reason: a.reason,
       inputHash: a.edited?.inputHash ?? null,
+      since: won.since as Date,
       settled: {
         queued: [
           {
@@ -139,15 +151,17 @@ export async function rejectStage(
   a: { runId: string; stageId: string; by: Decider; reason: string | null; error: (decidedAt: Date) => unknown; asValue: boolean },
 ): Promise<DecisionResult> {
   return db.transaction(async (tx) => {
-    await lockRun(tx, a.runId);
+    await lockRun(tx, a.runId, a.stageId);
     const [won] = await tx.query(DECIDE_SQL, [a.stageId, a.runId, 'rejected', a.by.decidedBy, a.by.actor, a.reason, null]);
     if (!won) return refuseLoser(tx, a.runId, a.stageId);
     const decidedAt = won.ended_at as Date;
     const error = a.error(decidedAt);
     const [st] = await tx.query(
-      `UPDATE ratchet.stages SET state = 'failed', error = $2::jsonb, finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
+      // a refusal kept as a value (an agent's call) is marked as finish.sql.ts marks one: a run retry never starts from it
+      `UPDATE ratchet.stages SET state = 'failed', error = CASE WHEN $3::boolean THEN $2::jsonb || '{"asValue": true}'::jsonb ELSE $2::jsonb END,
+         finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
        WHERE id = $1::bigint AND state = 'awaiting_approval' RETURNING seq`,
-      [a.stageId, JSON.stringify(error)],
+      [a.stageId, JSON.stringify(error), a.asValue],
     );
     if (!st) {
       const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [a.stageId]);
@@ -176,6 +190,7 @@ export async function rejectStage(
       decidedAt,
       reason: a.reason,
       inputHash: null,
+      since: won.since as Date,
       settled,
     };
   });
@@ -244,4 +259,16 @@ export async function waitsOf(
     endedAt: (r.ended_at as Date | null) ?? null,
     outcome: (r.outcome as string | null) ?? null,
   }));
+}
+
+/** A stage's waits row as its claim reads it (src/planner/decide.ts), or null when it never waited. */
+export async function stageWait(q: Queryable, stageId: string): Promise<StageWait | null> {
+  const [r] = await q.query(`SELECT kind, since, wait_until, outcome FROM ratchet.waits WHERE stage_id = $1::bigint`, [stageId]);
+  if (!r) return null;
+  return {
+    kind: r.kind as StageWait['kind'],
+    since: r.since as Date,
+    until: (r.wait_until as Date | null) ?? null,
+    outcome: (r.outcome as string | null) ?? null,
+  };
 }

@@ -1,4 +1,4 @@
-import { CLAIMED_COLUMNS, failRunsFrom, RUN_ACTIVE } from './lease-common.sql.js';
+import { CLAIMED_COLUMNS, failRunsFrom, failedAsValue, RUN_ACTIVE, settleFrom } from './lease-common.sql.js';
 
 /**
  * The claim (lease protocol step 1): one statement per purpose, each a single round trip and a
@@ -188,6 +188,8 @@ claimed AS (
       THEN jsonb_build_object('code', 'attempts_exhausted',
              'message', 'all ' || s.max_attempts || ' attempts were used',
              'attempts', s.attempt, 'lastError', s.error)
+        -- a failure kept as a value (continueOnError; an agent's tool error told to the model) is marked, as the finish marks it
+        || CASE WHEN s.continue_on_error THEN '{"asValue": true}'::jsonb ELSE '{}'::jsonb END
       ELSE s.error END,
     finished_at = CASE WHEN s.attempt >= s.max_attempts THEN clk.t ELSE NULL END,
     updated_at = clk.t
@@ -195,14 +197,18 @@ claimed AS (
   WHERE s.id = p.id
   RETURNING s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
     s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
-    s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, p.prev_state, p.prev_owner, p.prev_fence
+    s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, p.prev_state, p.prev_owner, p.prev_fence,
+    s.continue_on_error, s.next_seqs, s.sink, coalesce(s.step, s.name) AS step
 ),
 run_started AS (
   UPDATE ratchet.runs r SET state = 'running', updated_at = clk.t
   FROM claimed c, clk
   WHERE r.id = c.run_id AND c.state = 'running' AND r.state = 'queued'
   RETURNING r.id
-),${failRunsFrom('claimed', 'exhausted')},
+),
+-- A spent budget fails the run, unless the stage's failure is a value: then it counts as done (settleFrom).
+exhausted_failed AS (SELECT * FROM claimed WHERE NOT continue_on_error),${failRunsFrom('exhausted_failed', 'exhausted')},
+${failedAsValue('claimed', 'exhausted_value')},${settleFrom('exhausted_value', 'exhausted_settle')},
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT c.run_id, c.id,
@@ -210,8 +216,11 @@ ev AS (
          WHEN c.prev_state = 'running' THEN 'lease_reclaimed' ELSE 'job_claimed' END,
     c.fence, c.attempt, clk.t,
     CASE WHEN c.state = 'failed' THEN jsonb_build_object('lastError', c.error -> 'lastError')
+           || CASE WHEN c.continue_on_error THEN '{"asValue": true}'::jsonb ELSE '{}'::jsonb END
          ELSE jsonb_build_object('owner', $1::text, 'leaseUntil', c.lease_until, 'previousOwner', c.prev_owner, 'previousFence', c.prev_fence::text) END
   FROM claimed c, clk
+  UNION ALL
+  SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM exhausted_settle_events x
 )
 SELECT ${CLAIMED_COLUMNS}
 FROM claimed c CROSS JOIN clk JOIN ratchet.runs r ON r.id = c.run_id

@@ -62,6 +62,12 @@ parent_woken AS (
   WHERE p.id = run.parent_stage_id AND p.state = 'waiting' AND NOT EXISTS (SELECT 1 FROM run x WHERE x.id = p.run_id)
   RETURNING p.id, p.run_id, p.tool_class, p.definition_hash, p.attempt, run.id AS child_run_id
 ),
+-- The open waits of the stages cancelled here (issue 10) end 'expired' in this statement.
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'expired'
+  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT run.id, NULL, 'run_expired', NULL, NULL, clk.t, jsonb_build_object('reason', 'run_deadline') FROM run, clk
@@ -69,11 +75,14 @@ ev AS (
   SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t,
     jsonb_build_object('previousState', st.old_state, 'reason', 'run_deadline')
   FROM st, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'expired') FROM waits_closed w, clk
 )
 SELECT (SELECT count(*) FROM run)::int AS expired, coalesce((SELECT array_agg(run.id::text) FROM run), '{}') AS run_ids,
   coalesce((SELECT array_agg(st.id::text ORDER BY st.id) FROM st WHERE st.old_state = 'running'), '{}') AS running_stage_ids,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', p.id::text, 'toolClass', p.tool_class, 'definitionHash', p.definition_hash,
-     'attempt', p.attempt) ORDER BY p.id), '[]'::jsonb) FROM parent_woken p) AS woken`;
+     'attempt', p.attempt) ORDER BY p.id), '[]'::jsonb) FROM parent_woken p) AS woken,
+  coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
 
 /**
  * The child runs of runs $1 that just ended (expired), recursively, cancelled with their unfinished
@@ -105,15 +114,23 @@ st AS (
   WHERE s.run_id = run.id AND s.id = old.id AND s.state IN (${sqlStates(STAGE_UNFINISHED)})
   RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
 ),
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
+  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT run.id, NULL, 'run_cancelled', NULL, NULL, clk.t, jsonb_build_object('reason', $2::text) FROM run, clk
   UNION ALL
   SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state, 'reason', $2::text)
   FROM st, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
 )
 SELECT coalesce((SELECT array_agg(run.id::text) FROM run), '{}') AS run_ids,
-  coalesce((SELECT array_agg(st.id::text ORDER BY st.id) FROM st WHERE st.old_state = 'running'), '{}') AS running_stage_ids`;
+  coalesce((SELECT array_agg(st.id::text ORDER BY st.id) FROM st WHERE st.old_state = 'running'), '{}') AS running_stage_ids,
+  coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
 
 /**
  * The unfinished stages of ended runs $1 (expired or cancelled), cancelled; run right after the

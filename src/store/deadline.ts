@@ -12,6 +12,9 @@ export interface ExpiredRuns {
   woken: { stageId: string; toolClass: string; definitionHash: string; attempt: number }[];
   /** Child runs of the expired runs cancelled with them (recursively). */
   childrenCancelled: number;
+  /** The kinds of the open waits (issue 10) these statements closed: `expired` in the expired runs, `cancelled` in their children. */
+  waitsExpired: string[];
+  waitsCancelled: string[];
 }
 
 /**
@@ -26,15 +29,18 @@ export async function expireRuns(q: Queryable, limit: number): Promise<ExpiredRu
   const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
   const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));
   let childrenCancelled = 0;
+  const waitsExpired = (r?.waits_closed as string[] | undefined) ?? [];
+  const waitsCancelled: string[] = [];
   if (runIds.length > 0) {
     await cancelLeftovers(q, runIds, 'run_deadline');
     const [d] = await q.query(CANCEL_DESCENDANTS_SQL, [runIds, 'parent_expired'], 'ratchet_cancel_descendants');
     const childIds = (d?.run_ids as string[] | undefined) ?? [];
     childrenCancelled = childIds.length;
     runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
+    waitsCancelled.push(...((d?.waits_closed as string[] | undefined) ?? []));
     if (childIds.length > 0) await cancelLeftovers(q, childIds, 'cancelled');
   }
-  return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds, woken, childrenCancelled };
+  return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled };
 }
 
 /** Cancels the stages a concurrent finish planned into runs that just ended (CANCEL_LEFTOVERS_SQL); returns how many. */

@@ -23,6 +23,7 @@ export const EVENT_TYPES = [
   'stage_skipped',
   'stage_waiting',
   'child_run_started',
+  'child_run_detached',
   'retry_scheduled',
   'result_rejected',
   'finish_replayed',

@@ -1,4 +1,4 @@
-import { failRunsFrom } from './lease-common.sql.js';
+import { failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
 
 /** Extend (heartbeat), release (graceful shutdown) and the embedded start-up's expiry of dead leases. */
 /**
@@ -43,17 +43,24 @@ over AS (
     finished_at = CASE WHEN s.attempt >= s.max_attempts THEN clk.t ELSE NULL END,
     error = jsonb_build_object('code', 'stage_duration_exceeded',
       'message', 'attempt ' || s.attempt || ' ran past maxDuration of ' || s.max_duration_ms || ' ms',
-      'maxDurationMs', s.max_duration_ms),
+      'maxDurationMs', s.max_duration_ms)
+      -- the last attempt of a stage whose failure is a value (continueOnError; an agent's tool error told to the model)
+      || CASE WHEN s.attempt >= s.max_attempts AND s.continue_on_error THEN '{"asValue": true}'::jsonb ELSE '{}'::jsonb END,
     updated_at = clk.t
   FROM cur, clk
   WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND cur.over_duration
     AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
-  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt
-),${failRunsFrom('over', 'over')},
+  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt, s.continue_on_error, s.next_seqs, s.sink, coalesce(s.step, s.name) AS step
+),
+-- The last attempt past maxDuration fails the run, unless the stage's failure is a value: then it counts as done (settleFrom).
+over_failed AS (SELECT * FROM over WHERE NOT continue_on_error),${failRunsFrom('over_failed', 'over')},
+${failedAsValue('over', 'over_value')},${settleFrom('over_value', 'over_settle')},
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT o.run_id, o.id, 'stage_duration_exceeded', o.fence, o.attempt, clk.t, jsonb_build_object('owner', $1::text, 'nextState', o.state)
   FROM over o, clk
+  UNION ALL
+  SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM over_settle_events x
   UNION ALL
   SELECT s.run_id, s.id, 'heartbeat_lost', req.fence, s.attempt, clk.t,
     jsonb_build_object('owner', $1::text, 'currentState', s.state, 'currentFence', s.fence::text, 'leaseUntil', s.lease_until)

@@ -1,13 +1,8 @@
-import { CLAIMED_COLUMNS, RUN_ACTIVE } from './lease-common.sql.js';
+import { CLAIMED_COLUMNS, NEXT_COLUMNS, RUN_ACTIVE, settleFrom } from './lease-common.sql.js';
 
 /** The event a finish writes for each outcome; a replay finds its own earlier finish by it. */
 const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
       WHEN 'cancelled' THEN 'stage_cancelled' WHEN 'skipped' THEN 'stage_skipped' WHEN 'waiting' THEN 'stage_waiting' ELSE 'retry_scheduled' END`;
-
-/** The columns of a next stage handed to this owner (joined on the fast path and next_handed_again return the same). */
-const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
-    s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
-    s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, 'queued'::text AS prev_state, NULL::bigint AS prev_fence`;
 
 const NEXT_NAMES = `id, run_id, seq, name, tool, tool_class, state, owner_id, fence, attempt, max_attempts, input, idempotency_key,
     lease_until, lease_ms, timeout_ms, max_duration_ms, claimed_at, first_claimed_at, error, prev_state, prev_fence`;
@@ -28,12 +23,13 @@ const UNENDED = `'pending','queued','waiting','running'`;
  *   replayed           an earlier try of the same row committed and only its answer was lost;
  *   done               the accepted rows that count as done for the run graph: succeeded, skipped, or
  *                      failed as a value (continueOnError; an agent's tool error told to the model);
- *   dec, joined        the join: each successor's counter drops under its row lock by the number of its
+ *   settle_*           settleFrom('done') (lease-common.sql.ts), the run graph's settle fragment:
+ *                      settle_joined: each successor's counter drops under its row lock by the number of its
  *                      dependencies ending here; the finish that brings it to 0 queues it (exactly once:
  *                      a second finish waiting on the row lock re-evaluates on the committed version), or,
  *                      on the fast path (a linear successor, unkeyed), claims it for this owner;
- *   sink_done, run_done  the run's own counter: sinks ending here drop it, their values accumulated in the
- *                      runs row's UPDATE (never a SELECT of other sinks: its snapshot may predate their commit);
+ *                      settle_run_done: the run's sink counter, values accumulated in the runs row's UPDATE;
+ *                      settle_parent_woken: a child run that succeeded wakes its parent's waiting stage;
  *   next_failed        a next stage whose input could not be computed, failed with its run;
  *   next_handed_again  on a replay, the next stage the lost finish claimed, handed back to this owner;
  *   planned            stages decided at run time (an agent's answer, a map's items) inserted;
@@ -96,69 +92,16 @@ replayed AS (
   WHERE s.id = ANY($3::bigint[])
 ),
 -- What counts as done for the join and the run's end: succeeded, skipped, or failed as a value;
--- never in a run this statement ends explicitly (a failure for good, an agent's answer).
+-- never in a run this statement ends explicitly (a failure for good, an agent's answer). The
+-- columns settleFrom (lease-common.sql.ts) reads; its CTEs settle_* follow.
 done AS (
-  SELECT a.*, CASE WHEN a.outcome = 'succeeded' THEN a.result WHEN a.as_value THEN jsonb_build_object('ok', false, 'error', a.error) END AS value
+  SELECT a.id, a.run_id, a.fence, a.next_seqs, a.next_seq, a.sink, a.step,
+    CASE WHEN a.outcome = 'succeeded' THEN a.result WHEN a.as_value THEN jsonb_build_object('ok', false, 'error', a.error) END AS value,
+    (a.outcome = 'skipped') AS skipped, a.claim_next, a.next_input
   FROM accepted a
   WHERE (a.outcome IN ('succeeded', 'skipped') OR a.as_value)
     AND NOT EXISTS (SELECT 1 FROM accepted x WHERE x.run_id = a.run_id AND x.run_state IS NOT NULL)
-),
--- One row per successor, however many finishes of this statement feed it (a writable CTE cannot
--- update a row twice). The fast path: one finish alone feeds it, asked to claim it, and it is
--- unkeyed (a keyed one must pass the limited claim) with no due stage of higher priority of its
--- class and definition waiting (README "Priorities").
-dec AS (
-  SELECT d.run_id, n.seq, count(*)::int AS k, min(d.id) AS by_id, min(d.fence) AS by_fence,
-    (count(*) = 1 AND bool_and(d.claim_next)) AS claim, (array_agg(d.next_input) FILTER (WHERE d.next_input IS NOT NULL))[1] AS next_input
-  -- (a row written by an older release after the upgrade has no next_seqs: its finisher's nextSeq stands in)
-  FROM done d CROSS JOIN LATERAL unnest(CASE WHEN cardinality(d.next_seqs) = 0 AND d.next_seq IS NOT NULL
-    THEN ARRAY[d.next_seq] ELSE d.next_seqs END) AS n(seq)
-  GROUP BY d.run_id, n.seq
-),
-dec_claim AS (
-  SELECT dec.*, (dec.claim AND s.concurrency_key IS NULL AND NOT EXISTS (
-      SELECT 1 FROM ratchet.stages q WHERE q.state = 'queued' AND q.concurrency_key IS NULL AND q.tool_class = s.tool_class
-        AND q.definition_hash = s.definition_hash AND q.priority > s.priority AND q.available_at <= clk.t)) AS may_claim
-  FROM dec JOIN ratchet.stages s ON s.run_id = dec.run_id AND s.seq = dec.seq CROSS JOIN clk
-),
--- The join, under each successor's row lock (a finish waiting on it re-evaluates on the committed
--- version, so exactly one finish sees the counter reach 0).
-joined AS (
-  UPDATE ratchet.stages s SET
-    deps_left = greatest(s.deps_left - d.k, 0),
-    state = CASE WHEN s.deps_left - d.k > 0 THEN s.state WHEN d.may_claim AND s.state = 'pending' THEN 'running' ELSE 'queued' END,
-    input = CASE WHEN s.deps_left - d.k <= 0 AND d.next_input IS NOT NULL THEN d.next_input ELSE s.input END,
-    available_at = CASE WHEN s.deps_left - d.k <= 0 THEN clk.t ELSE s.available_at END,
-    owner_id = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN $1 ELSE s.owner_id END,
-    fence = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN nextval('ratchet.fence_seq') ELSE s.fence END,
-    attempt = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN s.attempt + 1 ELSE s.attempt END,
-    lease_until = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'
-      THEN clk.t + s.lease_ms * interval '1 millisecond' ELSE s.lease_until END,
-    heartbeat_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.heartbeat_at END,
-    claimed_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending' THEN clk.t ELSE s.claimed_at END,
-    first_claimed_at = CASE WHEN s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'
-      THEN coalesce(s.first_claimed_at, clk.t) ELSE s.first_claimed_at END,
-    updated_at = clk.t
-  FROM dec_claim d, clk
-  WHERE s.run_id = d.run_id AND s.seq = d.seq AND s.state IN ('pending', 'waiting')
-  RETURNING ${NEXT_COLUMNS}, s.deps_left, s.definition_hash, d.by_id AS after_id, d.by_fence AS after_fence
-),
--- The run's own counter: the sinks that ended here, their values accumulated in the runs row's
--- UPDATE (re-evaluated on the newest version of the row, so two sinks finishing at once both land).
-sink_done AS (
-  SELECT run_id, count(*)::int AS k, bool_or(sink = 'only') AS only, (array_agg(value) FILTER (WHERE sink = 'only'))[1] AS only_value,
-    coalesce(jsonb_object_agg(step, value) FILTER (WHERE sink = 'one_of' AND outcome <> 'skipped'), '{}'::jsonb) AS part
-  FROM done WHERE sink IS NOT NULL GROUP BY run_id
-),
-run_done AS (
-  UPDATE ratchet.runs r SET sinks_left = r.sinks_left - k.k,
-    result = CASE WHEN k.only THEN k.only_value ELSE coalesce(r.result, '{}'::jsonb) || k.part END,
-    state = CASE WHEN r.sinks_left - k.k <= 0 THEN 'succeeded' ELSE r.state END,
-    finished_at = CASE WHEN r.sinks_left - k.k <= 0 THEN clk.t ELSE r.finished_at END, updated_at = clk.t
-  FROM sink_done k, clk
-  WHERE r.id = k.run_id AND r.state IN (${RUN_ACTIVE}) AND r.sinks_left IS NOT NULL
-  RETURNING r.id, r.state, r.parent_stage_id
-),
+),${settleFrom('done', 'settle', '$1::text')},
 -- A next stage whose input could not be computed fails with its run (a retry of the run starts from it).
 next_failed AS (
   UPDATE ratchet.stages s SET state = 'failed', error = f.next_error, finished_at = clk.t, updated_at = clk.t
@@ -252,11 +195,11 @@ child_stages AS (
   CROSS JOIN clk
   RETURNING id, run_id, tool_class, state, definition_hash
 ),
--- A run that ended here wakes the stage of its parent that started it (waiting without a lease):
--- claimed again, that stage takes the child's result or error.
+-- A run that ended here explicitly wakes the stage of its parent that started it (waiting without a
+-- lease): claimed again, that stage takes the child's result or error (settle_parent_woken: by its sinks).
 parent_woken AS (
   UPDATE ratchet.stages p SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
-  FROM (SELECT parent_stage_id FROM run_done WHERE state = 'succeeded' UNION ALL SELECT parent_stage_id FROM run_ended) e, clk
+  FROM run_ended e, clk
   WHERE p.id = e.parent_stage_id AND p.state = 'waiting'
   RETURNING p.id, p.run_id, p.tool_class, p.definition_hash
 ),
@@ -285,15 +228,13 @@ ev AS (
       || CASE WHEN f.as_value THEN jsonb_build_object('asValue', true) ELSE '{}'::jsonb END
   FROM accepted f, clk
   UNION ALL
-  SELECT n.run_id, n.id, 'job_claimed', n.fence, n.attempt, clk.t,
-    jsonb_build_object('owner', $1::text, 'leaseUntil', n.lease_until, 'fastPath', true, 'byStage', n.after_id::text, 'byFence', n.after_fence::text)
-  FROM joined n, clk WHERE n.state = 'running'
+  SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM settle_events x WHERE x.type = 'job_claimed'
   UNION ALL
   SELECT n.run_id, n.id, 'stage_failed', n.fence, n.attempt, clk.t, jsonb_build_object('error', n.error) FROM next_failed n, clk
   UNION ALL
   SELECT d.id, NULL, 'run_' || d.state, NULL, NULL, clk.t, NULL FROM run_ended d, clk
   UNION ALL
-  SELECT d.id, NULL, 'run_succeeded', NULL, NULL, clk.t, NULL FROM run_done d, clk WHERE d.state = 'succeeded'
+  SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM settle_events x WHERE x.type = 'run_succeeded'
   UNION ALL
   SELECT c.run_id, c.id, 'stage_cancelled', c.fence, c.attempt, clk.t, jsonb_build_object('previousState', c.old_state, 'reason', 'run_failed')
   FROM rest_cancelled c, clk WHERE c.old_state IN ('running', 'waiting')
@@ -328,20 +269,22 @@ ev AS (
 ),
 handed AS MATERIALIZED (
   SELECT ${CLAIMED_COLUMNS}, c.after_id
-  FROM (SELECT ${NEXT_NAMES}, after_id, after_fence FROM joined WHERE state = 'running'
+  FROM (SELECT ${NEXT_NAMES}, after_id, after_fence FROM settle_joined WHERE state = 'running'
         UNION ALL SELECT ${NEXT_NAMES}, after_id, after_fence FROM next_handed_again) c
   JOIN ratchet.runs r ON r.id = c.run_id CROSS JOIN clk
 ),
 -- The stages each row made ready, to wake a worker of their class: queued by the join, inserted
 -- queued by its plan; on a replay, its successors found queued now.
 woken AS (
-  SELECT j.after_id AS by_id, j.id, j.tool_class, j.definition_hash FROM joined j WHERE j.state = 'queued'
+  SELECT j.after_id AS by_id, j.id, j.tool_class, j.definition_hash FROM settle_joined j WHERE j.state = 'queued'
   UNION ALL
   SELECT f.id, p.id, p.tool_class, p.definition_hash FROM planned p JOIN accepted f ON f.run_id = p.run_id AND f.plan IS NOT NULL WHERE p.state = 'queued'
   UNION ALL
   SELECT r.parent_stage_id, c.id, c.tool_class, c.definition_hash FROM child_stages c JOIN child_run r ON r.id = c.run_id WHERE c.state = 'queued'
   UNION ALL
   SELECT (SELECT min(f.id) FROM accepted f), p.id, p.tool_class, p.definition_hash FROM parent_woken p
+  UNION ALL
+  SELECT p.by_id, p.id, p.tool_class, p.definition_hash FROM settle_parent_woken p
   UNION ALL
   SELECT r.id, x.id, x.tool_class, x.definition_hash FROM replayed r JOIN ratchet.stages x ON x.run_id = r.run_id AND x.seq = ANY(r.next_seqs) WHERE x.state = 'queued'
 )
@@ -356,3 +299,33 @@ LEFT JOIN replayed rp ON rp.id = req.id
 LEFT JOIN LATERAL (SELECT x.state, x.fence FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s ON true
 LEFT JOIN handed h ON h.after_id = req.id
 ORDER BY req.id`;
+
+/**
+ * After a finish that failed runs (the group failure): the unended stages of the failed runs of
+ * stages $1, cancelled by a statement of its own. A concurrent finish that inserted stages into
+ * such a run (a map's items, an agent's answer) committed before the failure's rest_cancelled
+ * could take its finishing stage's row (it waited on that row lock), or its fence failed and it
+ * inserted nothing; either way its rows were not in the failing statement's snapshot, and this
+ * next statement sees them. Until it runs, claims skip them (RUN_IS_ACTIVE in claim.sql.ts).
+ */
+export const CANCEL_FAILED_LEFTOVERS_SQL = `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+failed_runs AS (
+  SELECT DISTINCT r.id FROM ratchet.stages f JOIN ratchet.runs r ON r.id = f.run_id
+  WHERE f.id = ANY($1::bigint[]) AND r.state = 'failed'
+),
+old AS (
+  SELECT s.id, s.state FROM ratchet.stages s JOIN failed_runs r ON s.run_id = r.id WHERE s.state IN (${UNENDED})
+),
+st AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM old, clk WHERE s.id = old.id AND s.state IN (${UNENDED})
+  RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t,
+    jsonb_build_object('previousState', st.old_state, 'reason', 'run_failed')
+  FROM st, clk
+)
+SELECT (SELECT count(*) FROM st)::int AS cancelled`;

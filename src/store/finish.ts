@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { InvalidInputError } from '../errors.js';
 import { canTransition } from '../planner/states.js';
 import type { Queryable, Row } from './db.js';
-import { FINISH_SQL } from './finish.sql.js';
+import { CANCEL_FAILED_LEFTOVERS_SQL, FINISH_SQL } from './finish.sql.js';
 import { toJsonTextOrNull } from './json.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
 import { parseInput } from './validate.js';
@@ -179,6 +179,10 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
   const sorted = [...rows].sort((a, b) => (BigInt(a.id as string) < BigInt(b.id as string) ? -1 : 1));
   const sentAt = monotonicNow();
   const out = await q.query(FINISH_SQL, [owner, JSON.stringify(sorted), sorted.map((r) => r.id as string)], 'ratchet_finish');
+  // A group failure: what a concurrent finish inserted into the failed run meanwhile is cancelled by a statement of its own.
+  const failing = sorted.filter((r) => r.runState === 'failed' && out.some((o) => o.id === r.id && o.accepted && !o.replayed));
+  if (failing.length > 0)
+    await q.query(CANCEL_FAILED_LEFTOVERS_SQL, [failing.map((r) => r.id as string)], 'ratchet_cancel_failed_leftovers');
   return out.map((r) => {
     const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
     return {

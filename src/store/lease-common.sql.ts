@@ -105,6 +105,143 @@ ${prefix}_run_failed_ev AS (
 )`;
 }
 
+/** The columns of a next stage handed to its owner on the fast path (finish's joined and next_handed_again return the same). */
+export const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
+    s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
+    s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, 'queued'::text AS prev_state, NULL::bigint AS prev_fence`;
+
+/**
+ * The settle fragment of the run graph: what happens when stages count as DONE (succeeded, skipped,
+ * or failed as a value: continueOnError, an agent's tool error told to the model). Used by
+ * FINISH_SQL (source `done`), claim/extend (continue_on_error stages whose attempts or time ran out)
+ * and the waits (waits-settle.ts). The statement must begin `WITH RECURSIVE clk AS MATERIALIZED
+ * (SELECT ratchet.db_now() AS t)` (or any `clk(t)`), and the source stage rows must already be
+ * moved to their terminal state by an earlier CTE of the same statement (or an earlier statement of
+ * the same transaction).
+ *
+ * `source` names a CTE with EXACTLY these columns, one row per stage that counts as done:
+ *   id          bigint   the stage that ended (the `by_id` of what it queued: the caller's wake-up list)
+ *   run_id      uuid     its run
+ *   fence       bigint   its token (only recorded in the fast path's job_claimed event; NULL is fine)
+ *   next_seqs   int[]    its successors (stages.next_seqs)
+ *   next_seq    int      NULL, or for a row of the previous release (next_seqs '{}'), its successor's seq
+ *   sink        text     stages.sink: NULL, 'only' (the run's result is its value) or 'one_of' (result[step])
+ *   step        text     coalesce(stages.step, stages.name): the key of a 'one_of' sink's value
+ *   value       jsonb    the result it gives: the output; `{ok:false, error}` for a failure kept as a value; NULL when skipped
+ *   skipped     boolean  true for a skip (a skipped 'one_of' sink adds no key to the run's result)
+ *   claim_next  boolean  the fast path: claim the successor for `owner` (only when one source row alone
+ *                        feeds it, it is unkeyed and no due stage of higher priority waits); false outside a finish
+ *   next_input  jsonb    NULL, or the successor's input computed by its finisher (fast path, linear successor)
+ *
+ * CTEs it adds, named `${prefix}_...`:
+ *   _dec, _dec_claim  one row per successor (k = how many source rows feed it; a writable CTE cannot update a row twice)
+ *   _joined        the successors' counters dropped under their row lock: the one that reaches 0 is
+ *                  queued (exactly once, EvalPlanQual) or claimed for `owner` (state 'running');
+ *                  RETURNS NEXT_COLUMNS, deps_left, definition_hash, after_id (source id), after_fence
+ *   _sink_done, _run_done  the run's sink counter; the run succeeds when it reaches 0 (its result
+ *                  accumulated in the runs UPDATE); _run_done RETURNS id, state, parent_stage_id, by_id
+ *   _parent_woken  a run that succeeded here wakes its parent's waiting child-run stage (queued);
+ *                  RETURNS id, run_id, tool_class, definition_hash, by_id
+ *   _events        rows (run_id, stage_id, type, fence, attempt, at, data) the CALLER inserts into
+ *                  ratchet.events (job_claimed for a fast-path claim, run_succeeded): a plain SELECT,
+ *                  so the caller orders its events as it likes.
+ * Stages to wake (notify the transport): `_joined WHERE state = 'queued'` and `_parent_woken`.
+ * `owner` is an SQL expression for the fast path's owner (finish: '$1'); NULL::text without a fast path.
+ */
+export function settleFrom(source: string, prefix: string, owner = 'NULL::text'): string {
+  const p = prefix;
+  const claimNow = `s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'`;
+  return `
+-- One row per successor, however many rows of ${source} feed it. The fast path: one row alone feeds
+-- it, asked to claim it, and it is unkeyed (a keyed one must pass the limited claim) with no due
+-- stage of higher priority of its class and definition waiting (README "Priorities").
+${p}_dec AS (
+  SELECT d.run_id, n.seq, count(*)::int AS k, min(d.id) AS by_id, min(d.fence) AS by_fence,
+    (count(*) = 1 AND bool_and(coalesce(d.claim_next, false))) AS claim,
+    (array_agg(d.next_input) FILTER (WHERE d.next_input IS NOT NULL))[1] AS next_input
+  -- (a row written by an older release after the upgrade has no next_seqs: its finisher's nextSeq stands in)
+  FROM ${source} d CROSS JOIN LATERAL unnest(CASE WHEN cardinality(d.next_seqs) = 0 AND d.next_seq IS NOT NULL
+    THEN ARRAY[d.next_seq] ELSE d.next_seqs END) AS n(seq)
+  GROUP BY d.run_id, n.seq
+),
+${p}_dec_claim AS (
+  SELECT dec.*, (${owner} IS NOT NULL AND dec.claim AND s.concurrency_key IS NULL AND NOT EXISTS (
+      SELECT 1 FROM ratchet.stages q WHERE q.state = 'queued' AND q.concurrency_key IS NULL AND q.tool_class = s.tool_class
+        AND q.definition_hash = s.definition_hash AND q.priority > s.priority AND q.available_at <= clk.t)) AS may_claim
+  FROM ${p}_dec dec JOIN ratchet.stages s ON s.run_id = dec.run_id AND s.seq = dec.seq CROSS JOIN clk
+),
+-- The join, under each successor's row lock (a statement waiting on it re-evaluates on the committed
+-- version, so exactly one sees the counter reach 0).
+${p}_joined AS (
+  UPDATE ratchet.stages s SET
+    deps_left = greatest(s.deps_left - d.k, 0),
+    state = CASE WHEN s.deps_left - d.k > 0 THEN s.state WHEN d.may_claim AND s.state = 'pending' THEN 'running' ELSE 'queued' END,
+    input = CASE WHEN s.deps_left - d.k <= 0 AND d.next_input IS NOT NULL THEN d.next_input ELSE s.input END,
+    available_at = CASE WHEN s.deps_left - d.k <= 0 THEN clk.t ELSE s.available_at END,
+    owner_id = CASE WHEN ${claimNow} THEN ${owner} ELSE s.owner_id END,
+    fence = CASE WHEN ${claimNow} THEN nextval('ratchet.fence_seq') ELSE s.fence END,
+    attempt = CASE WHEN ${claimNow} THEN s.attempt + 1 ELSE s.attempt END,
+    lease_until = CASE WHEN ${claimNow} THEN clk.t + s.lease_ms * interval '1 millisecond' ELSE s.lease_until END,
+    heartbeat_at = CASE WHEN ${claimNow} THEN clk.t ELSE s.heartbeat_at END,
+    claimed_at = CASE WHEN ${claimNow} THEN clk.t ELSE s.claimed_at END,
+    first_claimed_at = CASE WHEN ${claimNow} THEN coalesce(s.first_claimed_at, clk.t) ELSE s.first_claimed_at END,
+    updated_at = clk.t
+  FROM ${p}_dec_claim d, clk
+  WHERE s.run_id = d.run_id AND s.seq = d.seq AND s.state IN ('pending', 'waiting')
+  RETURNING ${NEXT_COLUMNS}, s.deps_left, s.definition_hash, d.by_id AS after_id, d.by_fence AS after_fence
+),
+-- The run's own counter: the sinks that ended here, their values accumulated in the runs row's
+-- UPDATE (re-evaluated on the newest version of the row, so two sinks finishing at once both land;
+-- never a SELECT of other sinks: its snapshot may predate their commit).
+${p}_sink_done AS (
+  SELECT run_id, count(*)::int AS k, min(id) AS by_id, bool_or(sink = 'only') AS only,
+    (array_agg(value) FILTER (WHERE sink = 'only'))[1] AS only_value,
+    coalesce(jsonb_object_agg(step, value) FILTER (WHERE sink = 'one_of' AND NOT coalesce(skipped, false)), '{}'::jsonb) AS part
+  FROM ${source} WHERE sink IS NOT NULL GROUP BY run_id
+),
+${p}_run_done AS (
+  UPDATE ratchet.runs r SET sinks_left = r.sinks_left - k.k,
+    result = CASE WHEN k.only THEN k.only_value ELSE coalesce(r.result, '{}'::jsonb) || k.part END,
+    state = CASE WHEN r.sinks_left - k.k <= 0 THEN 'succeeded' ELSE r.state END,
+    finished_at = CASE WHEN r.sinks_left - k.k <= 0 THEN clk.t ELSE r.finished_at END, updated_at = clk.t
+  FROM ${p}_sink_done k, clk
+  WHERE r.id = k.run_id AND r.state IN (${RUN_ACTIVE}) AND r.sinks_left IS NOT NULL
+  RETURNING r.id, r.state, r.parent_stage_id, k.by_id
+),
+-- A run that succeeded here wakes the stage of its parent that started it (waiting without a
+-- lease): claimed again, that stage takes the child's result.
+${p}_parent_woken AS (
+  UPDATE ratchet.stages ps SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM ${p}_run_done e, clk
+  WHERE ps.id = e.parent_stage_id AND e.state = 'succeeded' AND ps.state = 'waiting'
+  RETURNING ps.id, ps.run_id, ps.tool_class, ps.definition_hash, e.by_id
+),
+${p}_events AS (
+  SELECT n.run_id, n.id AS stage_id, 'job_claimed'::text AS type, n.fence, n.attempt, clk.t AS at,
+    jsonb_build_object('owner', n.owner_id, 'leaseUntil', n.lease_until, 'fastPath', true, 'byStage', n.after_id::text,
+      'byFence', n.after_fence::text) AS data
+  FROM ${p}_joined n, clk WHERE n.state = 'running'
+  UNION ALL
+  SELECT d.id, NULL::bigint, 'run_succeeded', NULL::bigint, NULL::int, clk.t, NULL::jsonb FROM ${p}_run_done d, clk WHERE d.state = 'succeeded'
+)`;
+}
+
+/**
+ * The settleFrom source (its columns, see there) of the rows of `from` (id, run_id, state, fence,
+ * error, continue_on_error, next_seqs, sink, step) that failed for good with continue_on_error: the
+ * failure kept as a value (`{ ok: false, error }`, the asValue mark left out) for what follows.
+ * The claim (attempts_exhausted) and the extend (stage_duration_exceeded) use it; their rows
+ * without continue_on_error go to failRunsFrom instead.
+ */
+export function failedAsValue(from: string, name: string): string {
+  return `
+${name} AS (
+  SELECT f.id, f.run_id, f.fence, f.next_seqs, NULL::int AS next_seq, f.sink, f.step,
+    jsonb_build_object('ok', false, 'error', f.error - 'asValue') AS value, false AS skipped, false AS claim_next, NULL::jsonb AS next_input
+  FROM ${from} f WHERE f.state = 'failed' AND f.continue_on_error
+)`;
+}
+
 /** What every claim returns per row (c: the claimed stage, r: its run). */
 export const CLAIMED_COLUMNS = `c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.state, c.fence::text AS fence,
   c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,

@@ -118,15 +118,25 @@ parent_woken AS (
   FROM run, clk WHERE run.id = $1::uuid AND p.id = run.parent_stage_id AND p.state = 'waiting'
   RETURNING p.id
 ),
+-- The open waits of the stages cancelled here (a sleep, a signal, an approval: issue 10) end 'cancelled'
+-- in this statement: an approval without a timeout would otherwise stay open for good.
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
+  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT run.id, NULL, 'run_cancelled', NULL, NULL, clk.t, CASE WHEN run.id <> $1::uuid THEN jsonb_build_object('reason', 'parent_cancelled') END
   FROM run, clk
   UNION ALL
   SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t, jsonb_build_object('previousState', st.old_state) FROM st, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
 )
 SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHERE id = $1::uuid)::int AS cancelled,
-  coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids`;
+  coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids,
+  coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
 
 /**
  * Retry failed run $1 from its failed stage, as one conditional statement. Every way a run
@@ -186,6 +196,40 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::i
   (SELECT deadline IS NOT NULL AND deadline <= clk.t FROM prev) AS deadline_passed,
   f.id::text AS stage_id, f.seq, f.name, f.tool, f.tool_class, f.attempt AS attempts_used, f.error AS stage_error
 FROM clk LEFT JOIN failed_stage f ON true`;
+
+/**
+ * The child-run stages of run $1 that its retry just revived (queued or pending again) while their
+ * child run did not succeed: the child's id, state, definition and whether its parent's end
+ * cancelled it (failRunsFrom's and the finish's cascade write that message; CANCEL_RUN_SQL writes
+ * none). Through runs_parent_stage_uq.
+ */
+export const REVIVED_CHILD_STAGES_SQL = `
+SELECT s.id::text AS stage_id, c.id AS child_id, c.state AS child_state, c.definition_hash AS child_definition_hash,
+  (c.state = 'cancelled' AND c.error ->> 'message' = 'its parent run ended') AS parent_ended
+FROM ratchet.stages s JOIN ratchet.runs c ON c.parent_stage_id = s.id
+WHERE s.run_id = $1::uuid AND s.state IN ('queued', 'pending') AND c.state IN ('failed', 'cancelled', 'expired')
+ORDER BY s.seq`;
+
+/**
+ * A revived child-run stage ($1) goes to $2: `waiting` for its child run retried with it (the
+ * child's end queues it: parent_woken), or `queued` (due now: a new child, or the child's end told
+ * again). Its join counter only ever counted that wait (its dependencies had ended when it started
+ * the child), so a retry that revived it `pending` must not leave it there.
+ */
+export const STAGE_WAITS_FOR_CHILD_SQL = `
+UPDATE ratchet.stages SET state = $2::text, deps_left = CASE WHEN $2::text = 'waiting' THEN 1 ELSE 0 END,
+  available_at = ratchet.db_now(), updated_at = ratchet.db_now()
+WHERE id = $1::bigint AND state IN ('queued', 'pending')`;
+
+/**
+ * A child run ($1) its parent's end cancelled, detached from its parent stage by the parent's
+ * retry (parent_run_id kept: it stays among the children): the stage's next claim starts a new one.
+ */
+export const RELEASE_CHILD_RUN_SQL = `
+WITH d AS (UPDATE ratchet.runs SET parent_stage_id = NULL, updated_at = ratchet.db_now() WHERE id = $1::uuid AND state = 'cancelled'
+  RETURNING id, parent_run_id)
+INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+SELECT d.id, NULL, 'child_run_detached', NULL, NULL, ratchet.db_now(), jsonb_build_object('reason', 'parent_retried') FROM d`;
 
 /**
  * One page of runs, newest first, keyset-paginated on (created_at, id): $1 states (or NULL),

@@ -424,6 +424,8 @@ export interface CancelResult {
   previousState: RunState;
   /** Stages that were running: a request they already sent cannot be recalled. */
   runningStageIds: string[];
+  /** The kinds of the open waits (issue 10) the cancel closed (`cancelled`), for the waits-ended metric. */
+  waitsClosed?: string[];
 }
 
 /** Cancels a run and its unfinished stages; null for an unknown id. */
@@ -436,6 +438,7 @@ export async function cancelRun(q: Queryable, runId: string): Promise<CancelResu
     cancelled: r.cancelled === 1,
     previousState: r.previous_state as RunState,
     runningStageIds: (r.running_stage_ids as string[]) ?? [],
+    waitsClosed: (r.waits_closed as string[] | undefined) ?? [],
   };
 }
 

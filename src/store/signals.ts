@@ -178,8 +178,15 @@ export type BeginWaitResult =
 export async function beginWait(
   db: Db,
   f: FencedStage,
-  w: { kind: 'sleep' | 'signal' | 'approval'; signalName?: string; until: { at: Date } | { inMs: number } | null },
+  w: {
+    kind: 'sleep' | 'signal' | 'approval';
+    signalName?: string;
+    until: { at: Date } | { inMs: number } | null;
+    /** The call's input as the claim computed it (an approval: what the person reads and may edit), stored on the stage. */
+    input?: unknown;
+  },
 ): Promise<BeginWaitResult> {
+  const inputText = w.input === undefined ? null : toJsonText(w.input ?? null, 'input');
   return db.transaction(async (tx) => {
     // The (run, name) lock before the stage's row lock: sendSignal takes them in this order too (no deadlock).
     if (w.kind === 'signal') {
@@ -223,9 +230,9 @@ export async function beginWait(
     await tx.query(
       // The claim that decided the wait spent an attempt; the claim that ends it must have one (as graph2's waiting stages).
       `UPDATE ratchet.stages SET state = $2, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
-         max_attempts = attempt + max_attempts, updated_at = ratchet.db_now()
+         max_attempts = attempt + max_attempts, input = coalesce($3::jsonb, input), updated_at = ratchet.db_now()
        WHERE id = $1::bigint`,
-      [f.stageId, state],
+      [f.stageId, state, inputText],
     );
     await tx.query(
       `INSERT INTO ratchet.events (run_id, stage_id, type, fence, at, data)

@@ -1,30 +1,24 @@
-import { sourcesOf } from '../planner/states.js';
 import type { Queryable } from './db.js';
+import { failRunsFrom, RUN_ACTIVE, settleFrom } from './lease-common.sql.js';
 
 /**
- * ============================== SEAM (phase 2 of issue 10) ==============================
- * A wait that ends outside a worker (a signal delivered, an approval refused, a timeout) must
- * "queue what follows in the same transaction", as a finish does. After the run graph (graph2)
- * merges, that is its settle fragment (`settleFrom(source)` in lease-common.sql.ts: the join
- * counters, the sinks, the group failure, the parent wake-up): the lead replaces the body of
- * `settleEnded` with it, one source row per ended stage (value = output, or the failure as a
- * value for an agent's refused call; fails_run for a static refusal). The contract callers rely
- * on stays: called inside the caller's transaction, after the stage row was moved to its
- * terminal state under its row lock; returns the stages it queued (to notify the transport)
- * and the run's end, if it ended.
- *
- * Until then: today's linear rule (every run is a chain by seq, as finish.sql.ts's next_stage):
- * the next stage (seq + 1) goes pending -> queued; no next stage ends the run with the output;
- * a failure that fails the run cancels every stage of it that has not ended.
- * =========================================================================================
+ * A wait that ends outside a worker (a signal delivered, an approval refused, a timeout) queues
+ * what follows in the same transaction, exactly as a finish does: the run graph's settle
+ * fragment (`settleFrom`, lease-common.sql.ts) over one source row — the join counters, the
+ * sinks and the run's end, a parent's waiting stage woken — or, for a refusal that fails the
+ * run, the group failure (`failRunsFrom`: the run failed, its unended stages and child runs
+ * cancelled). Called inside the caller's transaction, after the stage row was moved to its
+ * terminal state under its row lock. Returns the stages it queued (to notify the transport,
+ * with the attempt their next claim creates) and the run's end, if it ended.
  */
 export interface EndedStage {
   stageId: string;
   runId: string;
   seq: number;
   outcome: 'succeeded' | 'failed';
-  /** The output (succeeded), or the failure as the agent's next model call reads it (failed, asValue). */
+  /** The output (succeeded). */
   value?: unknown;
+  /** The failure (failed): kept as a value `{ ok: false, error }` when asValue, else the run's error. */
   error?: unknown;
   /** A failure kept as a value (an agent's refused call; continueOnError): what follows goes on. */
   asValue?: boolean;
@@ -36,65 +30,69 @@ export interface Settled {
   runEnded: 'succeeded' | 'failed' | null;
 }
 
-const STAGE_UNFINISHED = sourcesOf('stage', 'cancelled');
+/** The stage counts as done ($2: its value): its successors' joins, the run's sinks, a parent woken. */
+const SETTLE_DONE_SQL = `
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+src AS (
+  SELECT s.id, s.run_id, s.fence, s.next_seqs, NULL::int AS next_seq, s.sink, coalesce(s.step, s.name) AS step,
+    $2::jsonb AS value, false AS skipped, false AS claim_next, NULL::jsonb AS next_input
+  FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id
+  WHERE s.id = $1::bigint AND r.state IN (${RUN_ACTIVE})
+),${settleFrom('src', 'w')},
+ev AS (INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data) SELECT * FROM w_events)
+SELECT j.id::text AS id, j.tool_class, j.definition_hash, j.attempt, NULL::text AS run_state FROM w_joined j WHERE j.state = 'queued'
+UNION ALL
+SELECT p.id::text, p.tool_class, p.definition_hash, x.attempt, NULL FROM w_parent_woken p JOIN ratchet.stages x ON x.id = p.id
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, d.state FROM w_run_done d WHERE d.state = 'succeeded'`;
+
+/**
+ * The stage's failure ($2) fails its run: the group failure (failRunsFrom) — the run failed, its
+ * unended stages and child runs cancelled, a failed child's parent woken — plus what only waits
+ * have: sibling calls awaiting approval cancelled too, and the open waits of every stage cancelled
+ * here closed (`cancelled`).
+ */
+const SETTLE_FAIL_SQL = `
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+src AS (SELECT s.run_id, 'failed'::text AS state, $2::jsonb AS error FROM ratchet.stages s WHERE s.id = $1::bigint),
+${failRunsFrom('src', 'f')},
+approvals_cancelled AS (
+  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
+  FROM f_run_failed f, clk WHERE s.run_id = f.id AND s.state = 'awaiting_approval' AND s.id <> $1::bigint
+  RETURNING s.id, s.run_id, s.fence, s.attempt
+),
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
+  FROM clk, (SELECT id FROM f_rest_cancelled UNION ALL SELECT id FROM approvals_cancelled UNION ALL SELECT id FROM f_children_stages_cancelled) c
+  WHERE w.stage_id = c.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
+ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
+  SELECT a.run_id, a.id, 'stage_cancelled', a.fence, a.attempt, clk.t,
+    jsonb_build_object('previousState', 'awaiting_approval', 'reason', 'run_failed') FROM approvals_cancelled a, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
+)
+SELECT p.id::text AS id, x.tool_class, x.definition_hash, x.attempt, NULL::text AS run_state
+FROM f_parent_woken p JOIN ratchet.stages x ON x.id = p.id
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, 'failed' FROM f_run_failed`;
 
 export async function settleEnded(tx: Queryable, s: EndedStage): Promise<Settled> {
-  if (s.outcome === 'failed' && !s.asValue) {
-    const runs = await tx.query(
-      `UPDATE ratchet.runs SET state = 'failed', error = $2::jsonb, finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
-       WHERE id = $1::uuid AND state IN ('queued', 'running') RETURNING id`,
-      [s.runId, JSON.stringify(s.error ?? null)],
-    );
-    const rest = await tx.query(
-      `UPDATE ratchet.stages SET state = 'cancelled', finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
-       WHERE run_id = $1::uuid AND id <> $2::bigint AND state = ANY($3::text[]) RETURNING id::text, fence::text, attempt`,
-      [s.runId, s.stageId, STAGE_UNFINISHED],
-    );
-    await tx.query(
-      `INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
-       SELECT $1::uuid, NULL, 'run_failed', NULL, NULL, ratchet.db_now(), jsonb_build_object('error', $2::jsonb) WHERE $3::boolean
-       UNION ALL
-       SELECT $1::uuid, x.id, 'stage_cancelled', x.fence, x.attempt, ratchet.db_now(), jsonb_build_object('reason', 'sibling_failed')
-       FROM unnest($4::bigint[], $5::bigint[], $6::int[]) AS x(id, fence, attempt)`,
-      [
-        s.runId,
-        JSON.stringify(s.error ?? null),
-        runs.length > 0,
-        rest.map((r) => r.id),
-        rest.map((r) => r.fence ?? null),
-        rest.map((r) => r.attempt ?? 0),
-      ],
-    );
-    return { queued: [], runEnded: runs.length > 0 ? 'failed' : null };
-  }
-  const next = await tx.query(
-    `UPDATE ratchet.stages SET state = 'queued', available_at = ratchet.db_now(), updated_at = ratchet.db_now()
-     WHERE run_id = $1::uuid AND seq = $2::int + 1 AND state = 'pending'
-     RETURNING id::text, tool_class, definition_hash, attempt`,
-    [s.runId, s.seq],
-  );
-  if (next.length > 0) {
-    return {
-      queued: next.map((r) => ({
+  const fails = s.outcome === 'failed' && !s.asValue;
+  const value = s.outcome === 'succeeded' ? (s.value ?? null) : { ok: false, error: s.error ?? null };
+  const rows = await tx.query(fails ? SETTLE_FAIL_SQL : SETTLE_DONE_SQL, [s.stageId, JSON.stringify(fails ? (s.error ?? null) : value)]);
+  const out: Settled = { queued: [], runEnded: null };
+  for (const r of rows) {
+    if (r.run_state) out.runEnded = r.run_state as 'succeeded' | 'failed';
+    else
+      out.queued.push({
         id: r.id as string,
         toolClass: r.tool_class as string,
         definitionHash: r.definition_hash as string,
         attempt: (r.attempt as number) + 1,
-      })),
-      runEnded: null,
-    };
+      });
   }
-  const later = await tx.query(`SELECT 1 FROM ratchet.stages WHERE run_id = $1::uuid AND seq > $2::int LIMIT 1`, [s.runId, s.seq]);
-  if (later.length > 0) return { queued: [], runEnded: null };
-  const done = await tx.query(
-    `UPDATE ratchet.runs SET state = 'succeeded', result = $2::jsonb, finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
-     WHERE id = $1::uuid AND state IN ('queued', 'running') RETURNING id`,
-    [s.runId, JSON.stringify(s.value ?? null)],
-  );
-  if (done.length > 0) {
-    await tx.query(`INSERT INTO ratchet.events (run_id, type, at, data) VALUES ($1::uuid, 'run_succeeded', ratchet.db_now(), NULL)`, [
-      s.runId,
-    ]);
-  }
-  return { queued: [], runEnded: done.length > 0 ? 'succeeded' : null };
+  return out;
 }

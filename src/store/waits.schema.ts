@@ -57,7 +57,7 @@ export const waits = ratchet.table(
     check('waits_signal_name_ck', sql`(${t.kind} = 'signal') = (${t.signalName} is not null)`),
     check(
       'waits_outcome_ck',
-      sql`${t.outcome} is null or ${t.outcome} in ('woken','signalled','timed_out','approved','rejected','cancelled')`,
+      sql`${t.outcome} is null or ${t.outcome} in ('woken','signalled','timed_out','approved','rejected','cancelled','expired')`,
     ),
     check('waits_ended_ck', sql`(${t.endedAt} is null) = (${t.outcome} is null)`),
   ],

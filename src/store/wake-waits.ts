@@ -5,6 +5,8 @@ import { settleEnded, type Settled } from './waits-settle.js';
 export interface DueApproval {
   runId: string;
   stageId: string;
+  /** The stage's seq (its step in a static workflow). */
+  seq: number;
   tool: string;
   definitionHash: string;
   since: Date;
@@ -16,6 +18,10 @@ export interface WakeResult {
   woken: { id: string; toolClass: string; definitionHash: string; attempt: number; kind: 'sleep' | 'signal' }[];
   /** Approvals refused by their timeout (approval_timeout). */
   timedOut: string[];
+  /** Each refused approval with how long it waited (ms, by the database clock), for the decision-time metric. */
+  decisions: { stageId: string; waitedMs: number }[];
+  /** Rows this statement looked at (a full batch: call again). */
+  seen: number;
   /** Wait rows closed because their stage had ended otherwise (a cancelled or expired run). */
   closed: number;
   settled: Settled[];
@@ -45,7 +51,7 @@ export async function wakeDueWaits(
        FOR UPDATE OF w, s SKIP LOCKED`,
       [limit],
     );
-    const out: WakeResult = { woken: [], timedOut: [], closed: 0, settled: [] };
+    const out: WakeResult = { woken: [], timedOut: [], decisions: [], seen: rows.length, closed: 0, settled: [] };
     for (const r of rows) {
       const stageId = r.stage_id as string;
       const runId = r.run_id as string;
@@ -85,6 +91,7 @@ export async function wakeDueWaits(
       const refusal = refuse({
         runId,
         stageId,
+        seq: r.seq as number,
         tool: r.tool as string,
         definitionHash: r.definition_hash as string,
         since: r.since as Date,
@@ -93,8 +100,10 @@ export async function wakeDueWaits(
       if (!refusal) continue;
       await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'timed_out' WHERE stage_id = $1::bigint`, [stageId]);
       await tx.query(
-        `UPDATE ratchet.stages SET state = 'failed', error = $2::jsonb, finished_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
-        [stageId, JSON.stringify(refusal.error)],
+        // a refusal kept as a value (an agent's call) is marked as finish.sql.ts marks one: a run retry never starts from it
+        `UPDATE ratchet.stages SET state = 'failed', error = CASE WHEN $3::boolean THEN $2::jsonb || '{"asValue": true}'::jsonb ELSE $2::jsonb END,
+           finished_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
+        [stageId, JSON.stringify(refusal.error), refusal.asValue],
       );
       await tx.query(
         `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
@@ -103,6 +112,7 @@ export async function wakeDueWaits(
         [runId, stageId, r.since, r.wait_until, JSON.stringify(refusal.error)],
       );
       out.timedOut.push(stageId);
+      out.decisions.push({ stageId, waitedMs: (r.wait_until as Date).getTime() - (r.since as Date).getTime() });
       out.settled.push(
         await settleEnded(tx, { stageId, runId, seq: r.seq as number, outcome: 'failed', error: refusal.error, asValue: refusal.asValue }),
       );

@@ -1,4 +1,4 @@
-import { failRunsFrom } from './lease-common.sql.js';
+import { failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
 
 /** Statements about workers and the stages waiting for them (sweeper, registry). */
 
@@ -80,19 +80,28 @@ WHERE NOT EXISTS (
 
 /**
  * Opt-in (never the default): fail `queued` stages of classes $1 — classes no worker has
- * served recently — that have been due for longer than $2 ms, with `no_worker`, and their runs.
+ * served recently — that have been due for longer than $2 ms, with `no_worker`, and their runs
+ * (failRunsFrom: siblings and child runs cancelled; a failed child run wakes its parent's waiting
+ * stage, which the sweep re-sends). A stage with continue_on_error fails as a value instead and
+ * settles (settleFrom): its successors go on, as at a finish.
  */
 export const FAIL_UNSERVED_SQL = `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 gone AS (
   UPDATE ratchet.stages s SET state = 'failed', finished_at = clk.t, updated_at = clk.t,
     error = jsonb_build_object('code', 'no_worker', 'message', 'no worker served tool class ' || s.tool_class || ' for ' || $2::int || ' ms', 'toolClass', s.tool_class)
+      || CASE WHEN s.continue_on_error THEN '{"asValue": true}'::jsonb ELSE '{}'::jsonb END
   FROM clk
   WHERE s.state = 'queued' AND s.tool_class = ANY($1::text[]) AND s.available_at < clk.t - $2::int * interval '1 millisecond'
-  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt
-),${failRunsFrom('gone', 'unserved')},
+  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt, s.continue_on_error, s.next_seqs, s.sink, coalesce(s.step, s.name) AS step
+),
+gone_failed AS (SELECT * FROM gone WHERE NOT continue_on_error),${failRunsFrom('gone_failed', 'unserved')},
+${failedAsValue('gone', 'gone_value')},${settleFrom('gone_value', 'unserved_settle')},
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
-  SELECT g.run_id, g.id, 'stage_failed', g.fence, g.attempt, clk.t, jsonb_build_object('error', g.error) FROM gone g, clk
+  SELECT g.run_id, g.id, 'stage_failed', g.fence, g.attempt, clk.t, jsonb_build_object('error', g.error)
+    || CASE WHEN g.continue_on_error THEN '{"asValue": true}'::jsonb ELSE '{}'::jsonb END FROM gone g, clk
+  UNION ALL
+  SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM unserved_settle_events x
 )
 SELECT count(*)::int AS failed FROM gone`;

@@ -3,6 +3,7 @@ import { InvalidInputError, PermanentError } from '../errors.js';
 import type { Registry } from '../definitions/registry.js';
 import type { AgentSpec, Tool, ToolClass, ToolContext, Workflow } from '../definitions/types.js';
 import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
+import { AGENT_SLEEP_TOOL_NAME } from '../definitions/waits.js';
 import { buildMessages } from '../agent/messages.js';
 import { callModelStreamed } from '../live/tokens.js';
 import { onModelAnswer, planAgentRun, toPlanRow } from '../dispatcher/agent.js';
@@ -47,6 +48,10 @@ import { recordModelUsage } from '../observability/model-usage.js';
 import { assertWithinBudget } from '../agent/budget-gate.js';
 import { runUsage } from '../store/usage.js';
 import { traceModelCall, traceToolCall } from '../observability/tracing.js';
+import { decideGate, offeredTools } from '../planner/waits.js';
+import { stageWait } from '../store/approvals.js';
+import { beginWait, type BeginWaitResult } from '../store/signals.js';
+import { recordWaitEnded } from '../observability/wait-metrics.js';
 
 export interface ToolInvocation {
   tool: Tool;
@@ -83,7 +88,7 @@ export interface ExecutorDeps {
 }
 
 /** Attempts that ended on their own terms, for tests and metrics. */
-export type AttemptEnd = 'succeeded' | 'failed' | 'retry' | 'rejected' | 'abandoned' | 'unknown';
+export type AttemptEnd = 'succeeded' | 'failed' | 'retry' | 'rejected' | 'abandoned' | 'unknown' | 'waiting';
 
 /**
  * The worker's slot an attempt's tool runs in. It is freed once the tool is done with — it
@@ -172,7 +177,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
         assertWithinBudget(step.agent, spent);
         const call = () =>
           traceModelCall(step.agent.model, stage, () =>
-            callModelStreamed(deps.store.db, stage, step.agent.model, messages, step.agent.tools, attempt.signal, stage.timeoutMs),
+            callModelStreamed(deps.store.db, stage, step.agent.model, messages, offeredTools(step.agent), attempt.signal, stage.timeoutMs),
           );
         const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
         if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
@@ -182,9 +187,23 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
         });
       }
     } else if (step.kind === 'agent_tool') {
-      const output = await produce(deps, log, workflow, step.tool, stage, attempt);
-      if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-      row = succeededRow(stage, output, data());
+      // A gated call asks a person first (or runs as approved); the built-in sleep tool waits (issue 10);
+      // a workflow tool starts its child run, then takes its result or error (told to the model under tell_model).
+      const decision = await decideAgentTool(deps, attempt, log, workflow, step.tool, stage);
+      if (decision.kind === 'begin_wait') return await startWait(deps, log, stage, attempt, decision, slot);
+      if (decision.kind === 'wait') {
+        slot.release();
+        return handBack(deps, log, stage);
+      }
+      // A workflow tool (defineWorkflowTool): its child run starts keyed by this stage, which waits without a lease.
+      if (decision.kind === 'start_child') row = childStart(deps, workflow, stage, decision, data());
+      else if (decision.kind === 'fail') row = groupFailure(workflow, stage, decision.error, data());
+      else if (decision.kind === 'done') row = succeededRow(stage, decision.result, data());
+      else if (decision.kind === 'run') {
+        const output = await produce(deps, log, workflow, step.tool, { ...stage, input: decision.input }, attempt);
+        if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
+        row = succeededRow(stage, output, data());
+      } else throw new Error(`an agent's tool call cannot be decided "${decision.kind}"`);
     } else {
       // The run graph: what this stage does now, decided from the persisted stages of its run.
       const decision = await decideNow(deps, attempt, log, workflow, stage);
@@ -223,6 +242,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
         case 'wait':
           slot.release();
           return handBack(deps, log, stage);
+        case 'begin_wait':
+          return await startWait(deps, log, stage, attempt, decision, slot);
       }
     }
     if (!row.claimNext) slot.release(); // the tool is done: its slot serves the next claim while this finish commits
@@ -260,7 +281,7 @@ type ResolvedStep =
 function resolveStep(workflow: Workflow, stage: ClaimedStage): ResolvedStep | null {
   if (workflow.agent) {
     if (stage.tool === MODEL_STAGE_TOOL) return { kind: 'model', agent: workflow.agent, cls: workflow.agent.model.class };
-    const tool = workflow.agent.tools.find((t) => t.name === stage.tool);
+    const tool = offeredTools(workflow.agent).find((t) => t.name === stage.tool);
     return tool ? { kind: 'agent_tool', tool, cls: tool.class } : null;
   }
   // A map item's stage belongs to its map step (seq = mapSeq × ITEM_SEQ_STRIDE + index).
@@ -534,13 +555,138 @@ async function decideNow(
   workflow: Workflow,
   stage: ClaimedStage,
 ): Promise<ClaimDecision> {
-  if (stage.seq >= ITEM_SEQ_STRIDE) return { kind: 'run', input: stage.input ?? null };
+  if (stage.seq >= ITEM_SEQ_STRIDE) {
+    // A map item of a gated tool asks a person too (its input stored by the expansion).
+    const itemTool = workflow.steps[Math.floor(stage.seq / ITEM_SEQ_STRIDE) - 1]?.tool;
+    if (!itemTool?.approval) return { kind: 'run', input: stage.input ?? null };
+    const wait = await askStore(attempt, log, 'the stage wait', () => stageWait(deps.store.db, stage.id));
+    return decideGate(itemTool, stage.input ?? null, stage.input, wait);
+  }
   const node = runGraph(workflow).bySeq.get(stage.seq)!;
-  if (node.step.kind === 'tool' && stage.input !== null) return { kind: 'run', input: stage.input };
-  const read = node.deps.length > 0 || node.step.kind !== 'tool';
+  // A gated tool (issue 10) always goes through the decision: approved, or ask a person.
+  const gated = node.step.kind === 'tool' && node.step.tool.approval !== undefined;
+  if (node.step.kind === 'tool' && stage.input !== null && !gated) return { kind: 'run', input: stage.input };
+  const waits = gated || node.step.kind === 'sleep' || node.step.kind === 'signal';
+  const read = node.deps.length > 0 || node.step.kind !== 'tool' || gated;
   const stages = read ? await askStore(attempt, log, 'the run graph', () => deps.store.graphStages(stage.runId)) : [];
   const child = node.step.kind === 'workflow' ? await askStore(attempt, log, 'the child run', () => deps.store.childRun(stage.id)) : null;
-  return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: stages.map(persisted), child });
+  const wait = waits ? await askStore(attempt, log, 'the stage wait', () => stageWait(deps.store.db, stage.id)) : null;
+  return decideAtClaim({
+    workflow,
+    runId: stage.runId,
+    runInput: stage.runInput,
+    seq: stage.seq,
+    // The claimed stage's stored input (an approver's edit, a fast-path input) as the claim read it.
+    stages: stages.map((s) => (s.seq === stage.seq ? { ...persisted(s), input: stage.input } : persisted(s))),
+    child,
+    now: stage.dbNow,
+    wait,
+  });
+}
+
+/**
+ * An agent's tool call at its claim: an ungated call runs with its stored input (no read); a
+ * gated one (approved, or ask a person) and the built-in sleep tool are decided from the
+ * stage's waits row, a workflow tool from its child run, once started (src/planner/decide.ts).
+ */
+async function decideAgentTool(
+  deps: ExecutorDeps,
+  attempt: Attempt,
+  log: Logger,
+  workflow: Workflow,
+  tool: Tool,
+  stage: ClaimedStage,
+): Promise<ClaimDecision> {
+  if (tool.childWorkflow) {
+    const child = await askStore(attempt, log, 'the child run', () => deps.store.childRun(stage.id));
+    return decideAtClaim({ workflow, runId: stage.runId, runInput: stage.runInput, seq: stage.seq, stages: [selfOf(stage)], child });
+  }
+  if (!tool.approval && tool.name !== AGENT_SLEEP_TOOL_NAME) return { kind: 'run', input: stage.input ?? null };
+  const wait = await askStore(attempt, log, 'the stage wait', () => stageWait(deps.store.db, stage.id));
+  return decideAtClaim({
+    workflow,
+    runId: stage.runId,
+    runInput: stage.runInput,
+    seq: stage.seq,
+    stages: [selfOf(stage)],
+    now: stage.dbNow,
+    wait,
+  });
+}
+
+/** The claimed stage as the planner reads it (an agent's tool call is decided from itself alone). */
+function selfOf(stage: ClaimedStage): PersistedStage {
+  return {
+    seq: stage.seq,
+    name: stage.name,
+    state: 'running',
+    result: null,
+    error: stage.error ?? null,
+    itemIndex: null,
+    groupSeq: null,
+    input: stage.input ?? null,
+    tool: stage.tool,
+  };
+}
+
+/** How long beginWait is asked again when the database does not answer. */
+const BEGIN_WAIT_RETRY_WINDOW_MS = FINISH_RETRY_WINDOW_MS;
+
+/**
+ * The claim decided a wait (issue 10): the stage hands back its lease and waits in `waiting` or
+ * `awaiting_approval` (src/store/signals.ts beginWait, fenced like a finish), holding nothing; a
+ * signal wait that finds a signal kept for it takes it at once and succeeds. No attempt is lost:
+ * the waiting stage's budget grows by the attempt this claim spent.
+ */
+async function startWait(
+  deps: ExecutorDeps,
+  log: Logger,
+  stage: ClaimedStage,
+  attempt: Attempt,
+  d: Extract<ClaimDecision, { kind: 'begin_wait' }>,
+  slot: Slot,
+): Promise<AttemptEnd> {
+  slot.release();
+  if (deps.events.size > 0) await deps.events.settle();
+  attempt.finishing = true;
+  const until = monotonicNow() + BEGIN_WAIT_RETRY_WINDOW_MS;
+  let r: BeginWaitResult | undefined;
+  for (let wait = 100, conflicts = 0; r === undefined; ) {
+    try {
+      r = await beginWait(
+        deps.store.db,
+        { stageId: stage.id, owner: deps.owner, fence: stage.fence },
+        {
+          kind: d.wait,
+          until: d.until,
+          ...(d.signalName !== undefined ? { signalName: d.signalName } : {}),
+          ...(d.input !== undefined ? { input: d.input } : {}),
+        },
+      );
+    } catch (err) {
+      const kind = classifyDbError(err);
+      if (kind === 'conflict' && conflicts++ < MAX_CONFLICT_RETRIES) continue;
+      if ((kind !== 'unavailable' && kind !== 'conflict') || monotonicNow() + wait > until) {
+        log.error({ event: 'wait_unknown', err: (err as Error).message, kind }, 'starting the wait did not answer: outcome unknown');
+        return 'unknown';
+      }
+      await pause(wait);
+      wait = Math.min(wait * 2, 5000);
+    }
+  }
+  if (r.verdict === 'rejected') {
+    deps.metrics.resultsRejected.inc({ tool_class: stage.toolClass, workflow: stage.workflow });
+    log.warn({ event: 'result_rejected', outcome: 'waiting' }, 'wait refused: this attempt no longer holds the stage');
+    return 'rejected';
+  }
+  if (r.verdict === 'consumed') {
+    recordWaitEnded(deps.metrics.registry, 'signal', 'signalled');
+    for (const q of r.settled.queued) deps.onQueued(q.toolClass, q.definitionHash, { stageId: q.id, attempt: q.attempt });
+    log.info({ event: 'signal_consumed', signalId: r.signalId }, 'a signal kept for the wait was taken: the stage succeeded');
+    return 'succeeded';
+  }
+  log.info({ event: 'wait_started', kind: d.wait, until: r.until }, 'the stage waits, holding no lease');
+  return 'waiting';
 }
 
 /**

@@ -5,6 +5,12 @@ import type { Transport } from '../transport/transport.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { RetentionAges } from '../store/index.js';
 import { applyRetention } from './retention.js';
+import type { Registry } from '../definitions/registry.js';
+import { toolsOf } from '../definitions/agent.js';
+import { ITEM_SEQ_STRIDE } from '../planner/map.js';
+import { decideRefusal } from '../planner/waits.js';
+import { wakeDueWaits, type DueApproval } from '../store/wake-waits.js';
+import { recordApprovalDecision, recordWaitEnded } from '../observability/wait-metrics.js';
 
 /** Stages re-sent per class kind and sweep. */
 const SWEEP_BATCH = 500;
@@ -13,6 +19,9 @@ const DEADLINE_BATCH = 200;
 const DEADLINE_BATCHES = 5;
 /** The lease wake comes this long after the first lease's expiry (the database rounds to the millisecond). */
 const LEASE_WAKE_MARGIN_MS = 50;
+/** Waits whose time came (a sleep's end, a signal's or an approval's timeout) ended per statement, and statements per sweep at most. */
+const WAKE_BATCH = 200;
+const WAKE_BATCHES = 5;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
 
@@ -47,6 +56,8 @@ export class Sweeper {
     private readonly retention: RetentionAges | null = null,
     /** Fires the cron schedules that have a tick due (src/schedules/fire.ts); null: none. */
     private readonly fireSchedules: (() => Promise<void>) | null = null,
+    /** The loaded definitions, to refuse approvals whose timeout passed (issue 10); null: waits are not swept here. */
+    private readonly registry: Registry | null = null,
   ) {}
 
   start(): void {
@@ -73,6 +84,7 @@ export class Sweeper {
   private tick(): Promise<void> {
     this.running = (async () => {
       await this.expireRuns();
+      await this.wakeWaits();
       await this.fireSchedules?.().catch((err: Error) =>
         this.logger.warn({ event: 'schedules_failed', err: err.message }, 'firing schedules failed'),
       );
@@ -135,11 +147,46 @@ export class Sweeper {
     this.leaseTimer.unref();
   }
 
+  /**
+   * Waits whose time came by the database clock (issue 10), in bounded batches shared with other
+   * workers' sweepers (SKIP LOCKED): a sleep's end and a signal's timeout queue the stage again
+   * (its claim ends it); an approval's timeout is refused here (approval_timeout, settled like a
+   * rejection) when this worker has the run's definition, else left for one that has it.
+   */
+  private async wakeWaits(): Promise<void> {
+    const registry = this.registry;
+    if (!registry) return;
+    try {
+      for (let i = 0; i < WAKE_BATCHES; i++) {
+        const r = await wakeDueWaits(this.store.db, WAKE_BATCH, (due) => refuseTimedOut(registry, due));
+        const reg = this.metrics.registry;
+        for (const w of r.woken) {
+          this.transport.notify(laneOf(w.toolClass, w.definitionHash), { stageId: w.id, attempt: w.attempt });
+          recordWaitEnded(reg, w.kind, w.kind === 'sleep' ? 'woken' : 'timed_out');
+        }
+        for (const t of r.decisions) {
+          recordWaitEnded(reg, 'approval', 'timed_out');
+          recordApprovalDecision(reg, t.waitedMs / 1000, 'timed_out');
+        }
+        for (const s of r.settled)
+          for (const q of s.queued) this.transport.notify(laneOf(q.toolClass, q.definitionHash), { stageId: q.id, attempt: q.attempt });
+        if (r.woken.length + r.timedOut.length > 0)
+          this.logger.info({ event: 'waits_woken', woken: r.woken.length, timedOut: r.timedOut.length }, 'waits whose time came ended');
+        if (r.seen < WAKE_BATCH) break;
+      }
+    } catch (err) {
+      this.logger.warn({ event: 'wake_waits_failed', err: (err as Error).message }, 'ending waits whose time came failed');
+    }
+  }
+
   /** Runs past their deadline become `expired`, in bounded batches (deadline.sql.ts). */
   private async expireRuns(): Promise<void> {
     try {
       for (let i = 0; i < DEADLINE_BATCHES; i++) {
-        const { expired, runningStageIds, woken, childrenCancelled } = await this.store.expireRuns(DEADLINE_BATCH);
+        const { expired, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled } =
+          await this.store.expireRuns(DEADLINE_BATCH);
+        for (const kind of waitsExpired ?? []) recordWaitEnded(this.metrics.registry, kind, 'expired');
+        for (const kind of waitsCancelled ?? []) recordWaitEnded(this.metrics.registry, kind, 'cancelled');
         // A parent stage an expired child run queued again: its next claim fails it with child_run_expired.
         for (const w of woken) this.transport.notify(laneOf(w.toolClass, w.definitionHash), { stageId: w.stageId, attempt: w.attempt });
         if (expired > 0) {
@@ -155,4 +202,20 @@ export class Sweeper {
       this.logger.warn({ event: 'expire_failed', err: (err as Error).message }, 'expiring runs past their deadline failed');
     }
   }
+}
+
+/**
+ * The refusal of an approval whose timeout passed: approval_timeout, decided at the timeout, an
+ * agent's call kept as a value (the model hears it), a static step's failing the run unless it
+ * continues on error. null when this process lacks the run's definition (left for another).
+ */
+export function refuseTimedOut(registry: Registry, due: DueApproval): { error: unknown; asValue: boolean } | null {
+  const wf = registry.byHash(due.definitionHash);
+  if (!wf) return null;
+  const tool = toolsOf(wf).find((t) => t.name === due.tool);
+  if (!tool) return null;
+  const index = due.seq >= ITEM_SEQ_STRIDE ? Math.floor(due.seq / ITEM_SEQ_STRIDE) - 1 : due.seq - 1;
+  const step = wf.agent ? null : (wf.steps[index] ?? null);
+  const d = decideRefusal(wf, step, tool, { outcome: 'timed_out', decidedBy: null, decidedAt: due.until, reason: null });
+  return { error: d.error, asValue: d.kind !== 'fail_run' };
 }

@@ -1,6 +1,7 @@
 import { traceAttempt } from '../observability/tracing.js';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { CONTROL_CLASS_NAME } from '../definitions/builtin.js';
 import type { Registry } from '../definitions/registry.js';
 import { InvalidInputError } from '../errors.js';
 import { MAX_CLAIM_DEFINITIONS, monotonicNow, type ClaimLimits, type ClaimedStage, type Extender, type Store } from '../store/index.js';
@@ -60,6 +61,19 @@ export interface WorkerDeps {
 }
 
 /**
+ * The built-in `$control` class (child-run stages, workflow tools, waits: no user code) joins the
+ * classes a worker serves whenever one of the workflows it serves has such stages, explicit
+ * `classes` included: otherwise a worker told `--classes io` would run a parent's tools and leave
+ * its child-run stages to nobody.
+ */
+export function withControl(registry: Pick<Registry, 'hashesOf'>, classes: readonly string[]): string[] {
+  if (classes.includes(CONTROL_CLASS_NAME)) return [...classes];
+  const control = new Set(registry.hashesOf(CONTROL_CLASS_NAME));
+  const serves = classes.some((c) => registry.hashesOf(c).some((h) => control.has(h)));
+  return serves ? [...classes, CONTROL_CLASS_NAME] : [...classes];
+}
+
+/**
  * Claims stages of the classes it serves (up to `concurrency` at once per class, as many as it
  * has free slots in one claim), runs them under leases kept by one lease keeper, and finishes
  * them fenced. Wake-ups come from the transport; PostgreSQL is polled too (faster while the
@@ -90,7 +104,7 @@ export class Worker {
   private loops: Promise<void>[] = [];
   private running = false;
   /** How attempts ended (for tests and metrics). */
-  readonly ended: Record<AttemptEnd, number> = { succeeded: 0, failed: 0, retry: 0, rejected: 0, abandoned: 0, unknown: 0 };
+  readonly ended: Record<AttemptEnd, number> = { succeeded: 0, failed: 0, retry: 0, rejected: 0, abandoned: 0, unknown: 0, waiting: 0 };
 
   constructor(
     private readonly deps: WorkerDeps,
@@ -104,6 +118,7 @@ export class Worker {
       if (!known.includes(c))
         throw new InvalidInputError(`no workflow uses tool class "${c}" (known: ${known.join(', ') || 'none'})`, `worker.classes[${i}]`);
     }
+    this.classes = withControl(deps.registry, this.classes);
     this.definitions = new Map(this.classes.map((c) => [c, deps.registry.hashesOf(c)]));
     for (const [c, hashes] of this.definitions) {
       if (hashes.length > MAX_CLAIM_DEFINITIONS) {
@@ -158,6 +173,7 @@ export class Worker {
       o.failUnservedAfterMs ?? null,
       deps.retention ?? null,
       deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null,
+      deps.registry,
     );
     this.executorDeps = {
       store: deps.store,

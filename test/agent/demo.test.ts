@@ -6,6 +6,9 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { invoiceAgentScript } from '../../examples/invoice-agent-script.js';
 import { startScriptedModel } from '../../src/agent/scripted-model.js';
+import { createRatchet } from '../../src/index.js';
+import { silentLogger } from '../../src/logger.js';
+import invoiceAgent from '../../workflows/invoice-agent.js';
 
 /**
  * `npm start` as a new user runs it: `node --import tsx examples/agent-demo.ts` in a child
@@ -24,7 +27,12 @@ interface Result {
   stderr: string;
 }
 
-function npmStart(args: string[], env: NodeJS.ProcessEnv): Promise<Result> {
+/** Runs the demo; `onLine` sees each stdout line as it is printed (to act as the person would). */
+function npmStart(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  onLine?: (line: string, child: ReturnType<typeof spawn>) => void,
+): Promise<Result> {
   return new Promise((resolve, reject) => {
     const base = { ...process.env };
     for (const name of [
@@ -38,6 +46,7 @@ function npmStart(args: string[], env: NodeJS.ProcessEnv): Promise<Result> {
       'RATCHET_EXAMPLE_SERVICES_URL',
       'SERVICES_DATABASE_URL',
       'RATCHET_LOG_LEVEL',
+      'RATCHET_DEMO_PROGRESS_MS',
     ])
       delete base[name];
     const child = spawn(process.execPath, ['--import', 'tsx', 'examples/agent-demo.ts', ...args], {
@@ -47,8 +56,13 @@ function npmStart(args: string[], env: NodeJS.ProcessEnv): Promise<Result> {
     });
     let stdout = '';
     let stderr = '';
+    let partial = '';
     child.stdout.on('data', (d: Buffer) => {
       stdout += d.toString();
+      partial += d.toString();
+      const lines = partial.split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) onLine?.(line, child);
     });
     child.stderr.on('data', (d: Buffer) => {
       stderr += d.toString();
@@ -56,12 +70,32 @@ function npmStart(args: string[], env: NodeJS.ProcessEnv): Promise<Result> {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`the demo did not exit; stdout: ${stdout}\nstderr: ${stderr}`));
-    }, 110_000);
+    }, 170_000);
     child.on('error', reject);
     child.on('exit', (code) => {
       clearTimeout(timer);
       resolve({ code, stdout, stderr });
     });
+  });
+}
+
+/** The CLI command the demo prints for the stage awaiting approval, and its parts. */
+const CLI_LINE = /^ {4}node bin\/ratchet\.mjs approve (\S+) --stage (\d+) --url (http:\/\/127\.0\.0\.1:\d+) --token (demo-[0-9a-f]{24})$/m;
+
+/** Runs `node bin/ratchet.mjs <args>` as a person types it. */
+function cli(args: string[]): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['bin/ratchet.mjs', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.on('error', reject);
+    child.on('exit', (code) => resolve({ code, stdout, stderr }));
   });
 }
 
@@ -84,8 +118,31 @@ describe('npm start (examples/agent-demo.ts)', () => {
     expect(r.stdout).toContain(`embedded PGlite at ${dataDir}`);
     expect(existsSync(join(dataDir, 'pg'))).toBe(true);
 
+    // create_case waited for a person: the stage line, the command and the HTTP call that decide it, then the demo's decision through that call.
+    const runId = /^run (\S+): "/m.exec(r.stdout)?.[1];
+    const api = /^ {2}api {7}(http:\/\/127\.0\.0\.1:\d+) \(bearer token (demo-[0-9a-f]{24})\): where a person approves$/m.exec(r.stdout);
+    expect(api).not.toBeNull();
+    const command = CLI_LINE.exec(r.stdout);
+    expect(command?.slice(1)).toEqual([runId, expect.stringMatching(/^\d+$/), api![1], api![2]]);
+    const stageId = command![2]!;
+    expect(r.stdout).toContain(
+      `    curl -X POST -H 'Authorization: Bearer ${api![2]}' ${api![1]}/v1/runs/${runId}/stages/${stageId}/approve\n`,
+    );
+    expect(r.stdout).toMatch(
+      /^ {2}approving it now through that API call, as a person would \(npm start -- --ask waits for you instead\)$/m,
+    );
+    expect(r.stdout).toMatch(/^ {2}decided: create_case approved by token:[0-9a-f]{12} \(npm start\): queued, it runs once$/m);
+    expect(r.stdout).not.toContain('waiting for your decision');
+
     // Each stage as it advanced, ending succeeded, in order: model, search, model, extract, model, create_case, model.
     const stages = stageLines(r.stdout);
+    expect(stages).toContainEqual({
+      seq: 6,
+      tool: 'create_case',
+      state: 'awaiting_approval',
+      attempt: 1,
+      fence: expect.stringMatching(/^\d+$/),
+    });
     const finalLines = stages.filter((s) => s.state === 'succeeded');
     expect(finalLines.map((s) => [s.seq, s.tool])).toEqual([
       [1, 'model'],
@@ -96,7 +153,9 @@ describe('npm start (examples/agent-demo.ts)', () => {
       [6, 'create_case'],
       [7, 'model'],
     ]);
-    for (const s of finalLines) expect(s).toMatchObject({ attempt: 1, fence: expect.stringMatching(/^\d+$/) });
+    // The approved call is claimed again once approved (attempt 2); every other stage ran once.
+    for (const s of finalLines)
+      expect(s).toMatchObject({ attempt: s.tool === 'create_case' ? 2 : 1, fence: expect.stringMatching(/^\d+$/) });
     expect(new Set(finalLines.map((s) => s.fence)).size).toBe(7); // a fencing token per attempt
     // Live: the scripted model thinks for a while, so its stages are also seen running.
     expect(stages.some((s) => s.tool === 'model' && s.state === 'running')).toBe(true);
@@ -114,15 +173,31 @@ describe('npm start (examples/agent-demo.ts)', () => {
     expect(cases[0]![5]).toBe(finalLines.find((s) => s.tool === 'create_case')!.fence);
 
     expect(r.stdout).toMatch(
-      /^ok: run succeeded in [\d.]+s — 4 model calls \(4 requests to the scripted model\), 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m,
+      /^ok: run succeeded in [\d.]+s — 4 model calls \(4 requests to the scripted model\), 3 tool stages, 1 approval \(granted\), no retries, 1 case filed \(1 POST to the receiver\)$/m,
     );
-  }, 120_000);
+
+    // The kept store: the request and the decision, made through the API by the demo's token, in the run's history.
+    const kept = await createRatchet({ dataDir, workflows: [invoiceAgent], logger: silentLogger() });
+    try {
+      const events = await kept.events(runId!);
+      const of = (type: string) => events.filter((e) => e.type === type && e.stageId === stageId);
+      expect(of('approval_requested')).toHaveLength(1);
+      expect(of('approval_granted').map((e) => e.data)).toEqual([
+        expect.objectContaining({ decidedBy: expect.stringMatching(/^token:[0-9a-f]{12}$/), actor: 'npm start', edited: false }),
+      ]);
+    } finally {
+      await kept.close();
+    }
+  }, 180_000);
 
   it('an invoice that does not exist: the model says so, no case is filed, and the temp data directory is removed', async () => {
     const r = await npmStart(['missing-7'], {});
     expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
     expect(r.stdout).toMatch(/^answer: There is no statement for invoice missing-7; I filed no case\.$/m);
     expect(r.stdout).toMatch(/^cases at the case service: 0$/m);
+    expect(r.stdout).not.toContain('awaiting_approval');
+    expect(r.stdout).not.toMatch(CLI_LINE);
+    expect(r.stdout).toMatch(/, 1 tool stage, no approval asked, no retries, 0 cases filed \(0 POSTs to the receiver\)$/m);
     expect(
       stageLines(r.stdout)
         .filter((s) => s.state === 'succeeded')
@@ -131,7 +206,7 @@ describe('npm start (examples/agent-demo.ts)', () => {
     const dir = /embedded PGlite at (\S+)/.exec(r.stdout)?.[1];
     expect(dir).toContain('ratchet-agent-demo-');
     expect(existsSync(dir!)).toBe(false);
-  }, 120_000);
+  }, 180_000);
 
   it('with OPENAI_BASE_URL and OPENAI_API_KEY set, asks that endpoint for RATCHET_MODEL and starts no scripted server', async () => {
     const endpoint = await startScriptedModel({ script: invoiceAgentScript });
@@ -145,10 +220,71 @@ describe('npm start (examples/agent-demo.ts)', () => {
       expect(endpoint.requests[0]!.tools?.map((t) => t.function.name)).toEqual(['search', 'extract_fields', 'create_case']);
       expect(r.stdout).toMatch(/^answer: Invoice inv-7 from /m);
       expect(r.stdout).toMatch(
-        /^ok: run succeeded in [\d.]+s — 4 model calls, 3 tool stages, no retries, 1 case filed \(1 POST to the receiver\)$/m,
+        /^ok: run succeeded in [\d.]+s — 4 model calls, 3 tool stages, 1 approval \(granted\), no retries, 1 case filed \(1 POST to the receiver\)$/m,
       );
     } finally {
       await endpoint.close();
     }
-  }, 120_000);
+  }, 180_000);
+
+  it('--ask waits for the person: the printed CLI command approves it, the call runs once', async () => {
+    let approval: Promise<Result> | undefined;
+    const r = await npmStart(['--ask', 'inv-7'], {}, (line) => {
+      const m = CLI_LINE.exec(line);
+      if (m && !approval) approval = cli([...line.trim().split(' ').slice(2), '--by', 'Ana', '--json']);
+    });
+    expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
+    const decided = await approval!;
+    expect(decided.code, decided.stderr).toBe(0);
+    expect(JSON.parse(decided.stdout)).toMatchObject({ decision: 'approved', actor: 'Ana', stageId: CLI_LINE.exec(r.stdout)![2] });
+    expect(r.stdout).toMatch(/^ {2}waiting for your decision \(Ctrl-C stops; the run would stay waiting\)\.\.\.$/m);
+    expect(r.stdout).not.toContain('approving it now');
+    expect(r.stdout).toMatch(/^ {2}decided: create_case approved by token:[0-9a-f]{12} \(Ana\): queued, it runs once$/m);
+    expect(r.stdout).toMatch(/^cases at the case service: 1$/m);
+    expect(r.stdout).toMatch(/, 3 tool stages, 1 approval \(granted\), no retries, 1 case filed \(1 POST to the receiver\)$/m);
+  }, 180_000);
+
+  it('--ask, rejected through the API call: nothing is filed, the model hears why and says so', async () => {
+    let rejection: Promise<Response> | undefined;
+    const r = await npmStart(['--ask'], {}, (line) => {
+      const m = /^ {4}curl -X POST -H 'Authorization: Bearer (\S+)' (\S+)\/approve$/.exec(line);
+      if (m && !rejection)
+        rejection = fetch(`${m[2]}/reject`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${m[1]}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ reason: 'wrong vendor', by: 'Bo' }),
+        });
+    });
+    expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
+    expect((await rejection!).status).toBe(200);
+    expect(r.stdout).toMatch(
+      /^ {2}decided: create_case rejected by token:[0-9a-f]{12} \(Bo\): "wrong vendor"; the model hears it as the tool's answer$/m,
+    );
+    expect(r.stdout).toMatch(
+      /^answer: I did not file a case for invoice inv-42: it was rejected by Bo \(token:[0-9a-f]{12}\) \("wrong vendor"\)\.$/m,
+    );
+    expect(r.stdout).toMatch(/^cases at the case service: 0$/m);
+    expect(
+      stageLines(r.stdout)
+        .filter((s) => s.tool === 'create_case')
+        .map((s) => s.state),
+    ).toEqual(['awaiting_approval', 'failed']);
+    expect(r.stdout).toMatch(/, 3 tool stages, 1 approval \(rejected\), no retries, 0 cases filed \(0 POSTs to the receiver\)$/m);
+  }, 180_000);
+
+  it('--ask prints progress while it waits; Ctrl-C stops watching (exit 130) and the call never ran', async () => {
+    let progress = 0;
+    const r = await npmStart(['--ask'], { RATCHET_DEMO_PROGRESS_MS: '300' }, (line, child) => {
+      if (
+        /^ {2}still awaiting approval after \d+ s \(explain: awaiting_approval; nothing is leased meanwhile\)$/.test(line) &&
+        ++progress === 2
+      )
+        child.kill('SIGINT');
+    });
+    expect(r.code, `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(130);
+    expect(progress).toBeGreaterThanOrEqual(2);
+    expect(r.stdout).toMatch(/^interrupted: the run is left running$/m);
+    expect(r.stdout).toMatch(/^cases at the case service: 0$/m);
+    expect(r.stdout).not.toMatch(/decided:/);
+  }, 180_000);
 });

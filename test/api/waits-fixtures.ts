@@ -5,11 +5,12 @@ import type { Step, Workflow } from '../../src/definitions/types.js';
 import type { Ratchet } from '../../src/engine.js';
 import { MODEL_STAGE_TOOL } from '../../src/definitions/agent.js';
 import type { Queryable } from '../../src/store/db.js';
+import { planStaticRun } from '../../src/planner/plan.js';
 
 /**
- * Workflows that wait (issue 10). Phase 1 refuses them at submit (no worker runs waits yet), so
- * tests create their runs with store.createRun and play the claim's part by hand (claimStage +
- * beginWait), exactly what the phase-2 executor will do.
+ * Workflows that wait (issue 10). The API tests create their runs with store.createRun (no
+ * worker) and play the claim's part by hand (claimStage + beginWait), as the executor does;
+ * test/worker/waits-run.test.ts runs them through a real worker.
  */
 export const io = defineToolClass({ name: 'wio', lease: '90s', heartbeat: '30s', timeout: '60s', maxDuration: '10m' });
 const model = defineToolClass({ name: 'wmodel', lease: '90s', heartbeat: '30s', timeout: '60s', maxDuration: '10m' });
@@ -68,10 +69,11 @@ const spec = (s: Pick<Step, 'name' | 'tool'>) => ({
   maxAttempts: s.tool.retry.maxAttempts,
 });
 
-/** A run of a static waiting workflow, as submit will make it in phase 2 (first stage queued, its input given). */
+/** A run of a static waiting workflow, as submit makes it (its plan: the run graph, first stage queued with its input). */
 export async function createWaitRun(r: Ratchet, wf: Workflow, input: unknown): Promise<{ id: string; stageIds: string[] }> {
-  const stages = wf.steps.map((s, i) => ({ ...spec(s), ...(i === 0 ? { input } : {}) }));
-  const c = await r.store.createRun({ workflow: wf.name, definitionHash: wf.hash, input, stages });
+  const plan = planStaticRun(wf, input);
+  const stages = plan.stages.map((s, i) => (i === 0 ? { ...s, input } : s));
+  const c = await r.store.createRun({ workflow: wf.name, definitionHash: wf.hash, input, stages, sinksLeft: plan.sinksLeft });
   return { id: c.id, stageIds: c.stageIds };
 }
 
@@ -83,7 +85,11 @@ export async function createAgentRun(r: Ratchet, callInput: unknown): Promise<{ 
     workflow: gatedAgent.name,
     definitionHash: gatedAgent.hash,
     input: {},
-    stages: [spec(m), { ...spec(call), input: callInput }, { ...spec(m), name: 'model_2' }],
+    stages: [
+      { ...spec(m), deps: [], nextSeqs: [2] },
+      { ...spec(call), input: callInput, deps: [1], nextSeqs: [3], continueOnError: true },
+      { ...spec(m), name: 'model_2', deps: [2], nextSeqs: [] },
+    ],
   });
   await r.store.db.query(`UPDATE ratchet.stages SET state = 'succeeded', result = '{}' WHERE id = $1`, [c.stageIds[0]]);
   await r.store.db.query(`UPDATE ratchet.stages SET state = 'queued' WHERE id = $1`, [c.stageIds[1]]);

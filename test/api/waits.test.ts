@@ -9,9 +9,10 @@ import { counts, startApi, type Api } from './helpers.js';
 import { allowWaitStates, claimStage, createAgentRun, createWaitRun, gated, hooked, napper, waitWorkflows } from './waits-fixtures.js';
 
 /**
- * Waits through the real server and client on PostgreSQL (issue 10, phase 1): signals, approval
- * decisions, their races and timeouts by the movable database clock. No worker runs waits yet:
- * each test plays the claim's part (claimStage + beginWait), as the phase-2 executor will.
+ * Waits through the real server and client on PostgreSQL (issue 10): signals, approval
+ * decisions, their races and timeouts by the movable database clock. No worker here: each test
+ * plays the claim's part (claimStage + beginWait), as the executor does (the same flows through a
+ * real worker: test/worker/waits-run.test.ts).
  */
 let db: TestDatabase;
 let api: Api;
@@ -213,7 +214,7 @@ describe('metrics', () => {
   });
 });
 
-describe('cancel and deadlines on waiting runs (what phase 1 already does)', () => {
+describe('cancel and deadlines on waiting runs', () => {
   it('cancel while a stage awaits approval: the stage is cancelled, nothing after it queued; a decision then is 409, a signal 409, nothing written', async () => {
     const run = await awaitingApproval({ invoiceId: 'inv-cancel', amount: 2 });
     const c = await api.client.cancel(run.id);
@@ -225,8 +226,11 @@ describe('cancel and deadlines on waiting runs (what phase 1 already does)', () 
     const late = await api.http(`/v1/runs/${run.id}/stages/${run.stageIds[0]}/approve`, { method: 'POST' });
     expect([late.status, late.body.error.code]).toEqual([409, 'not_awaiting_approval']);
     expect(await counts(api.ratchet)).toEqual(before);
-    const [w] = await q(`SELECT ended_at FROM ratchet.waits WHERE stage_id = $1`, [run.stageIds[0]]);
-    expect(w!.ended_at).toBeNull(); // the decision rolled back; phase 2 closes the row in CANCEL_RUN_SQL (WAITS-NOTES.md)
+    // The cancel closed the wait in its own statement (outcome cancelled, a wait_ended event); the decision rolled back.
+    const [w] = await q(`SELECT ended_at, outcome FROM ratchet.waits WHERE stage_id = $1`, [run.stageIds[0]]);
+    expect(w!.outcome).toBe('cancelled');
+    expect(w!.ended_at).not.toBeNull();
+    expect((await eventsOf(run.id, 'wait_ended')).map((e) => e.data)).toEqual([{ kind: 'approval', outcome: 'cancelled' }]);
   });
 
   it('a run deadline passing while it waits for a signal: the run expires, its waiting stage is cancelled (by the movable clock)', async () => {
@@ -243,6 +247,8 @@ describe('cancel and deadlines on waiting runs (what phase 1 already does)', () 
     }
     expect((await runRow(run.id)).state).toBe('expired');
     expect((await stageRow(run.stageIds[1]!)).state).toBe('cancelled');
+    const [w] = await q(`SELECT outcome FROM ratchet.waits WHERE stage_id = $1`, [run.stageIds[1]]);
+    expect(w!.outcome).toBe('expired'); // closed in the expiry's own statement
   });
 });
 

@@ -91,7 +91,7 @@ describe('ratchet run', () => {
     expect(ends.map((s) => [s.seq, s.tool])).toEqual([
       [1, 'fetch_statement'],
       [2, 'extract_fields'],
-      [3, 'create_case'],
+      [3, 'file_case'],
     ]);
     expect(ends.every((s) => typeof s.fence === 'string')).toBe(true);
 

@@ -14,6 +14,7 @@ const stage = (seq: number, state: StageView['state'], attempt: number): StageVi
   lastError: null,
   idempotencyKey: `k${seq}`,
   effectKey: null,
+  deps: seq > 1 ? [seq - 1] : [],
 });
 const view = (state: RunView['state'], stages: StageView[]): RunView => ({
   id: 'r',

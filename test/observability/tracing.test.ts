@@ -104,7 +104,7 @@ describe('OpenTelemetry spans', () => {
     expect(run.traceId).toBe(root.spanContext().traceId);
 
     const attempts = spans.filter((s) => s.name === 'ratchet.attempt');
-    expect(attempts.map((s) => s.attributes['ratchet.tool'])).toEqual(['fetch_statement', 'extract_fields', 'create_case']);
+    expect(attempts.map((s) => s.attributes['ratchet.tool'])).toEqual(['fetch_statement', 'extract_fields', 'file_case']);
     for (const a of attempts) {
       const stage = run.stages.find((st) => st.id === a.attributes['ratchet.stage_id'])!;
       expect(a.spanContext().traceId).toBe(root.spanContext().traceId);
@@ -126,12 +126,12 @@ describe('OpenTelemetry spans', () => {
       expect(t.attributes['ratchet.fence']).toBe(a.attributes['ratchet.fence']);
       expect(t.attributes['ratchet.tool_class']).toBe(a.attributes['ratchet.tool_class']);
     }
-    // Downstream: the fenced receiver's request carried the create_case tool span's context.
-    const createCase = tools.find((t) => t.attributes['ratchet.tool'] === 'create_case')!;
+    // Downstream: the fenced receiver's request carried the file_case tool span's context.
+    const fileCase = tools.find((t) => t.attributes['ratchet.tool'] === 'file_case')!;
     const effects = await services.effects();
     const post = effects.requests.filter((r) => r.path === '/cases' && r.key === run.stages[2]!.effectKey);
     expect(post.length).toBeGreaterThan(0);
-    for (const r of post) expect(r.traceparent).toBe(traceparentOf(createCase.spanContext()));
+    for (const r of post) expect(r.traceparent).toBe(traceparentOf(fileCase.spanContext()));
   });
 
   it('an agent run: model call spans (model, tokens, cost) and tool spans under their attempts', async () => {

@@ -211,6 +211,72 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
       expect(ev.map((e) => e.type)).toContain('run_failed');
     });
 
+    // continueOnError (and an agent's tool under tell_model: its stages carry continue_on_error) at claim and extend:
+    // the spent budget is a value for what follows (settleFrom), never the run's failure.
+    it('a continueOnError stage whose budget is spent at claim counts as done: its successor is queued, the run goes on', async () => {
+      const c = cls();
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        sinksLeft: 2,
+        stages: [
+          { ...spec({ toolClass: c, name: 'flaky', maxAttempts: 1 }), deps: [], nextSeqs: [3], continueOnError: true },
+          { ...spec({ toolClass: c, name: 'side', maxAttempts: 1 }), deps: [], nextSeqs: [], continueOnError: true, sink: 'one_of' },
+          { ...spec({ toolClass: `${c}_next`, name: 'after' }), deps: [1], nextSeqs: [], sink: 'one_of' },
+        ],
+      });
+      const claimed = await store.claim({ owner: 'A', toolClass: c, limit: 2 });
+      expect(claimed).toHaveLength(2);
+      await store.clock.advance(3001); // A dies: both leases expire with their single attempt spent
+      const x = await store.claim({ owner: 'B', toolClass: c, limit: 2 });
+      expect(x.map((s) => s.state)).toEqual(['failed', 'failed']);
+      let r = (await store.getRun(run.id))!;
+      expect(r.state).toBe('running');
+      expect(r.stages[0]!.error).toMatchObject({ code: 'attempts_exhausted', asValue: true });
+      expect(r.stages[2]!.state).toBe('queued');
+      const [n] = await store.claim({ owner: 'B', toolClass: `${c}_next`, limit: 1 });
+      expect(n!.name).toBe('after');
+      await store.finish('B', [{ stageId: n!.id, fence: n!.fence, outcome: 'succeeded', result: 'went on' }]);
+      r = (await store.getRun(run.id))!;
+      expect(r.state).toBe('succeeded');
+      expect(r.result).toEqual({ after: 'went on', side: { ok: false, error: expect.objectContaining({ code: 'attempts_exhausted' }) } });
+      const ev = await events(run.id);
+      expect(ev.find((e) => e.type === 'attempts_exhausted')!.data).toMatchObject({ asValue: true });
+      expect(ev.map((e) => e.type)).not.toContain('run_failed');
+    });
+
+    it('a continueOnError stage past maxDuration on its last attempt counts as done at extend: the join goes on', async () => {
+      const c = cls();
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        sinksLeft: 1,
+        stages: [
+          { ...spec({ toolClass: c, name: 'slow', maxDurationMs: 5000, maxAttempts: 1 }), deps: [], nextSeqs: [3], continueOnError: true },
+          { ...spec({ toolClass: `${c}_b`, name: 'b' }), deps: [], nextSeqs: [3] },
+          { ...spec({ toolClass: `${c}_j`, name: 'join' }), deps: [1, 2], nextSeqs: [], sink: 'only' },
+        ],
+      });
+      const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      const [b] = await store.claim({ owner: 'B', toolClass: `${c}_b`, limit: 1 });
+      await store.finish('B', [{ stageId: b!.id, fence: b!.fence, outcome: 'succeeded', result: 'B' }]);
+      await store.clock.advance(2000);
+      await store.extend({ owner: 'A', leases: [{ stageId: a!.id, fence: a!.fence }] });
+      await store.clock.advance(2000);
+      await store.extend({ owner: 'A', leases: [{ stageId: a!.id, fence: a!.fence }] });
+      await store.clock.advance(1500);
+      const [ext] = await store.extend({ owner: 'A', leases: [{ stageId: a!.id, fence: a!.fence }] });
+      expect(ext!.verdict).toBe('duration_exceeded');
+      const r = (await store.getRun(run.id))!;
+      expect(r.state).toBe('running');
+      expect(r.stages[0]!.state).toBe('failed');
+      expect(r.stages[0]!.error).toMatchObject({ code: 'stage_duration_exceeded', asValue: true });
+      expect(r.stages[2]!.state).toBe('queued');
+      expect((await events(run.id)).map((e) => e.type)).not.toContain('run_failed');
+    });
+
     // The run graph's failures at claim (attempts_exhausted) and extend (stage_duration_exceeded): the failed
     // run's running and waiting siblings get stage_cancelled (reason run_failed), and its child runs are
     // cancelled recursively with their stages (a running grandchild stage's next extend says `cancelled`).

@@ -13,8 +13,11 @@ describe('the state table', () => {
   it('allows the protocol transitions and nothing out of a finished stage but an explicit retry', () => {
     expect(canTransition('stage', 'queued', 'running')).toBe(true);
     expect(canTransition('stage', 'running', 'running')).toBe(true); // reclaim
-    // failed -> queued and cancelled -> pending are the explicit retry of a failed run (its failed stage, the later ones it cancelled).
-    for (const s of TERMINAL_STAGE_STATES) expect(STAGE_TRANSITIONS[s].filter((t) => t !== 'queued' && t !== 'pending')).toEqual([]);
+    // failed -> queued and cancelled -> pending are the explicit retry of a failed run (its failed stage, the later ones it cancelled);
+    // -> waiting the same retry re-attaching a child-run stage to its child run, retried with it.
+    const retried = ['queued', 'pending', 'waiting'];
+    for (const s of TERMINAL_STAGE_STATES) expect(STAGE_TRANSITIONS[s].filter((t) => !retried.includes(t))).toEqual([]);
+    expect(canTransition('stage', 'failed', 'waiting')).toBe(true);
     expect(STAGE_TRANSITIONS.succeeded).toEqual([]);
     expect(canTransition('stage', 'cancelled', 'pending')).toBe(true);
     expect(canTransition('stage', 'cancelled', 'queued')).toBe(true); // a run retry revives a parallel branch the failure cancelled while it was due

@@ -78,6 +78,61 @@ const patientParent = defineWorkflow({ name: 'parent_patient', input: any, steps
 const patientChild = defineWorkflow({ name: 'child_patient', input: any, steps: [{ tool: holdFor('patient') }] });
 const expiringParent = defineWorkflow({ name: 'parent_expiring', input: any, steps: [{ name: 'sub', workflow: 'child_patient' }] });
 
+// Retry of a parent after its child failed: the child's first step succeeds once (an effect), its second fails the
+// first time only; a sibling branch of another parent fails while its child waits (the child is cancelled).
+const effects: Record<string, number> = {};
+let flakyFailures = 1;
+const effect = tool('effect', () => ({ ok: true }));
+const flaky = defineTool({
+  name: 'flaky_once',
+  description: 'fails for good the first time',
+  class: c,
+  input: any,
+  output: z.unknown(),
+  run: async (_i, ctx) => {
+    if (flakyFailures-- > 0) throw new PermanentError('not yet', { code: 'not_yet' });
+    effects[ctx.idempotencyKey] = (effects[ctx.idempotencyKey] ?? 0) + 1;
+    return { second: 'time' };
+  },
+});
+const effectOnce = defineTool({
+  name: 'effect_once',
+  description: 'counts its effect per key',
+  class: c,
+  input: any,
+  output: z.unknown(),
+  run: async (_i, ctx) => {
+    effects[ctx.idempotencyKey] = (effects[ctx.idempotencyKey] ?? 0) + 1;
+    return { done: true };
+  },
+});
+const retryChild = defineWorkflow({ name: 'child_retry', input: any, steps: [{ tool: effectOnce }, { tool: flaky }] });
+const retryParent = defineWorkflow({
+  name: 'parent_retry',
+  input: any,
+  steps: [{ name: 'sub', workflow: 'child_retry' }, { tool: effect }],
+});
+let siblingFailures = 1;
+const sibling = tool('sibling_once', () => {
+  if (siblingFailures-- > 0) throw new PermanentError('sibling down', { code: 'sibling_down' });
+  return { sibling: true };
+});
+const gate = { open: false };
+const waitGate = tool('wait_gate', async () => {
+  for (let i = 0; i < 400 && !gate.open; i++) await new Promise((res) => setTimeout(res, 25));
+  return { gated: true };
+});
+const gatedChild = defineWorkflow({ name: 'child_gated', input: any, steps: [{ tool: waitGate }] });
+const forkParent = defineWorkflow({
+  name: 'parent_fork',
+  input: any,
+  steps: [
+    { name: 'sub', workflow: 'child_gated' },
+    { name: 'side', tool: sibling, after: [] },
+    { name: 'end', tool: effect, after: ['sub', 'side'] },
+  ],
+});
+
 const TOKEN = 't0123456789abcdef';
 const auth = { headers: { authorization: `Bearer ${TOKEN}` } };
 
@@ -89,7 +144,22 @@ describe('child runs (PostgreSQL)', () => {
     db = await createTestDatabase('child_run');
     r = await createRatchet({
       databaseUrl: db.url,
-      workflows: [child, parent, badChild, badParent, slowChild, slowParent, expiringChild, patientParent, patientChild, expiringParent],
+      workflows: [
+        child,
+        parent,
+        badChild,
+        badParent,
+        slowChild,
+        slowParent,
+        expiringChild,
+        patientParent,
+        patientChild,
+        expiringParent,
+        retryChild,
+        retryParent,
+        gatedChild,
+        forkParent,
+      ],
       logger: silentLogger(),
     });
     await r.worker({ pollIntervalMs: 50, concurrency: 4, sweepIntervalMs: 200 }).start();
@@ -131,6 +201,41 @@ describe('child runs (PostgreSQL)', () => {
     const run = await ended((await r.submit('parent_bad', {})).id);
     expect(run.state).toBe('failed');
     expect(run.error).toMatchObject({ code: 'child_run_failed', details: { childError: { code: 'child_no' } } });
+  });
+
+  it('retry of a parent whose child failed retries the child in place: the run succeeds, each effect once per key', async () => {
+    const { id } = await r.submit('parent_retry', {});
+    let run = await ended(id);
+    expect(run.state).toBe('failed');
+    expect(run.error).toMatchObject({ code: 'child_run_failed' });
+    const kidId = run.children![0]!.id;
+    const res = await r.retry(id);
+    expect(res).toMatchObject({ retried: true, childQueued: [{ toolClass: 'child_io' }] });
+    run = await ended(id);
+    expect(run.state).toBe('succeeded');
+    expect(run.children!.map((k) => k.id)).toEqual([kidId]); // the same child, retried: no second one
+    const kid = (await r.store.getRun(kidId))!;
+    expect(kid.state).toBe('succeeded');
+    expect(kid.stages.map((s) => s.state)).toEqual(['succeeded', 'succeeded']);
+    expect(Object.values(effects).every((n) => n === 1)).toBe(true);
+    expect(Object.keys(effects).filter((k) => k.startsWith(kidId))).toHaveLength(2);
+  });
+
+  it('retry after a sibling failed while the child ran: the cancelled child is detached and a new one started', async () => {
+    const { id } = await r.submit('parent_fork', {});
+    let run = await ended(id);
+    expect(run.state).toBe('failed');
+    expect(run.error).toMatchObject({ code: 'sibling_down' });
+    const old = (await r.store.getRun(run.children![0]!.id))!;
+    expect(old.state).toBe('cancelled');
+    gate.open = true;
+    expect(await r.retry(id)).toMatchObject({ retried: true });
+    run = await ended(id);
+    expect(run.state).toBe('succeeded');
+    expect(run.children).toHaveLength(2);
+    const fresh = run.children!.find((k) => k.id !== old.id)!;
+    expect(fresh.state).toBe('succeeded');
+    expect((await r.store.getRun(old.id))!.parentStageId).toBeNull();
   });
 
   it('cancelling the parent cancels its child: the child tool signal aborts with cancelled', async () => {

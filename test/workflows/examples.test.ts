@@ -76,7 +76,7 @@ describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
     expect(run.stages.map((s) => [s.tool, s.state, s.attempt])).toEqual([
       ['fetch_statement', 'succeeded', 1],
       ['extract_fields', 'succeeded', 1],
-      ['create_case', 'succeeded', 1],
+      ['file_case', 'succeeded', 1],
     ]);
     expect(run.result).toMatchObject({ key: 'invoice:inv-42:create-case', outcome: expect.any(String), replayed: false });
 
@@ -161,7 +161,7 @@ describe('faults, with the services on in-memory PGlite (the pool adapter)', () 
       expect(run.stages.map((s) => [s.tool, s.attempt])).toEqual([
         ['fetch_statement', 2],
         ['extract_fields', 1],
-        ['create_case', 2],
+        ['file_case', 2],
       ]);
       expect(run.result).toMatchObject({ key: 'invoice:inv-77:create-case', replayed: true });
 

@@ -8,12 +8,22 @@ export const errorText = (e: unknown): string => {
   return JSON.stringify(e);
 };
 
+/**
+ * A stage's dependencies by step name (the run graph: `deps` are seqs of the same run), in the
+ * order given; a seq with no stage row shows as its number. '-' when it waits for nothing.
+ */
+export function depNames(deps: readonly number[] | undefined, stages: readonly { seq: number; name: string }[]): string[] {
+  return (deps ?? []).map((d) => stages.find((s) => s.seq === d)?.name ?? String(d));
+}
+export const depsText = (names: readonly string[]): string => (names.length > 0 ? names.join(',') : '-');
+
 export function formatRun(r: RunJson): string {
   const lines = [
     `run ${r.id} ${r.workflow} ${r.state}  created ${r.createdAt}${r.finishedAt ? `  finished ${r.finishedAt}` : ''}${r.deadline ? `  deadline ${r.deadline}` : ''}`,
   ];
   for (const s of r.stages) {
     let line = `  stage ${s.seq} ${s.name.padEnd(18)} ${s.state.padEnd(9)} attempt ${s.attempt}/${s.maxAttempts}  fence ${s.fence ?? '-'}`;
+    line += `  deps ${depsText(depNames(s.deps, r.stages))}`;
     if (s.effectKey) line += `  key ${s.effectKey}`;
     if (s.state === 'running') line += `  lease until ${s.leaseUntil ?? '-'}  heartbeat ${s.heartbeatAt ?? '-'}`;
     if (s.state === 'queued' && Date.parse(s.availableAt) > Date.now()) line += `  retry at ${s.availableAt}`;

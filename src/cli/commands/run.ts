@@ -6,6 +6,7 @@ import type { Worker } from '../../worker/worker.js';
 import { EXIT } from '../exit-codes.js';
 import { startExampleServices } from '../run/example-services.js';
 import { readRunInput } from '../run/input.js';
+import { depNames } from '../api/format.js';
 import { jsonReporter, textReporter } from '../run/report.js';
 import { watchRun } from '../run/watch.js';
 import { priorityOption } from '../run/priority-option.js';
@@ -91,7 +92,7 @@ async function run(name: string, o: RunOptions): Promise<void> {
       intervalMs,
       timeoutMs,
       signal: interrupt.signal,
-      onStage: (stage) => report.stage(submitted.id, stage),
+      onStage: (stage, run) => report.stage(submitted.id, stage, depNames(stage.deps, run.stages)),
     });
     if (outcome.kind === 'finished') {
       report.finished(outcome.run, Date.now() - started);

@@ -1,7 +1,7 @@
 import type { RunJson } from '../../api/schemas.js';
 import type { EventJson } from '../../client/watch.js';
 import { TERMINAL_EVENTS } from '../../client/watch.js';
-import { errorText } from '../api/format.js';
+import { depNames, depsText, errorText } from '../api/format.js';
 
 /** What an event says about its stage's state, for the `stage` lines of `run --wait` (null: nothing visible changed). */
 export function stageStateOf(e: EventJson): string | null {
@@ -38,6 +38,7 @@ export interface FollowOutput {
  */
 export function createFollower(out: FollowOutput, getRun: () => Promise<RunJson>, mode: 'stages' | 'events') {
   const stages = new Map<string, RunJson['stages'][number]>();
+  const all = () => [...stages.values()];
   const emit = (obj: Record<string, unknown>, text: string) => out.write(out.json ? `${JSON.stringify(obj)}\n` : `${text}\n`);
   return {
     async event(e: EventJson): Promise<void> {
@@ -66,9 +67,11 @@ export function createFollower(out: FollowOutput, getRun: () => Promise<RunJson>
           state,
           attempt: e.attempt ?? s.attempt,
           fence: e.fence,
+          deps: depNames(s.deps, all()),
           ...(err ? { lastError: err } : {}),
         },
         `  stage ${s.seq} ${s.tool.padEnd(18)} ${state.padEnd(9)} attempt ${e.attempt ?? s.attempt}  fence ${e.fence ?? '-'}` +
+          `  deps ${depsText(depNames(s.deps, all()))}` +
           (err && state !== 'succeeded' ? `  (${errorText(err)})` : ''),
       );
     },

@@ -1,4 +1,5 @@
 import type { RunView } from '../../engine.js';
+import { depsText } from '../api/format.js';
 import type { StageView } from './watch.js';
 
 /**
@@ -9,7 +10,8 @@ import type { StageView } from './watch.js';
 export interface RunReporter {
   services(url: string, storage: string): void;
   submitted(run: { id: string; workflow: string; state: string; created: boolean; backend: string }): void;
-  stage(runId: string, stage: StageView): void;
+  /** `deps`: the names of the stages it waits for (the run graph). */
+  stage(runId: string, stage: StageView, deps?: readonly string[]): void;
   finished(run: RunView, durationMs: number): void;
   stopped(kind: 'timeout' | 'interrupted', runId: string, run: RunView | null): void;
 }
@@ -25,7 +27,7 @@ export function jsonReporter(write: (line: string) => void): RunReporter {
     services: (url, storage) => out({ type: 'services_started', url, storage }),
     submitted: (r) =>
       out({ type: 'run_submitted', runId: r.id, workflow: r.workflow, state: r.state, created: r.created, backend: r.backend }),
-    stage: (runId, s) =>
+    stage: (runId, s, deps = []) =>
       out({
         type: 'stage',
         runId,
@@ -35,6 +37,7 @@ export function jsonReporter(write: (line: string) => void): RunReporter {
         state: s.state,
         attempt: s.attempt,
         fence: s.fence,
+        deps,
         ...(s.lastError ? { lastError: s.lastError } : {}),
       }),
     finished: (run, durationMs) =>
@@ -58,9 +61,9 @@ export function textReporter(write: (line: string) => void): RunReporter {
     services: (url, storage) => line(`example services on ${url} (${storage})`),
     submitted: (r) =>
       line(`run ${r.id} ${r.workflow} ${r.created ? 'submitted' : 'already submitted (same idempotency key)'} on ${r.backend}`),
-    stage: (_runId, s) =>
+    stage: (_runId, s, deps = []) =>
       line(
-        `  stage ${s.seq} ${s.tool.padEnd(18)} ${s.state.padEnd(9)} attempt ${s.attempt}  fence ${s.fence ?? '-'}` +
+        `  stage ${s.seq} ${s.tool.padEnd(18)} ${s.state.padEnd(9)} attempt ${s.attempt}  fence ${s.fence ?? '-'}  deps ${depsText(deps)}` +
           (s.lastError && s.state !== 'succeeded' ? `  (${errorText(s.lastError)})` : ''),
       ),
     finished: (run, durationMs) => {

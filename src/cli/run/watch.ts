@@ -14,7 +14,7 @@ export interface WatchOptions {
   /** Stop watching after this long (ms); the run is left as it is. */
   timeoutMs: number;
   /** Called once for each stage whose state or attempt changed since the last read, in seq order. */
-  onStage(stage: StageView): void;
+  onStage(stage: StageView, run: RunView): void;
   /** Aborting stops the watch (SIGINT). */
   signal?: AbortSignal;
 }
@@ -48,7 +48,7 @@ export async function watchRun(getRun: (id: string) => Promise<RunView | null>, 
       const key = `${stage.state}/${stage.attempt}`;
       if (seen.get(stage.seq) === key || (stage.state === 'pending' && !seen.has(stage.seq))) continue;
       seen.set(stage.seq, key);
-      opts.onStage(stage);
+      opts.onStage(stage, run);
     }
     if (TERMINAL_RUN_STATES.includes(run.state)) return { kind: 'finished', run };
     if (Date.now() >= until) return { kind: 'timeout', run };

@@ -1,0 +1,2 @@
+ALTER TABLE "ratchet"."waits" DROP CONSTRAINT "waits_outcome_ck";--> statement-breakpoint
+ALTER TABLE "ratchet"."waits" ADD CONSTRAINT "waits_outcome_ck" CHECK ("ratchet"."waits"."outcome" is null or "ratchet"."waits"."outcome" in ('woken','signalled','timed_out','approved','rejected','cancelled','expired'));
