@@ -1,6 +1,7 @@
 import { canTransition, TERMINAL_RUN_STATES } from '../src/planner/states.js';
 import type { CheckConfig, FaultKind, History, StageLogRow } from './history.js';
 import { checkGraph, type GraphStats } from './checker-graph.js';
+import { checkWaits, type WaitStats } from './checker-waits.js';
 import { reclaimSamples, type ReclaimSample } from './reclaim.js';
 import { byStage, isClaim, type LeaseInterval, leaseIntervals, overLimit } from './leases.js';
 
@@ -52,6 +53,10 @@ export const INVARIANTS = [
   'child_outlived_parent',
   /** A terminal run with a stage that never ended. */
   'stage_outlived_run',
+  /** Waits (chaos/checker-waits.ts): an effect of a gated tool with no approval before it. */
+  'gated_effect_without_approval',
+  /** More applied effects of a gated stage than approvals of it. */
+  'effects_per_approval',
   /** The soak did not exercise what its checks need (a fault kind, a limit, a flood, a stale fence...), or an injection failed. */
   'coverage',
 ] as const;
@@ -119,6 +124,8 @@ export interface CheckStats {
   failedRuns: { deliberate: number; unexpected: number };
   /** The run graph's checks: joins checked, map peaks, child runs (chaos/checker-graph.ts). */
   graph: GraphStats;
+  /** Waits: gated stages, approvals, rejections, signals received (chaos/checker-waits.ts). */
+  waits: WaitStats;
 }
 
 /** Initial states a writer may insert. */
@@ -235,7 +242,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   for (const id of submittedAt.keys()) {
     const run = runs.get(id);
     if (run?.state !== 'failed' || cfg.deliberateFailure === undefined) continue;
-    if (JSON.stringify(run.error ?? null).includes(cfg.deliberateFailure)) failedRuns.deliberate++;
+    const error = JSON.stringify(run.error ?? null);
+    if ([cfg.deliberateFailure].flat().some((d) => error.includes(d))) failedRuns.deliberate++;
     else {
       failedRuns.unexpected++;
       add('unexpected_failure', `run ${id} (${run.workflow}) failed with an error that is not the deliberate one`, {
@@ -567,6 +575,13 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     if (v.invariant === 'map_parallel_exceeded') limitViolations++;
   }
 
+  // --- waits (chaos/checker-waits.ts)
+  const waits = checkWaits(h, cfg);
+  for (const v of waits.violations) {
+    add(v.invariant, v.message, v.evidence);
+    duplicates += v.invariant === 'effects_per_approval' ? 1 : 0;
+  }
+
   // --- coverage: a check that had nothing to catch proves nothing
   const v1FinishedAfterDeploy =
     h.deployStartedAt == null
@@ -607,6 +622,10 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
       for (const [name, limit] of Object.entries(cfg.mapLimits ?? {}))
         if ((g.mapPeak[name]?.peak ?? 0) < limit) gaps.push(`map ${name} never had ${limit} items leased at once (its maxParallel)`);
       if (g.childRuns.terminal === 0) gaps.push('no child run ended');
+    }
+    if (cfg.gatedTools?.length) {
+      if (waits.stats.approvals === 0) gaps.push('no gated call was approved');
+      if (waits.stats.signals === 0) gaps.push('no signal was received');
     }
     for (const g of gaps) add('coverage', g, { faultsByKind, peakConcurrency, tenantWaitsInFlood, v1FinishedAfterDeploy });
   }
@@ -660,6 +679,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
       events: eventStats,
       failedRuns,
       graph: graph.stats,
+      waits: waits.stats,
     },
   };
 }

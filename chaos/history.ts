@@ -152,6 +152,10 @@ export type FaultKind =
   | 'retry'
   /** A request held in the worker's link to the receiver until its stage was reclaimed and answered (stale fence). */
   | 'late_request'
+  /** The driver's decisions on a gated call and its signals (issue 10), through the API. */
+  | 'approve'
+  | 'reject'
+  | 'signal'
   /** An injection that threw: always a soak failure (a fault that silently did nothing proves nothing). */
   | 'injection_failed';
 
@@ -192,7 +196,9 @@ export interface CheckConfig {
    * A failed run is fine only when its error contains this text (the deliberate failure of the
    * soak's flaky tool); any other failed run is a violation. Absent: failed runs are not judged.
    */
-  deliberateFailure?: string;
+  deliberateFailure?: string | string[];
+  /** Tools behind an approval gate: their effects need an approval before them, one at most per approval. */
+  gatedTools?: string[];
   /**
    * What a soak must have exercised, or its checks proved nothing (absent in unit tests of
    * single invariants): every fault kind at least once, small-tenant waits measured inside flood

@@ -31,7 +31,17 @@ export interface ReclaimSample {
   faultsMeanwhile: FaultKind[];
 }
 
-const BACKGROUND: FaultKind[] = ['duplicate_submit', 'cancel', 'retry', 'rolling_deploy', 'tenant_flood', 'injection_failed'];
+const BACKGROUND: FaultKind[] = [
+  'duplicate_submit',
+  'cancel',
+  'retry',
+  'rolling_deploy',
+  'tenant_flood',
+  'injection_failed',
+  'approve',
+  'reject',
+  'signal',
+];
 
 /**
  * `defaultLeaseMs`: the lease of a stage whose log rows do not say it (histories recorded before

@@ -42,6 +42,7 @@ export function reportJson(o: SoakOutcome) {
     v1FinishedAfterDeploy: s.v1FinishedAfterDeploy,
     failedRuns: s.failedRuns,
     graph: s.graph,
+    waits: s.waits,
     events: s.events,
     duplicates: s.duplicates,
     staleWrites: s.staleWrites,
@@ -115,7 +116,8 @@ export function reportText(o: SoakOutcome): string {
         Object.entries(j.graph.mapPeak)
           .map(([m, v]) => `${m} ${v.peak}/${v.limit}`)
           .join(', ') || 'none'
-      }; child runs ${j.graph.childRuns.terminal}/${j.graph.childRuns.started} terminal`,
+      }; child runs ${j.graph.childRuns.terminal}/${j.graph.childRuns.started} terminal; waits: ${j.waits.gatedStages} gated stages, ` +
+      `${j.waits.approvals} approvals, ${j.waits.rejections} rejections, ${j.waits.signals} signals received`,
     `events: ${j.events ? `${j.events.total} (claims ${j.events.claimEvents}, result_rejected ${j.events.resultRejected}, ownership_unknown ${j.events.ownershipUnknown})` : 'not read'}`,
     `leases ${j.leases}, reclaims ${j.reclaims}; receiver: ${j.receiver.requests} requests ` +
       `(${Object.entries(j.receiver.verdicts)

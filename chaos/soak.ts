@@ -74,7 +74,9 @@ export const SOAK_CONFIG: CheckConfig = {
   mapLimits: { 'chaos_map:each': MAP_MAX_PARALLEL },
   globalFaultKinds: ['pg_restart', 'redis_restart'],
   globalFaultSlackMs: 10_000,
-  deliberateFailure: 'fails on purpose',
+  // The flaky tool's failure, and a gated call rejected or left undecided (the driver's choice).
+  deliberateFailure: ['fails on purpose', 'approval_rejected', 'approval_timeout'],
+  gatedTools: ['chaos_gated_effect'],
   coverage: {
     faultKinds: [...RANDOM_FAULTS, 'rolling_deploy'],
     floodKey: FLOOD_TENANT,

@@ -3,13 +3,22 @@
  * job that fails once (retried through the API), a tenant job under a concurrency key, an
  * agent on the scripted model, and the run graph (issue 11): a fan-out of three with a join, a
  * map with maxParallel, and a run with a child run. Every tool is a fenced effect at the
- * receiver. Waits are not in the mix yet: add them here and to the driver's mix (chaos/driver.ts,
- * WORKFLOW_MIX).
+ * receiver; and waits (issue 10): a fenced effect behind an approval gate, and a step that waits
+ * for a signal before a fenced effect (the driver decides and signals at seeded moments).
  */
 import { z } from 'zod';
 import { defineAgent } from '../../src/definitions/agent.js';
 import { defineWorkflow } from '../../src/definitions/index.js';
-import { agentEffect, chaosEffect, chaosFlaky, chaosLimitedEffect, chaosMapItem, chaosModel, tenantEffect } from './_tools.js';
+import {
+  agentEffect,
+  chaosEffect,
+  chaosFlaky,
+  chaosGatedEffect,
+  chaosLimitedEffect,
+  chaosMapItem,
+  chaosModel,
+  tenantEffect,
+} from './_tools.js';
 
 const input = z.object({ n: z.number().int(), work: z.number().int().min(0).max(5000) });
 
@@ -117,5 +126,32 @@ export const parent = defineWorkflow({
     { tool: chaosEffect, name: 'p1', input: pass },
     { name: 'child', workflow: child, input: pass },
     { tool: chaosEffect, name: 'p2', input: pass },
+  ],
+});
+
+/** An approval-gated fenced effect: the driver approves or rejects at a seeded moment (or lets it time out). */
+export const approval = defineWorkflow({
+  name: 'chaos_approval',
+  input,
+  steps: [{ tool: chaosGatedEffect, name: 'gated', input: pass }],
+});
+
+/** How long the signal step waits before it goes on without it (onTimeout). */
+export const SIGNAL_TIMEOUT_MS = 10_000;
+export const SIGNAL_NAME = 'go';
+/** Waits for the `go` signal (or its timeout), then one fenced effect. */
+export const signal = defineWorkflow({
+  name: 'chaos_signal',
+  input,
+  steps: [
+    {
+      waitForSignal: {
+        name: SIGNAL_NAME,
+        schema: z.object({ n: z.number().int() }),
+        timeout: `${SIGNAL_TIMEOUT_MS}ms`,
+        onTimeout: ({ input: x }) => ({ n: (x as Work).n, timedOut: true }),
+      },
+    },
+    { tool: chaosEffect, name: 'after_signal', input: pass },
   ],
 });

@@ -108,6 +108,24 @@ export const chaosMapItem = defineTool({
   },
 });
 
+/** How long a gated call waits for a person before it is refused (approval_timeout): the driver decides before, mostly. */
+export const APPROVAL_TIMEOUT_MS = 8000;
+
+/** A fenced effect behind an approval gate (issue 10): it acts only once a person approved the call. */
+export const chaosGatedEffect = defineTool({
+  name: 'chaos_gated_effect',
+  description: 'one fenced effect, only once approved',
+  class: chaosIo,
+  input: work,
+  output: out,
+  approval: true,
+  approvalTimeout: `${APPROVAL_TIMEOUT_MS}ms`,
+  run: async (i, ctx) => {
+    await sleep(i.work, ctx.signal);
+    return sendEffect(ctx, { n: i.n, gated: true });
+  },
+});
+
 /** Fails permanently the first time the receiver sees its key (the run fails; the driver retries it), then one effect. */
 export const chaosFlaky = defineTool({
   name: 'chaos_flaky',
@@ -158,6 +176,7 @@ export const EFFECT_TOOLS = [
   'chaos_effect',
   'chaos_limited_effect',
   'chaos_map_item',
+  'chaos_gated_effect',
   'chaos_flaky',
   'tenant_effect',
   'agent_effect',

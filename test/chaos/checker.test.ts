@@ -1041,3 +1041,54 @@ describe('chaos invariant checker: the run graph', () => {
     ]);
   });
 });
+
+describe('chaos invariant checker: waits', () => {
+  const gatedCfg: CheckConfig = { ...cfg, gatedTools: ['effect'] };
+  const withEvents = (approvals: { stageId: string; at: number }[]) => {
+    const h = clean();
+    h.events = [
+      { id: 1, runId: 'r1', stageId: 's1', type: 'job_claimed', fence: '11', at: T0 + 10 },
+      { id: 2, runId: 'r2', stageId: 's2', type: 'job_claimed', fence: '12', at: T0 + 2010 },
+      ...approvals.map((a, i) => ({
+        id: 10 + i,
+        runId: a.stageId === 's1' ? 'r1' : 'r2',
+        stageId: a.stageId,
+        type: 'approval_granted',
+        fence: null,
+        at: a.at,
+      })),
+    ];
+    return h;
+  };
+
+  it('gated_effect_without_approval: an effect of a gated tool with no approval of its stage before it', () => {
+    const ok = withEvents([
+      { stageId: 's1', at: T0 + 50 },
+      { stageId: 's2', at: T0 + 2050 },
+    ]);
+    expect(check(ok, gatedCfg).violations).toEqual([]);
+    expect(check(ok, gatedCfg).stats.waits).toMatchObject({ gatedStages: 2, approvals: 2 });
+    // s2 approved only after its effect was applied (T0 + 2105): caught; s1 not approved at all: caught.
+    const late = withEvents([{ stageId: 's2', at: T0 + 2200 }]);
+    const v = check(late, gatedCfg).violations;
+    // s1 (never approved) also has more effects than approvals.
+    expect(v.map((x) => x.invariant)).toEqual(['gated_effect_without_approval', 'effects_per_approval', 'gated_effect_without_approval']);
+    expect(v.filter((x) => x.invariant === 'gated_effect_without_approval').map((x) => x.message)).toEqual([
+      'gated stage s1: effect of key k1 (fence 11) applied with no approval before it',
+      'gated stage s2: effect of key k2 (fence 12) applied with no approval before it',
+    ]);
+  });
+
+  it('effects_per_approval: two applied effects of a gated stage approved once', () => {
+    const h = withEvents([
+      { stageId: 's1', at: T0 + 50 },
+      { stageId: 's2', at: T0 + 2050 },
+    ]);
+    h.effects.push({ key: 'k1', fence: '11', at: T0 + 300 });
+    const v = check(h, gatedCfg).violations.filter((x) => x.invariant === 'effects_per_approval');
+    expect(v.map((x) => x.message)).toEqual(['gated stage s1: 2 applied effects for 1 approval(s)']);
+    // Approved twice (a rejected-then-retried run asked again): two effects are within it.
+    h.events!.push({ id: 20, runId: 'r1', stageId: 's1', type: 'approval_granted', fence: null, at: T0 + 200 });
+    expect(check(h, gatedCfg).violations.filter((x) => x.invariant === 'effects_per_approval')).toEqual([]);
+  });
+});
