@@ -2,25 +2,30 @@ import { ApiError } from '../src/api/errors.js';
 import type { RatchetClient } from '../src/client/index.js';
 import type { FaultRecord, SubmitRecord } from './history.js';
 import type { Prng } from './prng.js';
+import { MAP_ITEMS_MAX, SIGNAL_NAME } from './workflows/_flows.js';
 
 /**
  * The soak's client side: a steady stream of submits over the HTTP API, with duplicate
  * submits (one idempotency key sent again, or twice at once), cancels at random points, the
  * retry of failed runs, and one tenant's flood. Every loop is bounded in count and time.
  *
- * WORKFLOW_MIX is the hook for what the engine does not have yet: when fan-out (`after`),
- * `map` and waits with approvals land, add their workflows to chaos/workflows/_flows.ts and a
- * weight here (a wait needs the driver to send its signal or approval at a random point: a new
- * action in `afterAccepted`, recorded as a fault kind of its own).
+ * WORKFLOW_MIX weighs the soak's workflows (chaos/workflows/_flows.ts), the run graph's among
+ * them (fan-out and join, a map, a child run), and waits: the driver approves or rejects a gated
+ * call, or sends a run its signal (sometimes twice with one Signal-Id), at a seeded moment after
+ * the submit, through the HTTP API (fault kinds approve, reject, signal).
  */
 export const WORKFLOW_MIX = {
-  chaos_pipeline: 30,
+  chaos_pipeline: 22,
   chaos_limited: 10,
   chaos_flaky: 8,
-  chaos_tenant: 20,
-  chaos_agent: 16,
-  chaos_roll: 16,
-  // TODO(fan-out, map, waits): not in the engine yet (DESIGN.md "Run graph"); add them here when they exist.
+  chaos_tenant: 18,
+  chaos_agent: 12,
+  chaos_roll: 12,
+  chaos_fanout: 8,
+  chaos_map: 8,
+  chaos_parent: 8,
+  chaos_approval: 6,
+  chaos_signal: 6,
 } as const;
 type MixWorkflow = keyof typeof WORKFLOW_MIX;
 
@@ -40,6 +45,12 @@ export interface PlannedSubmit {
   againAfterMs: number | null;
   /** Cancelled this long after the answer (null: not). */
   cancelAfterMs: number | null;
+  /** chaos_approval: approved (or rejected) this long after the answer; null: left to time out. */
+  decideAfterMs?: number | null;
+  approve?: boolean;
+  /** chaos_signal: signalled this long after the answer (null: left to time out), and sent twice with one Signal-Id. */
+  signalAfterMs?: number | null;
+  signalTwice?: boolean;
 }
 
 const numberOf = (id: string) => {
@@ -60,13 +71,22 @@ export function planSubmit(rng: Prng, seed: number, id: string, atMs: number, on
         ? { n }
         : workflow === 'chaos_tenant'
           ? { tenant: only ? FLOOD_TENANT : rng.pick(SMALL_TENANTS), n, work }
-          : { n, work };
+          : workflow === 'chaos_map'
+            ? { n, work, items: rng.int(2, MAP_ITEMS_MAX) }
+            : { n, work };
   const twiceAtOnce = rng.chance(0.02);
   const again = rng.chance(0.06);
   const cancel = rng.chance(0.04);
   const againAfter = rng.int(0, 2000);
   const cancelAfter = rng.int(0, 3000);
+  const waits =
+    workflow === 'chaos_approval'
+      ? { decideAfterMs: rng.chance(0.9) ? rng.int(0, 6000) : null, approve: rng.chance(0.8) }
+      : workflow === 'chaos_signal'
+        ? { signalAfterMs: rng.chance(0.9) ? rng.int(0, 8000) : null, signalTwice: rng.chance(0.3) }
+        : {};
   return {
+    ...waits,
     id,
     atMs,
     workflow,
@@ -176,6 +196,8 @@ export class Driver {
       this.o.faults.push({ kind: 'duplicate_submit', at: Date.now(), endAt: Date.now(), detail: key });
       await this.submitOnce(workflow, input, key, true, version);
     }
+    if (p.decideAfterMs != null) await this.decide(id, p.decideAfterMs, p.approve !== false);
+    if (p.signalAfterMs != null) await this.signal(id, p.signalAfterMs, p.key, (input as { n: number }).n, p.signalTwice === true);
     if (p.cancelAfterMs !== null) {
       await sleep(p.cancelAfterMs);
       const at = Date.now();
@@ -184,6 +206,45 @@ export class Driver {
         this.o.faults.push({ kind: 'cancel', at, endAt: Date.now(), detail: `${id} ${JSON.stringify(res).slice(0, 200)}` });
       } catch (err) {
         this.o.faults.push({ kind: 'cancel', at, endAt: Date.now(), detail: `${id} refused: ${(err as Error).message}` });
+      }
+    }
+  }
+
+  /**
+   * Approves or rejects the run's gated call `afterMs` after its submit was answered, through the
+   * API; while the call is not awaiting yet (409), asked again every 500 ms, 10 times at most.
+   */
+  private async decide(id: string, afterMs: number, approve: boolean): Promise<void> {
+    await sleep(afterMs);
+    const kind = approve ? 'approve' : 'reject';
+    for (let i = 0; i < 10; i++) {
+      const at = Date.now();
+      try {
+        const res = approve
+          ? await this.o.client.approve(id, { by: 'chaos' })
+          : await this.o.client.reject(id, { reason: 'chaos', by: 'chaos' });
+        this.o.faults.push({ kind, at, endAt: Date.now(), detail: `${id} ${JSON.stringify(res).slice(0, 200)}` });
+        return;
+      } catch (err) {
+        if (i === 9 || !(err instanceof ApiError) || (err.status !== 409 && err.status < 500 && err.status !== 0)) {
+          this.o.faults.push({ kind, at, endAt: Date.now(), detail: `${id} refused: ${(err as Error).message.slice(0, 200)}` });
+          return;
+        }
+        await sleep(500);
+      }
+    }
+  }
+
+  /** Sends the run its signal `afterMs` after its submit was answered (Signal-Id: the submit's key), twice when asked. */
+  private async signal(id: string, afterMs: number, key: string, n: number, twice: boolean): Promise<void> {
+    await sleep(afterMs);
+    for (let i = 0; i < (twice ? 2 : 1); i++) {
+      const at = Date.now();
+      try {
+        const res = await this.o.client.signal(id, SIGNAL_NAME, { n }, { signalId: key });
+        this.o.faults.push({ kind: 'signal', at, endAt: Date.now(), detail: `${id} ${JSON.stringify(res).slice(0, 200)}` });
+      } catch (err) {
+        this.o.faults.push({ kind: 'signal', at, endAt: Date.now(), detail: `${id} refused: ${(err as Error).message.slice(0, 200)}` });
       }
     }
   }

@@ -160,13 +160,15 @@ export class FaultInjector {
   private async inject(f: PlannedFault): Promise<boolean | void> {
     const { pool, redis, pg, receiver } = this.d;
     const { kind } = f;
-    const at = Date.now();
     const needsWorker = !['redis_flushall', 'redis_restart', 'pg_restart', 'tenant_flood'].includes(kind);
     const w = needsWorker ? await this.target(f.pick) : null;
     if (needsWorker && !w) {
       this.d.log(`fault ${kind} #${f.k}: no free worker in ${TURN_WAIT_MS} ms (not injected)`);
       return false;
     }
+    // The fault starts now, once its worker was found (the wait for a free one is not part of it:
+    // a kill's reclaim latency is measured from here).
+    const at = Date.now();
     switch (kind) {
       case 'sigkill': {
         await pool.kill(w!);

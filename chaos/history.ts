@@ -42,6 +42,18 @@ export interface StageLogRow {
   attempt: number;
   /** NEW.error->>'code' (absent in histories recorded before it was logged). */
   errorCode?: string | null;
+  /**
+   * The run graph (issue 11; absent in histories recorded before it was logged): the stage's
+   * seq in its run, its step (a map item: its map step), the seqs it waits for, and for a map
+   * item its index and its map stage's seq.
+   */
+  seq?: number | null;
+  step?: string | null;
+  deps?: number[] | null;
+  itemIndex?: number | null;
+  groupSeq?: number | null;
+  /** The stage's lease length (its class's; absent in histories recorded before it was logged). */
+  leaseMs?: number | null;
 }
 
 export interface RunLogRow {
@@ -54,6 +66,8 @@ export interface RunLogRow {
   workflow: string;
   oldState: string | null;
   newState: string;
+  /** A child run's parent run (absent in histories recorded before it was logged). */
+  parentRunId?: string | null;
 }
 
 export interface LedgerRow {
@@ -138,6 +152,10 @@ export type FaultKind =
   | 'retry'
   /** A request held in the worker's link to the receiver until its stage was reclaimed and answered (stale fence). */
   | 'late_request'
+  /** The driver's decisions on a gated call and its signals (issue 10), through the API. */
+  | 'approve'
+  | 'reject'
+  | 'signal'
   /** An injection that threw: always a soak failure (a fault that silently did nothing proves nothing). */
   | 'injection_failed';
 
@@ -162,6 +180,14 @@ export interface CheckConfig {
   classLimits: Record<string, number>;
   /** Tools whose succeeded stages applied exactly one effect (their output names the key). */
   effectTools: string[];
+  /**
+   * maxParallel of each map step, by `<workflow>:<step>`: at most this many items of one map
+   * stage hold a lease at once (checked from the lease intervals, not from the key the engine
+   * gave the items). Absent: maps are not checked.
+   */
+  mapLimits?: Record<string, number>;
+  /** The lease of the soak's tool classes: a stage whose log rows do not name its own (older histories) is taken to have it. */
+  defaultLeaseMs?: number;
   /** Faults that stop every worker at once (excluded from the tenant wait bound). */
   globalFaultKinds: FaultKind[];
   /** Slack for a global fault's aftermath (reconnects, backoff) in the tenant wait bound. */
@@ -170,7 +196,9 @@ export interface CheckConfig {
    * A failed run is fine only when its error contains this text (the deliberate failure of the
    * soak's flaky tool); any other failed run is a violation. Absent: failed runs are not judged.
    */
-  deliberateFailure?: string;
+  deliberateFailure?: string | string[];
+  /** Tools behind an approval gate: their effects need an approval before them, one at most per approval. */
+  gatedTools?: string[];
   /**
    * What a soak must have exercised, or its checks proved nothing (absent in unit tests of
    * single invariants): every fault kind at least once, small-tenant waits measured inside flood
@@ -187,6 +215,8 @@ export interface CheckConfig {
      * load the limited class up to its limit by chance; the soak asks it from runs of 120 s and more.
      */
     classLimits?: boolean;
+    /** The run graph was exercised: a join and a map gather checked, each map at its maxParallel, a child run ended. */
+    graph?: boolean;
   };
 }
 

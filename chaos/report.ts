@@ -2,15 +2,24 @@ import { INVARIANTS } from './checker.js';
 import { LEASE_MS } from './faults.js';
 import type { SoakOutcome } from './soak.js';
 
-/** The reclaim goal of issue 13: p99 of kill -> reclaim within the lease plus one second. */
-export const RECLAIM_GOAL_MS = LEASE_MS + 1000;
+/**
+ * The reclaim goal of issue 13: p99 of kill -> reclaim within the stage's lease plus one second,
+ * i.e. at most this far past each stage's own lease (the soak's tools: LEASE_MS + 1 s = 4 s from
+ * the kill; a $control stage, whose lease is 30 s: 31 s).
+ */
+export const RECLAIM_GOAL_BEYOND_LEASE_MS = 1000;
 
 export function reportJson(o: SoakOutcome) {
   const s = o.result.stats;
   return {
     ok: o.result.ok,
     options: o.options,
-    bounds: { terminalBoundMs: o.config.terminalBoundMs, tenantWaitBoundMs: o.config.tenantWaitBoundMs, reclaimGoalMs: RECLAIM_GOAL_MS },
+    bounds: {
+      terminalBoundMs: o.config.terminalBoundMs,
+      tenantWaitBoundMs: o.config.tenantWaitBoundMs,
+      reclaimGoalMs: LEASE_MS + RECLAIM_GOAL_BEYOND_LEASE_MS,
+      reclaimGoalBeyondLeaseMs: RECLAIM_GOAL_BEYOND_LEASE_MS,
+    },
     runs: {
       submitted: s.submits,
       accepted: s.accepted,
@@ -21,8 +30,10 @@ export function reportJson(o: SoakOutcome) {
     faults: s.faultsByKind,
     reclaimAfterKillMs: {
       ...s.reclaimAfterKillMs,
-      goalMet: s.reclaimAfterKillMs.p99 === null || s.reclaimAfterKillMs.p99 <= RECLAIM_GOAL_MS,
+      beyondLease: s.reclaimBeyondLeaseMs,
+      goalMet: s.reclaimBeyondLeaseMs.p99 === null || s.reclaimBeyondLeaseMs.p99 <= RECLAIM_GOAL_BEYOND_LEASE_MS,
     },
+    reclaimBreakdown: s.reclaimBreakdown,
     tenantWaitMs: s.tenantWaitMs,
     tenantWaitsInFlood: s.tenantWaitsInFlood,
     floodWaitMs: s.floodWaitMs,
@@ -30,6 +41,8 @@ export function reportJson(o: SoakOutcome) {
     peakConcurrency: s.peakConcurrency,
     v1FinishedAfterDeploy: s.v1FinishedAfterDeploy,
     failedRuns: s.failedRuns,
+    graph: s.graph,
+    waits: s.waits,
     events: s.events,
     duplicates: s.duplicates,
     staleWrites: s.staleWrites,
@@ -73,7 +86,22 @@ export function reportText(o: SoakOutcome): string {
     }`,
     `reclaim after SIGKILL: p50 ${ms(j.reclaimAfterKillMs.p50)}, p99 ${ms(j.reclaimAfterKillMs.p99)}, ` +
       `max ${ms(j.reclaimAfterKillMs.max)} ` +
-      `(${j.reclaimAfterKillMs.count} stages; goal p99 <= ${RECLAIM_GOAL_MS} ms: ${j.reclaimAfterKillMs.goalMet ? 'met' : 'MISSED'})`,
+      `(${j.reclaimAfterKillMs.count} stages); past each stage's own lease p50 ${ms(j.reclaimAfterKillMs.beyondLease.p50)}, ` +
+      `p99 ${ms(j.reclaimAfterKillMs.beyondLease.p99)} (goal p99 <= ${RECLAIM_GOAL_BEYOND_LEASE_MS} ms, i.e. lease + 1 s: ` +
+      `${j.reclaimAfterKillMs.goalMet ? 'met' : 'MISSED'}); ` +
+      `lease left after the kill p50 ${ms(j.reclaimBreakdown.leaseLeftMs.p50)}, max ${ms(j.reclaimBreakdown.leaseLeftMs.max)}; ` +
+      `lease end -> reclaim p50 ${ms(j.reclaimBreakdown.afterLeaseMs.p50)}, p99 ${ms(j.reclaimBreakdown.afterLeaseMs.p99)}` +
+      (j.reclaimBreakdown.slowest[0]
+        ? `; slowest: ${j.reclaimBreakdown.slowest
+            .slice(0, 3)
+            .map(
+              (x) =>
+                `${Math.round(x.ms)} ms (${x.toolClass}, lease ${x.leaseMs} ms${x.key ? `, key ${x.key}` : ''}, ` +
+                `reclaimed ${Math.round(x.afterLeaseMs)} ms after its lease ended, ` +
+                `${x.otherClaimsMeanwhile} other claims of its class meanwhile${x.faultsMeanwhile.length ? `, during ${x.faultsMeanwhile.join('+')}` : ''})`,
+            )
+            .join('; ')}`
+        : ''),
     `wait due -> claim, small tenants: p50 ${ms(j.tenantWaitMs.p50)}, p99 ${ms(j.tenantWaitMs.p99)}, max ${ms(j.tenantWaitMs.max)} ` +
       `(bound ${j.bounds.tenantWaitBoundMs} ms); flooding tenant: p50 ${ms(j.floodWaitMs.p50)}, max ${ms(j.floodWaitMs.max)}`,
     `time to terminal after the last fault: p50 ${ms(j.timeToTerminalMs.p50)}, p99 ${ms(j.timeToTerminalMs.p99)} ` +
@@ -83,6 +111,13 @@ export function reportText(o: SoakOutcome): string {
       .filter(([g]) => g.startsWith('class:') || g === `key:${o.config.floodTenant}`)
       .map(([g, v]) => `${g} ${v.peak}/${v.limit}`)
       .join(', ')}; failed runs: ${j.failedRuns.deliberate} deliberate, ${j.failedRuns.unexpected} unexpected`,
+    `run graph: ${j.graph.joinClaims.all} claims after their dependencies checked (${j.graph.joinClaims.fanIn} joins, ` +
+      `${j.graph.joinClaims.mapGathers} map gathers); map peaks ${
+        Object.entries(j.graph.mapPeak)
+          .map(([m, v]) => `${m} ${v.peak}/${v.limit}`)
+          .join(', ') || 'none'
+      }; child runs ${j.graph.childRuns.terminal}/${j.graph.childRuns.started} terminal; waits: ${j.waits.gatedStages} gated stages, ` +
+      `${j.waits.approvals} approvals, ${j.waits.rejections} rejections, ${j.waits.signals} signals received`,
     `events: ${j.events ? `${j.events.total} (claims ${j.events.claimEvents}, result_rejected ${j.events.resultRejected}, ownership_unknown ${j.events.ownershipUnknown})` : 'not read'}`,
     `leases ${j.leases}, reclaims ${j.reclaims}; receiver: ${j.receiver.requests} requests ` +
       `(${Object.entries(j.receiver.verdicts)

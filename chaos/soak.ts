@@ -14,7 +14,7 @@ import { startPrivatePostgres } from './postgres.js';
 import { Prng } from './prng.js';
 import { startReceiver } from './receiver.js';
 import { WorkerPool } from './workers.js';
-import { TENANT_LIMIT } from './workflows/_flows.js';
+import { MAP_MAX_PARALLEL, TENANT_LIMIT } from './workflows/_flows.js';
 import { CHAOS_LIMITED_CONCURRENCY, EFFECT_TOOLS } from './workflows/_tools.js';
 import { fileURLToPath } from 'node:url';
 
@@ -43,8 +43,15 @@ export const SWEEP_MS = 5000;
 /** Longest work of a stage (chaos/driver.ts planSubmit) and longest retry backoff (chaos/workflows/_tools.ts). */
 const WORK_MAX_MS = 1500;
 const BACKOFF_MAX_MS = 2000;
-/** Most stages of a soak workflow (the agent: model, two tools, model). */
+/** Most stages that work, one after another, in a soak workflow (the agent: model, two tools, model; chaos_parent: p1, c1, c2, p2). */
 const MAX_STAGES = 4;
+/**
+ * Most claims that do no work on one path (chaos_parent: the child step's start and its collect;
+ * chaos_map: the expand and the gather), each at most one poll of a worker whose transport is
+ * healthy (it polls 5 times slower then: src/worker/worker.ts pollMs) after the wake-up it missed.
+ */
+const MAX_CONTROL_CLAIMS = 2;
+const HEALTHY_POLL_MS = 5 * 200;
 /** Reconnects after a fault (pools, Redis) and the scheduling noise of a shared 2-core machine. */
 const SLACK_MS = 10_000;
 
@@ -58,19 +65,24 @@ const SLACK_MS = 10_000;
  *   by the partition's reset, LEASE_MS + PAST_LEASE_MAX_MS at most, inside that) plus a poll.
  */
 export const SOAK_CONFIG: CheckConfig = {
-  terminalBoundMs: LEASE_MS + SWEEP_MS + MAX_STAGES * (WORK_MAX_MS + BACKOFF_MAX_MS) + SLACK_MS,
+  terminalBoundMs: LEASE_MS + SWEEP_MS + MAX_STAGES * (WORK_MAX_MS + BACKOFF_MAX_MS) + MAX_CONTROL_CLAIMS * HEALTHY_POLL_MS + SLACK_MS,
   tenantWaitBoundMs: LEASE_MS + SWEEP_MS + POLL_MS + 2000,
   floodTenant: FLOOD_TENANT,
   classLimits: { chaos_limited: CHAOS_LIMITED_CONCURRENCY },
   effectTools: EFFECT_TOOLS,
+  defaultLeaseMs: LEASE_MS,
+  mapLimits: { 'chaos_map:each': MAP_MAX_PARALLEL },
   globalFaultKinds: ['pg_restart', 'redis_restart'],
   globalFaultSlackMs: 10_000,
-  deliberateFailure: 'fails on purpose',
+  // The flaky tool's failure, and a gated call rejected or left undecided (the driver's choice).
+  deliberateFailure: ['fails on purpose', 'approval_rejected', 'approval_timeout'],
+  gatedTools: ['chaos_gated_effect'],
   coverage: {
     faultKinds: [...RANDOM_FAULTS, 'rolling_deploy'],
     floodKey: FLOOD_TENANT,
     floodKeyLimit: TENANT_LIMIT,
     staleFence: true,
+    graph: true,
   },
 };
 
@@ -191,6 +203,18 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       if (rows[0]!.n === 0 || Date.now() > drainUntil) break;
       await sleep(500);
     }
+    // Stages an ended run left behind (a map's items inserted by a finish that raced the run's end) are
+    // cancelled by a sweep (CANCEL_LEFTOVERS_SQL): wait for that too, two sweep periods at most.
+    for (const leftUntil = Date.now() + 2 * SWEEP_MS; Date.now() < leftUntil; ) {
+      const { rows } = await history
+        .query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id
+           WHERE r.state IN ('succeeded', 'failed', 'cancelled', 'expired') AND s.state NOT IN ('succeeded', 'failed', 'cancelled', 'skipped')`,
+        )
+        .catch(() => ({ rows: [{ n: -1 }] }));
+      if (rows[0]!.n === 0) break;
+      await sleep(500);
+    }
     const endedAt = Date.now();
     log(`drained in ${endedAt - lastFaultEndAt} ms`);
 
@@ -240,6 +264,12 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       availableAt: r.available_at as number | null,
       attempt: r.attempt as number,
       errorCode: r.error_code as string | null,
+      seq: r.seq as number | null,
+      step: r.step as string | null,
+      deps: r.deps as number[] | null,
+      itemIndex: r.item_index as number | null,
+      groupSeq: r.group_seq as number | null,
+      leaseMs: r.lease_ms as number | null,
     }));
     const runLog = rowsOf((await history.query(READ_RUN_LOG_SQL)).rows, (r) => ({
       id: r.id as number,
@@ -251,6 +281,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       workflow: r.workflow as string,
       oldState: r.old_state as string | null,
       newState: r.new_state as string,
+      parentRunId: r.parent_run_id as string | null,
     }));
     const stages: StageFinal[] = rowsOf((await history.query(READ_STAGES_SQL)).rows, (r) => ({
       id: r.id as string,

@@ -30,6 +30,8 @@ export const chaosLimited = defineToolClass({ name: 'chaos_limited', ...timing, 
 export const chaosAgentTools = defineToolClass({ name: 'chaos_agent_tools', ...timing });
 export const chaosModel = defineToolClass({ name: 'chaos_model', ...timing });
 export const chaosRoll = defineToolClass({ name: 'chaos_roll', ...timing });
+/** A map's items (their own class: a map with maxParallel puts its class on the keyed claim). */
+export const chaosMap = defineToolClass({ name: 'chaos_map', ...timing });
 
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
@@ -93,6 +95,37 @@ export const chaosLimitedEffect = defineTool({
   },
 });
 
+/** A map item: works a while, then one fenced effect (its key: run, step and index). */
+export const chaosMapItem = defineTool({
+  name: 'chaos_map_item',
+  description: 'one fenced effect per map item',
+  class: chaosMap,
+  input: work,
+  output: out,
+  run: async (i, ctx) => {
+    await sleep(i.work, ctx.signal);
+    return sendEffect(ctx, { n: i.n, item: (i as { item?: number }).item ?? null });
+  },
+});
+
+/** How long a gated call waits for a person before it is refused (approval_timeout): the driver decides before, mostly. */
+export const APPROVAL_TIMEOUT_MS = 8000;
+
+/** A fenced effect behind an approval gate (issue 10): it acts only once a person approved the call. */
+export const chaosGatedEffect = defineTool({
+  name: 'chaos_gated_effect',
+  description: 'one fenced effect, only once approved',
+  class: chaosIo,
+  input: work,
+  output: out,
+  approval: true,
+  approvalTimeout: `${APPROVAL_TIMEOUT_MS}ms`,
+  run: async (i, ctx) => {
+    await sleep(i.work, ctx.signal);
+    return sendEffect(ctx, { n: i.n, gated: true });
+  },
+});
+
 /** Fails permanently the first time the receiver sees its key (the run fails; the driver retries it), then one effect. */
 export const chaosFlaky = defineTool({
   name: 'chaos_flaky',
@@ -142,6 +175,8 @@ export const agentEffect = defineTool({
 export const EFFECT_TOOLS = [
   'chaos_effect',
   'chaos_limited_effect',
+  'chaos_map_item',
+  'chaos_gated_effect',
   'chaos_flaky',
   'tenant_effect',
   'agent_effect',

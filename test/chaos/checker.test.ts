@@ -660,6 +660,49 @@ describe('chaos invariant checker', () => {
     // s2 is owned by w1 too but was claimed after the kill (same owner name in this synthetic history): not counted.
     expect(result.stats.reclaimAfterKillMs).toEqual({ count: 1, p50: 2500, p99: 2500, max: 2500 });
     expect(result.stats.reclaims).toBe(1);
+    // Where the time went: 2010 ms of lease left after the kill, reclaimed 490 ms after it ended; the
+    // goal's measure is past the stage's own lease (3 s here: 500 ms before it; unknown: from the kill).
+    expect(result.stats.reclaimBeyondLeaseMs.p99).toBe(2500);
+    const leased = structuredClone(h);
+    for (const r of leased.stageLog) r.leaseMs = 3000;
+    // Another stage of its class claimed after the lease ended, before the reclaim: counted.
+    leased.stageLog.push(
+      stageRow({
+        stageId: 's7',
+        runId: 'r2',
+        op: 'insert',
+        newState: 'running',
+        at: T0 + 3200,
+        newFence: '77',
+        newOwner: 'w2',
+        newLeaseUntil: T0 + 6200,
+      }),
+    );
+    const r2 = check(leased, cfg).stats;
+    expect(r2.reclaimBeyondLeaseMs.p99).toBe(-500);
+    // The dead worker's own last statement (a retry, sent before the kill) committed after it: not a reclaim.
+    const retried = structuredClone(h);
+    const reclaimRow = retried.stageLog.find((r) => r.stageId === 's1' && r.newFence === '60')!;
+    retried.stageLog.splice(
+      retried.stageLog.indexOf(reclaimRow),
+      0,
+      stageRow({
+        stageId: 's1',
+        runId: 'r1',
+        oldState: 'running',
+        newState: 'queued',
+        at: T0 + 1100,
+        oldFence: '11',
+        newFence: '11',
+        oldOwner: 'w1',
+      }),
+    );
+    reclaimRow.id = ++seq;
+    reclaimRow.oldState = 'queued';
+    expect(check(retried, cfg).stats.reclaimAfterKillMs.count).toBe(0);
+    expect(r2.reclaimBreakdown.slowest).toMatchObject([
+      { stageId: 's1', ms: 2500, leaseMs: 3000, beyondLeaseMs: -500, leaseLeftMs: 2010, afterLeaseMs: 490, otherClaimsMeanwhile: 1 },
+    ]);
   });
 
   it('events_mismatch: each claim has its claim event with its fence; no event of an unknown run', () => {
@@ -802,5 +845,250 @@ describe('chaos invariant checker', () => {
         0.99,
       ),
     ).toBe(99);
+  });
+});
+
+/** A stage's life (stageLife) with its place in the run graph. */
+function graphLife(
+  stageId: string,
+  runId: string,
+  start: number,
+  g: { seq: number; deps?: number[]; step?: string; itemIndex?: number; groupSeq?: number },
+): StageLogRow[] {
+  return stageLife(stageId, runId, start).map((r) => ({
+    ...r,
+    seq: g.seq,
+    step: g.step ?? stageId,
+    deps: g.deps ?? [],
+    itemIndex: g.itemIndex ?? null,
+    groupSeq: g.groupSeq ?? null,
+  }));
+}
+
+/** Write ids in time order (the trigger's sequence numbers writes as they happen). */
+function inTimeOrder(rows: StageLogRow[]): StageLogRow[] {
+  return [...rows].sort((a, b) => a.at - b.at).map((r, i) => ({ ...r, id: 10_000 + i }));
+}
+
+describe('chaos invariant checker: the run graph', () => {
+  it('join_before_deps: a join claimed before one of its dependencies ended is caught; after all of them, or in their finish, it is not', () => {
+    // a and b start with the run; the join waits for both. b ends at T0 + 2400.
+    const fan = (joinAt: number) => {
+      const h = clean();
+      h.stageLog = inTimeOrder([
+        ...h.stageLog,
+        ...graphLife('g31', 'r1', T0 + 100, { seq: 1 }),
+        ...graphLife('g32', 'r1', T0 + 900, { seq: 2 }),
+        ...graphLife('g33', 'r1', joinAt, { seq: 3, deps: [1, 2], step: 'join' }),
+      ]);
+      return h;
+    };
+    const early = only(fan(T0 + 2000), 'join_before_deps');
+    expect(early).toHaveLength(1);
+    expect(early[0]!.message).toMatch(/stage g33 \(join, seq 3\) claimed with fence 43 while its dependency seq 2 was running/);
+    expect(check(fan(T0 + 2500), cfg).violations).toEqual([]);
+    expect(check(fan(T0 + 2500), cfg).stats.graph.joinClaims).toEqual({ all: 1, fanIn: 1, mapGathers: 0 });
+    // The fast path: the dependency's finish claims its successor in one transaction (the claim's row may come first).
+    const fast = fan(T0 + 2000);
+    const claim = fast.stageLog.find((r) => r.stageId === 'g33' && r.oldState === 'queued' && r.newState === 'running')!;
+    const bDone = fast.stageLog.find((r) => r.stageId === 'g32' && r.newState === 'succeeded')!;
+    claim.txid = bDone.txid;
+    expect(check(fast, cfg).violations).toEqual([]);
+  });
+
+  it('join_before_deps: a map stage gathering before every item it inserted ended is caught', () => {
+    const gather = (lastItemDoneAt: number) => {
+      const h = clean();
+      const m = { stageId: 'g51', runId: 'r1', seq: 1, step: 'each', deps: [] as number[] };
+      const items = [0, 1].flatMap((i) =>
+        graphLife(`g5${2 + i}`, 'r1', T0 + 60, { seq: 1_000_000 + i, step: 'each', itemIndex: i, groupSeq: 1 }),
+      );
+      // The second item ends at lastItemDoneAt instead of T0 + 1560.
+      for (const r of items.filter((x) => x.stageId === 'g53' && x.newState === 'succeeded')) {
+        r.at = lastItemDoneAt;
+        r.txAt = lastItemDoneAt;
+      }
+      h.stageLog = inTimeOrder([
+        ...h.stageLog,
+        ...items,
+        stageRow({ ...m, op: 'insert', newState: 'queued', at: T0, availableAt: T0 }),
+        stageRow({ ...m, oldState: 'queued', newState: 'running', at: T0 + 10, newFence: '81', newOwner: 'w1', newLeaseUntil: T0 + 3010 }),
+        stageRow({ ...m, oldState: 'running', newState: 'waiting', at: T0 + 50, oldFence: '81', newFence: '81', oldOwner: 'w1' }),
+        stageRow({ ...m, oldState: 'waiting', newState: 'queued', at: T0 + 1600, oldFence: '81', newFence: '81' }),
+        stageRow({
+          ...m,
+          oldState: 'queued',
+          newState: 'running',
+          at: T0 + 1700,
+          oldFence: '81',
+          newFence: '82',
+          newOwner: 'w2',
+          newLeaseUntil: T0 + 4700,
+        }),
+        stageRow({
+          ...m,
+          oldState: 'running',
+          newState: 'succeeded',
+          at: T0 + 1750,
+          oldFence: '82',
+          newFence: '82',
+          oldOwner: 'w2',
+          newOwner: 'w2',
+        }),
+      ]);
+      // The map stage bears its item tool's name but acts through its items: no effect of its own is missing.
+      h.stages.push({ id: 'g51', runId: 'r1', tool: 'effect', state: 'succeeded', effectKey: null });
+      return h;
+    };
+    expect(check(gather(T0 + 1560), cfg).violations).toEqual([]);
+    expect(check(gather(T0 + 1560), cfg).stats.graph.joinClaims.mapGathers).toBe(1);
+    const v = only(gather(T0 + 1800), 'join_before_deps');
+    expect(v[0]!.message).toBe('map stage g51 (each) claimed with fence 82 while 1 of its 2 items had not ended');
+  });
+
+  it('map_parallel_exceeded: more items of one map stage leased at once than its maxParallel, from the lease intervals alone', () => {
+    const mapCfg: CheckConfig = { ...cfg, mapLimits: { 'w:each': 2 } };
+    const h = clean();
+    // Three items leased at once; no concurrency key on them, so the per-key check cannot see it: this one does.
+    h.stageLog = inTimeOrder([
+      ...h.stageLog,
+      ...[0, 1, 2].flatMap((i) => graphLife(`g6${i}`, 'r1', T0 + 100 * i, { seq: 1_000_000 + i, step: 'each', itemIndex: i, groupSeq: 1 })),
+    ]);
+    const result = check(h, mapCfg);
+    expect(result.violations.map((x) => x.invariant)).toEqual(['map_parallel_exceeded']);
+    expect(result.violations[0]!.message).toBe('map w:each of run r1:1: 1 moment(s) with more than 2 items leased');
+    expect(result.stats.limitViolations).toBe(1);
+    expect(result.stats.graph.mapPeak).toEqual({ 'w:each': { peak: 3, limit: 2 } });
+    // Two at a time (the third starts after the first ended) is within it.
+    const ok = clean();
+    ok.stageLog = inTimeOrder([
+      ...ok.stageLog,
+      ...[0, 1, 2].flatMap((i) =>
+        graphLife(`g6${i}`, 'r1', T0 + (i === 2 ? 1600 : 100 * i), { seq: 1_000_000 + i, step: 'each', itemIndex: i, groupSeq: 1 }),
+      ),
+    ]);
+    expect(check(ok, mapCfg).violations).toEqual([]);
+    expect(check(ok, mapCfg).stats.graph.mapPeak).toEqual({ 'w:each': { peak: 2, limit: 2 } });
+  });
+
+  it('child_outlived_parent: a run that became terminal while its child run was not, in the history and at the end', () => {
+    const family = (childEnd: { id: number; txid?: string } | null, childFinal: string) => {
+      const h = clean();
+      const end = h.runLog.find((r) => r.runId === 'r1' && r.newState === 'succeeded')!;
+      const row = (id: number, op: 'insert' | 'update', oldState: string | null, newState: string, txid = `c${id}`) => ({
+        id,
+        at: T0 + id,
+        txAt: T0 + id,
+        txid,
+        op,
+        runId: 'rc',
+        workflow: 'child',
+        oldState,
+        newState,
+        parentRunId: 'r1',
+      });
+      h.runLog.push(row(end.id - 0.5, 'insert', null, 'queued'), row(end.id - 0.25, 'update', 'queued', 'running'));
+      if (childEnd) h.runLog.push(row(childEnd.id, 'update', 'running', 'succeeded', childEnd.txid ?? `${end.txid}!`));
+      h.runs.push({ id: 'rc', workflow: 'child', state: childFinal, createdAt: T0, finishedAt: childEnd ? T0 : null });
+      return { h, end };
+    };
+    const before = family({ id: 0 }, 'succeeded');
+    before.h.runLog.at(-1)!.id = before.end.id - 0.1;
+    expect(check(before.h, cfg).violations).toEqual([]);
+    expect(check(before.h, cfg).stats.graph.childRuns).toEqual({ started: 1, terminal: 1 });
+    // Ended by the parent's own transaction (a cancel's cascade): fine.
+    const same = family({ id: 0 }, 'succeeded');
+    Object.assign(same.h.runLog.at(-1)!, { id: same.end.id + 1, txid: same.end.txid });
+    expect(check(same.h, cfg).violations).toEqual([]);
+    // Ended after its parent, by another transaction: caught.
+    const after = family({ id: 0 }, 'succeeded');
+    after.h.runLog.at(-1)!.id = after.end.id + 1;
+    expect(only(after.h, 'child_outlived_parent')[0]!.message).toBe('run r1 became succeeded while its child run rc was running');
+    // Never ended: caught at the parent's end and at the end of the soak.
+    const never = family(null, 'running');
+    const v = check(never.h, cfg).violations;
+    expect(v.map((x) => x.invariant)).toEqual(['lost_run', 'child_outlived_parent', 'child_outlived_parent']);
+    expect(v[2]!.message).toBe('at the end run r1 is succeeded and its child run rc is running');
+  });
+
+  it('stage_outlived_run: a terminal run with a stage that never ended', () => {
+    const h = clean();
+    h.stages.push({ id: 's9', runId: 'r1', tool: 'effect', state: 'queued', effectKey: null });
+    expect(only(h, 'stage_outlived_run')[0]!.message).toBe('run r1 is succeeded with 1 stage(s) not ended');
+    // A stage of a run still going is not judged here (lost_run is).
+    const going = clean();
+    going.stages.push({ id: 's9', runId: 'r1', tool: 'effect', state: 'waiting', effectKey: null });
+    going.runs[0]!.state = 'running';
+    expect(check(going, cfg).violations.map((x) => x.invariant)).toEqual(['lost_run']);
+  });
+
+  it('coverage: a soak asked to exercise the run graph that had no join, map gather, map at its maxParallel or child run', () => {
+    const c: CheckConfig = {
+      ...cfg,
+      classLimits: {},
+      mapLimits: { 'w:each': 2 },
+      coverage: { faultKinds: [], floodKey: 'flood', floodKeyLimit: 0, staleFence: false, graph: true },
+    };
+    const messages = check(clean(), c)
+      .violations.filter((v) => v.invariant === 'coverage')
+      .map((v) => v.message);
+    expect(messages).toEqual([
+      'no small-tenant wait was measured inside a flood window',
+      'no claim of a stage waiting for several stages (a join) was checked',
+      'no gathering claim of a map stage was checked',
+      'map w:each never had 2 items leased at once (its maxParallel)',
+      'no child run ended',
+    ]);
+  });
+});
+
+describe('chaos invariant checker: waits', () => {
+  const gatedCfg: CheckConfig = { ...cfg, gatedTools: ['effect'] };
+  const withEvents = (approvals: { stageId: string; at: number }[]) => {
+    const h = clean();
+    h.events = [
+      { id: 1, runId: 'r1', stageId: 's1', type: 'job_claimed', fence: '11', at: T0 + 10 },
+      { id: 2, runId: 'r2', stageId: 's2', type: 'job_claimed', fence: '12', at: T0 + 2010 },
+      ...approvals.map((a, i) => ({
+        id: 10 + i,
+        runId: a.stageId === 's1' ? 'r1' : 'r2',
+        stageId: a.stageId,
+        type: 'approval_granted',
+        fence: null,
+        at: a.at,
+      })),
+    ];
+    return h;
+  };
+
+  it('gated_effect_without_approval: an effect of a gated tool with no approval of its stage before it', () => {
+    const ok = withEvents([
+      { stageId: 's1', at: T0 + 50 },
+      { stageId: 's2', at: T0 + 2050 },
+    ]);
+    expect(check(ok, gatedCfg).violations).toEqual([]);
+    expect(check(ok, gatedCfg).stats.waits).toMatchObject({ gatedStages: 2, approvals: 2 });
+    // s2 approved only after its effect was applied (T0 + 2105): caught; s1 not approved at all: caught.
+    const late = withEvents([{ stageId: 's2', at: T0 + 2200 }]);
+    const v = check(late, gatedCfg).violations;
+    // s1 (never approved) also has more effects than approvals.
+    expect(v.map((x) => x.invariant)).toEqual(['gated_effect_without_approval', 'effects_per_approval', 'gated_effect_without_approval']);
+    expect(v.filter((x) => x.invariant === 'gated_effect_without_approval').map((x) => x.message)).toEqual([
+      'gated stage s1: effect of key k1 (fence 11) applied with no approval before it',
+      'gated stage s2: effect of key k2 (fence 12) applied with no approval before it',
+    ]);
+  });
+
+  it('effects_per_approval: two applied effects of a gated stage approved once', () => {
+    const h = withEvents([
+      { stageId: 's1', at: T0 + 50 },
+      { stageId: 's2', at: T0 + 2050 },
+    ]);
+    h.effects.push({ key: 'k1', fence: '11', at: T0 + 300 });
+    const v = check(h, gatedCfg).violations.filter((x) => x.invariant === 'effects_per_approval');
+    expect(v.map((x) => x.message)).toEqual(['gated stage s1: 2 applied effects for 1 approval(s)']);
+    // Approved twice (a rejected-then-retried run asked again): two effects are within it.
+    h.events!.push({ id: 20, runId: 'r1', stageId: 's1', type: 'approval_granted', fence: null, at: T0 + 200 });
+    expect(check(h, gatedCfg).violations.filter((x) => x.invariant === 'effects_per_approval')).toEqual([]);
   });
 });

@@ -92,8 +92,8 @@ function soak(seed: number, durationS: number): Promise<SoakRun> {
 async function expectClean(seed: number, durationS: number): Promise<void> {
   const { code, report, stdout, stderr, history } = await soak(seed, durationS);
   if (report) {
-    const { runs, faults, reclaimAfterKillMs, tenantWaitMs } = report;
-    console.log(`chaos soak seed ${seed}, ${durationS} s: ${JSON.stringify({ runs, faults, reclaimAfterKillMs, tenantWaitMs })}`);
+    const { runs, faults, reclaimAfterKillMs, tenantWaitMs, graph } = report;
+    console.log(`chaos soak seed ${seed}, ${durationS} s: ${JSON.stringify({ runs, faults, reclaimAfterKillMs, tenantWaitMs, graph })}`);
   }
   const shown = report ? JSON.stringify({ ...report, violations: (report.violations as unknown[]).slice(0, 5) }, null, 1) : stdout;
   const why = `seed ${seed} (history kept: npm run chaos -- --check ${history}): ${shown}\n${stderr.slice(-20_000)}`;
@@ -116,6 +116,11 @@ async function expectClean(seed: number, durationS: number): Promise<void> {
   expect(verdicts.stale_fence ?? 0, why).toBeGreaterThanOrEqual(1);
   expect(report!.tenantWaitsInFlood as number, why).toBeGreaterThan(0);
   expect(report!.v1FinishedAfterDeploy as number, why).toBeGreaterThan(0);
+  // The run graph ran and its checks had something to check: joins, map gathers, child runs.
+  const graph = report!.graph as { joinClaims: { fanIn: number; mapGathers: number }; childRuns: { started: number; terminal: number } };
+  expect(graph.joinClaims.fanIn, why).toBeGreaterThan(0);
+  expect(graph.joinClaims.mapGathers, why).toBeGreaterThan(0);
+  expect(graph.childRuns.terminal, why).toBeGreaterThan(0);
   expect(code, why).toBe(0);
   rmSync(history, { force: true });
 }
