@@ -35,6 +35,16 @@ const once = defineToolClass({
   maxDuration: '60s',
   retry: { maxAttempts: 1 },
 });
+/** A long lease: moved 31 s forward, the clock passes maxDuration (30 s) before the lease, so the extend fails the attempt. */
+const long = defineToolClass({
+  name: 'gfw_long',
+  lease: '60s',
+  heartbeat: '300ms',
+  jitter: '50ms',
+  timeout: '20s',
+  maxDuration: '30s',
+  retry: { maxAttempts: 1 },
+});
 const released = new Set<string>();
 const ran: Record<string, number> = {};
 const input = z.object({ k: z.string() });
@@ -59,6 +69,18 @@ const hang = defineTool({
   name: 'gfw_hang',
   description: 'hangs',
   class: once,
+  input,
+  output: z.unknown(),
+  run: async (i, ctx) => {
+    await waitFor(`never:${i.k}`, ctx.signal);
+    throw new PermanentError('aborted');
+  },
+});
+/** Hangs until its attempt is aborted: the extend finds it past maxDuration on its one attempt (stage_duration_exceeded). */
+const overrun = defineTool({
+  name: 'gfw_overrun',
+  description: 'overruns',
+  class: long,
   input,
   output: z.unknown(),
   run: async (i, ctx) => {
@@ -104,6 +126,7 @@ const fanOut = (name: string, failing: typeof boom) =>
   });
 const byFinish = fanOut('gfw_by_finish', boom);
 const byClaim = fanOut('gfw_by_claim', hang);
+const byExtend = fanOut('gfw_by_extend', overrun);
 
 const TOKEN = 't0123456789abcdef';
 
@@ -114,7 +137,7 @@ describe('a group failure closes the waits of the siblings it cancels (PostgreSQ
 
   beforeAll(async () => {
     db = await createTestDatabase('group_failure_waits');
-    r = await createRatchet({ databaseUrl: db.url, logger: silentLogger(), workflows: [byFinish, byClaim] });
+    r = await createRatchet({ databaseUrl: db.url, logger: silentLogger(), workflows: [byFinish, byClaim, byExtend] });
     await r.worker({ pollIntervalMs: 50, concurrency: 4, sweepIntervalMs: 150 }).start();
     api = await createServer({ ratchet: r, tokens: [TOKEN], port: 0 });
   });
@@ -244,5 +267,18 @@ describe('a group failure closes the waits of the siblings it cancels (PostgreSQ
     expect(after.signal).toBe(before.signal! - 1);
     const ev = (await r.events(id)).map((e) => e.type);
     expect(ev).toContain('attempts_exhausted');
+  });
+
+  it('by an extend (stage_duration_exceeded on the last attempt, failRunsFrom): the same', async () => {
+    const { id } = await r.submit('gfw_by_extend', { k: 'e1' });
+    const ids = await bothWaiting(id);
+    await stageIn(id, 'gfw_overrun', 'running');
+    await r.store.clock.advance(31_000); // past maxDuration (30 s), not past the 60 s lease: the next extend fails it
+    try {
+      await checkClosed(id, ids, 'gfw_overrun', 'stage_duration_exceeded');
+    } finally {
+      await r.store.clock.setOffset(0);
+    }
+    expect((await r.events(id)).map((e) => e.type)).toContain('stage_duration_exceeded');
   });
 });
