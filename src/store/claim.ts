@@ -1,3 +1,4 @@
+import { cancelFailedLeftovers } from './leftovers.js';
 import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
 import {
@@ -93,6 +94,11 @@ export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<Cl
   const rows = limited
     ? await claimLimitedThenCursor(db, { owner, toolClass, limit, hashes, by }, limits)
     : await db.query(claimSql(limit, hashes.length, by), [owner, toolClass, hashes], `ratchet_claim_${limit}_${hashes.length}_${by}`);
+  // A spent budget failed runs (failRunsFrom): what a concurrent finish inserted into them meanwhile is cancelled now.
+  await cancelFailedLeftovers(
+    db,
+    rows.filter((r) => r.state === 'failed').map((r) => r.id as string),
+  );
   return rows.map((r) => toClaimed(r, sentAt));
 }
 

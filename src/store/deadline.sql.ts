@@ -152,10 +152,17 @@ st AS (
   WHERE s.id = old.id AND s.state IN (${sqlStates(STAGE_UNFINISHED)})
   RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
 ),
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = CASE WHEN $2::text = 'run_deadline' THEN 'expired' ELSE 'cancelled' END
+  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind, w.outcome
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t,
     jsonb_build_object('previousState', st.old_state, 'reason', $2::text)
   FROM st, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', w.outcome) FROM waits_closed w, clk
 )
 SELECT (SELECT count(*) FROM st)::int AS cancelled`;

@@ -1,3 +1,4 @@
+import { cancelFailedLeftovers } from './leftovers.js';
 import type { z } from 'zod';
 import type { DbSession, QueryOptions, Queryable } from './db.js';
 import { EXTEND_SQL, RELEASE_SQL } from './extend.sql.js';
@@ -28,6 +29,9 @@ export async function extend(q: Queryable, args: z.input<typeof leasesArgs>, opt
   if (leases.length === 0) return [];
   const sentAt = monotonicNow();
   const rows = await q.query(EXTEND_SQL, [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence)], 'ratchet_extend', opts);
+  // A last attempt past maxDuration failed its run (failRunsFrom): what a concurrent finish inserted meanwhile is cancelled now.
+  const failed = rows.filter((r) => r.verdict === 'duration_exceeded' && r.state === 'failed').map((r) => r.id as string);
+  if (failed.length > 0) await cancelFailedLeftovers(q, failed);
   return rows.map((r) => {
     const verdict = r.verdict as ExtendVerdict;
     const leaseUntil = (r.lease_until as Date | null) ?? null;

@@ -1,4 +1,4 @@
-import { CLAIMED_COLUMNS, NEXT_COLUMNS, RUN_ACTIVE, settleFrom } from './lease-common.sql.js';
+import { CLAIMED_COLUMNS, NEXT_COLUMNS, RUN_ACTIVE, STAGE_CANCEL_EVENT, STAGE_UNENDED, settleFrom } from './lease-common.sql.js';
 
 /** The event a finish writes for each outcome; a replay finds its own earlier finish by it. */
 const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
@@ -7,8 +7,11 @@ const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN
 const NEXT_NAMES = `id, run_id, seq, name, tool, tool_class, state, owner_id, fence, attempt, max_attempts, input, idempotency_key,
     lease_until, lease_ms, timeout_ms, max_duration_ms, claimed_at, first_claimed_at, error, prev_state, prev_fence`;
 
-/** Unended stages of a run that a failure for good (or an explicit end) cancels: running ones see `cancelled` at their next extend. */
-const UNENDED = `'pending','queued','waiting','running'`;
+/**
+ * Unended stages of a run that a failure for good (or an explicit end) cancels, from the state table
+ * (every source of `cancelled`, awaiting_approval included): running ones see `cancelled` at their next extend.
+ */
+const UNENDED = STAGE_UNENDED;
 
 /**
  * Finish a batch of attempts of owner $1 in one statement. $3 is their ids (so every lookup of
@@ -220,6 +223,14 @@ children_stages_cancelled AS (
   FROM children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${UNENDED})
   RETURNING s.id
 ),
+-- The open waits (a sleep, a signal, an approval: ratchet.waits) of the stages cancelled here end
+-- 'cancelled' in this statement, as CANCEL_RUN_SQL closes them: an approval would otherwise stay open.
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
+  FROM clk, (SELECT id FROM rest_cancelled UNION ALL SELECT id FROM children_stages_cancelled) c
+  WHERE w.stage_id = c.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT f.run_id, f.id, ${outcomeEvent('f.outcome')}, f.fence, f.attempt, clk.t,
@@ -237,7 +248,9 @@ ev AS (
   SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM settle_events x WHERE x.type = 'run_succeeded'
   UNION ALL
   SELECT c.run_id, c.id, 'stage_cancelled', c.fence, c.attempt, clk.t, jsonb_build_object('previousState', c.old_state, 'reason', 'run_failed')
-  FROM rest_cancelled c, clk WHERE c.old_state IN ('running', 'waiting')
+  FROM rest_cancelled c, clk WHERE c.old_state IN (${STAGE_CANCEL_EVENT})
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
   UNION ALL
   SELECT c.parent_run_id, c.parent_stage_id, 'child_run_started', f.fence, f.attempt, clk.t, jsonb_build_object('childRunId', c.id::text)
   FROM child_run c JOIN accepted f ON f.id = c.parent_stage_id CROSS JOIN clk
@@ -301,18 +314,20 @@ LEFT JOIN handed h ON h.after_id = req.id
 ORDER BY req.id`;
 
 /**
- * After a finish that failed runs (the group failure): the unended stages of the failed runs of
- * stages $1, cancelled by a statement of its own. A concurrent finish that inserted stages into
- * such a run (a map's items, an agent's answer) committed before the failure's rest_cancelled
- * could take its finishing stage's row (it waited on that row lock), or its fence failed and it
- * inserted nothing; either way its rows were not in the failing statement's snapshot, and this
- * next statement sees them. Until it runs, claims skip them (RUN_IS_ACTIVE in claim.sql.ts).
+ * After a statement that failed runs (the group failure: a finish, or failRunsFrom in the claim's
+ * attempts_exhausted, the extend's stage_duration_exceeded, failUnserved): the unended stages of the
+ * failed runs of stages $1 (bigint[]) or runs $2 (uuid[]), cancelled by a statement of its own. A
+ * concurrent finish that inserted stages into such a run (a map's items, an agent's answer) committed
+ * before the failure's rest_cancelled could take its finishing stage's row (it waited on that row
+ * lock), or its fence failed and it inserted nothing; either way its rows were not in the failing
+ * statement's snapshot, and this next statement sees them. Until it runs, claims skip them
+ * (RUN_IS_ACTIVE in claim.sql.ts). Their open waits end `cancelled`, as everywhere.
  */
 export const CANCEL_FAILED_LEFTOVERS_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 failed_runs AS (
-  SELECT DISTINCT r.id FROM ratchet.stages f JOIN ratchet.runs r ON r.id = f.run_id
-  WHERE f.id = ANY($1::bigint[]) AND r.state = 'failed'
+  SELECT r.id FROM ratchet.runs r
+  WHERE r.state = 'failed' AND (r.id = ANY($2::uuid[]) OR r.id IN (SELECT f.run_id FROM ratchet.stages f WHERE f.id = ANY($1::bigint[])))
 ),
 old AS (
   SELECT s.id, s.state FROM ratchet.stages s JOIN failed_runs r ON s.run_id = r.id WHERE s.state IN (${UNENDED})
@@ -322,10 +337,17 @@ st AS (
   FROM old, clk WHERE s.id = old.id AND s.state IN (${UNENDED})
   RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
 ),
+waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
+  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT st.run_id, st.id, 'stage_cancelled', st.fence, st.attempt, clk.t,
     jsonb_build_object('previousState', st.old_state, 'reason', 'run_failed')
   FROM st, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
 )
 SELECT (SELECT count(*) FROM st)::int AS cancelled`;

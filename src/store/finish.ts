@@ -2,7 +2,8 @@ import { z } from 'zod';
 import { InvalidInputError } from '../errors.js';
 import { canTransition } from '../planner/states.js';
 import type { Queryable, Row } from './db.js';
-import { CANCEL_FAILED_LEFTOVERS_SQL, FINISH_SQL } from './finish.sql.js';
+import { FINISH_SQL } from './finish.sql.js';
+import { cancelFailedLeftovers } from './leftovers.js';
 import { toJsonTextOrNull } from './json.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
 import { parseInput } from './validate.js';
@@ -182,7 +183,10 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
   // A group failure: what a concurrent finish inserted into the failed run meanwhile is cancelled by a statement of its own.
   const failing = sorted.filter((r) => r.runState === 'failed' && out.some((o) => o.id === r.id && o.accepted && !o.replayed));
   if (failing.length > 0)
-    await q.query(CANCEL_FAILED_LEFTOVERS_SQL, [failing.map((r) => r.id as string)], 'ratchet_cancel_failed_leftovers');
+    await cancelFailedLeftovers(
+      q,
+      failing.map((r) => r.id as string),
+    );
   return out.map((r) => {
     const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
     return {

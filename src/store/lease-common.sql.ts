@@ -1,4 +1,4 @@
-import { assertTransition, sourcesOf, sqlStates } from '../planner/states.js';
+import { assertTransition, sourcesOf, sqlStates, WAIT_STAGE_STATES } from '../planner/states.js';
 
 /**
  * Fragments shared by the lease protocol's statements (claim.sql.ts, extend.sql.ts,
@@ -21,6 +21,7 @@ for (const [from, to] of [
   ['pending', 'cancelled'],
   ['queued', 'cancelled'],
   ['waiting', 'cancelled'],
+  ['awaiting_approval', 'cancelled'],
   ['running', 'cancelled'],
   ['waiting', 'queued'],
 ] as const)
@@ -39,18 +40,20 @@ for (const [from, to] of [
 
 export const RUN_ACTIVE = sqlStates(sourcesOf('run', 'failed').filter((s) => sourcesOf('run', 'succeeded').includes(s)));
 /** The group failure (run graph): a failed run cancels every unended stage, parallel running ones included (they see `cancelled` at their next extend). */
-export const STAGE_UNENDED = sqlStates(
-  ['pending', 'queued', 'waiting', 'running'].filter((s) => sourcesOf('stage', 'cancelled').includes(s as 'pending')),
-);
+export const STAGE_UNENDED = sqlStates(sourcesOf('stage', 'cancelled'));
+/** The unended states whose cancel gets a stage_cancelled event (a worker or a person may be looking at them; pending/queued rows are many and silent). */
+export const STAGE_CANCEL_EVENT = sqlStates(['running', ...WAIT_STAGE_STATES]);
 export const STAGE_NOT_STARTED = sqlStates(['pending', 'queued'].filter((s) => sourcesOf('stage', 'cancelled').includes(s as 'pending')));
 
 /**
  * CTE fragments that end a run as failed because of stage rows in `source` (a CTE with
  * run_id, state, error columns) whose state is 'failed': the run becomes failed with the
  * stage's error, and its unended stages are cancelled (running parallel ones too: the group failure),
- * with a stage_cancelled event (previous state, reason run_failed) for the running and waiting ones,
- * as the finish writes them; its child runs are cancelled, recursively, with their stages (as the
- * finish's `descendants`). Same words everywhere. The statement must begin WITH RECURSIVE.
+ * awaiting approval included, with a stage_cancelled event (previous state, reason run_failed) for the
+ * running, waiting and awaiting_approval ones, as the finish writes them; its child runs are cancelled,
+ * recursively, with their stages (as the finish's `descendants`); the open waits (ratchet.waits: a
+ * sleep, a signal, an approval) of every stage cancelled here end `cancelled` with a wait_ended event,
+ * as CANCEL_RUN_SQL closes them. Same words everywhere. The statement must begin WITH RECURSIVE.
  */
 export function failRunsFrom(source: string, prefix: string): string {
   return `
@@ -94,14 +97,24 @@ ${prefix}_children_stages_cancelled AS (
   FROM ${prefix}_children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${STAGE_UNENDED})
   RETURNING s.id
 ),
+-- The open waits of the stages cancelled here end 'cancelled' (an approval without a timeout would otherwise stay open for good).
+${prefix}_waits_closed AS (
+  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
+  FROM clk, (SELECT id FROM ${prefix}_rest_cancelled UNION ALL SELECT id FROM ${prefix}_children_stages_cancelled) c
+  WHERE w.stage_id = c.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind
+),
 ${prefix}_run_failed_ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT f.id, NULL, 'run_failed', NULL, NULL, clk.t, NULL FROM ${prefix}_run_failed f, clk
   UNION ALL
   SELECT c.run_id, c.id, 'stage_cancelled', c.fence, c.attempt, clk.t, jsonb_build_object('previousState', c.old_state, 'reason', 'run_failed')
-  FROM ${prefix}_rest_cancelled c, clk WHERE c.old_state IN ('running', 'waiting')
+  FROM ${prefix}_rest_cancelled c, clk WHERE c.old_state IN (${STAGE_CANCEL_EVENT})
   UNION ALL
   SELECT c.id, NULL, 'run_cancelled', NULL, NULL, clk.t, jsonb_build_object('reason', 'parent_ended') FROM ${prefix}_children_cancelled c, clk
+  UNION ALL
+  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled')
+  FROM ${prefix}_waits_closed w, clk
 )`;
 }
 

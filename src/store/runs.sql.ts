@@ -135,6 +135,7 @@ ev AS (
   SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
 )
 SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHERE id = $1::uuid)::int AS cancelled,
+  coalesce((SELECT array_agg(id::text) FROM run), '{}') AS run_ids,
   coalesce((SELECT array_agg(id::text) FROM st WHERE old_state = 'running'), '{}') AS running_stage_ids,
   coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
 

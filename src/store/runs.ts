@@ -433,7 +433,8 @@ export async function cancelRun(q: Queryable, runId: string): Promise<CancelResu
   if (!isUuid(runId)) return null;
   const [r] = await q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
-  if (r.cancelled === 1) await cancelLeftovers(q, [runId], 'cancelled'); // a plan a finish inserted meanwhile (deadline.sql.ts)
+  // a plan a finish inserted meanwhile into the run or a child run cancelled with it (deadline.sql.ts)
+  if (r.cancelled === 1) await cancelLeftovers(q, (r.run_ids as string[] | undefined) ?? [runId], 'cancelled');
   return {
     cancelled: r.cancelled === 1,
     previousState: r.previous_state as RunState,

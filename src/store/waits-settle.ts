@@ -48,32 +48,13 @@ SELECT NULL, NULL, NULL, NULL, d.state FROM w_run_done d WHERE d.state = 'succee
 
 /**
  * The stage's failure ($2) fails its run: the group failure (failRunsFrom) — the run failed, its
- * unended stages and child runs cancelled, a failed child's parent woken — plus what only waits
- * have: sibling calls awaiting approval cancelled too, and the open waits of every stage cancelled
- * here closed (`cancelled`).
+ * unended stages (sibling calls awaiting approval and waits included) and child runs cancelled, the
+ * open waits of every stage cancelled closed (`cancelled`), a failed child's parent woken.
  */
 const SETTLE_FAIL_SQL = `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 src AS (SELECT s.run_id, 'failed'::text AS state, $2::jsonb AS error FROM ratchet.stages s WHERE s.id = $1::bigint),
-${failRunsFrom('src', 'f')},
-approvals_cancelled AS (
-  UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
-  FROM f_run_failed f, clk WHERE s.run_id = f.id AND s.state = 'awaiting_approval' AND s.id <> $1::bigint
-  RETURNING s.id, s.run_id, s.fence, s.attempt
-),
-waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
-  FROM clk, (SELECT id FROM f_rest_cancelled UNION ALL SELECT id FROM approvals_cancelled UNION ALL SELECT id FROM f_children_stages_cancelled) c
-  WHERE w.stage_id = c.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind
-),
-ev AS (
-  INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
-  SELECT a.run_id, a.id, 'stage_cancelled', a.fence, a.attempt, clk.t,
-    jsonb_build_object('previousState', 'awaiting_approval', 'reason', 'run_failed') FROM approvals_cancelled a, clk
-  UNION ALL
-  SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
-)
+${failRunsFrom('src', 'f')}
 SELECT p.id::text AS id, x.tool_class, x.definition_hash, x.attempt, NULL::text AS run_state
 FROM f_parent_woken p JOIN ratchet.stages x ON x.id = p.id
 UNION ALL

@@ -104,4 +104,4 @@ ev AS (
   UNION ALL
   SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM unserved_settle_events x
 )
-SELECT count(*)::int AS failed FROM gone`;
+SELECT count(*)::int AS failed, coalesce(array_agg(id::text) FILTER (WHERE NOT continue_on_error), '{}') AS failed_ids FROM gone`;

@@ -1,3 +1,4 @@
+import { cancelFailedLeftovers } from './leftovers.js';
 import type { Queryable } from './db.js';
 import {
   DELETE_WORKER_SQL,
@@ -61,6 +62,8 @@ export async function unservedClasses(q: Queryable, classes: string[], withinMs:
 export async function failUnserved(q: Queryable, classes: string[], afterMs: number): Promise<number> {
   if (classes.length === 0) return 0;
   const [r] = await q.query(FAIL_UNSERVED_SQL, [classes, afterMs]);
+  // Runs failed here (failRunsFrom): what a concurrent finish inserted into them meanwhile is cancelled now.
+  await cancelFailedLeftovers(q, (r?.failed_ids as string[] | undefined) ?? []);
   return (r?.failed as number | undefined) ?? 0;
 }
 
