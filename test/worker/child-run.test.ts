@@ -113,12 +113,16 @@ const retryParent = defineWorkflow({
   steps: [{ name: 'sub', workflow: 'child_retry' }, { tool: effect }],
 });
 let siblingFailures = 1;
-const sibling = tool('sibling_once', () => {
+const gate = { open: false, childRunning: false };
+const sibling = tool('sibling_once', async () => {
+  // The sibling fails only once the child's tool runs: the test is about a child cancelled mid-run (without the wait,
+  // `side` could fail before `sub` started its child, and there would be no child to detach).
+  for (let i = 0; i < 400 && !gate.childRunning; i++) await new Promise((res) => setTimeout(res, 25));
   if (siblingFailures-- > 0) throw new PermanentError('sibling down', { code: 'sibling_down' });
   return { sibling: true };
 });
-const gate = { open: false };
 const waitGate = tool('wait_gate', async () => {
+  gate.childRunning = true;
   for (let i = 0; i < 400 && !gate.open; i++) await new Promise((res) => setTimeout(res, 25));
   return { gated: true };
 });
