@@ -6,7 +6,8 @@ import { MODEL_STAGE_TOOL } from '../definitions/agent.js';
 import { AGENT_SLEEP_TOOL_NAME } from '../definitions/waits.js';
 import { buildMessages } from '../agent/messages.js';
 import { callModelStreamed } from '../live/tokens.js';
-import { onModelAnswer, planAgentRun, toPlanRow } from '../dispatcher/agent.js';
+import { onModelAnswer, toPlanRow } from '../dispatcher/agent.js';
+import { planAgentRun } from '../planner/agent-run.js';
 import {
   applyGroupRule,
   groupFailure,

@@ -86,4 +86,29 @@ describe('the run graph in the CLI', () => {
     } as never);
     expect(JSON.parse(out[0]!)).toMatchObject({ seq: 4, state: 'running', deps: ['news', 'blogs'] });
   });
+
+  it('run: two stages running at once are shown as they run, before either ends', async () => {
+    const views = [
+      { ...run, stages: run.stages.map((s) => (s.seq === 1 ? s : { ...s, state: 'pending' })) },
+      run, // news and blogs both running
+      { ...run, stages: run.stages.map((s) => (s.seq === 2 ? { ...s, state: 'succeeded' } : s)) },
+      { ...run, state: 'succeeded', stages: run.stages.map((s) => ({ ...s, state: 'succeeded' })) },
+    ] as unknown as RunView[];
+    let i = 0;
+    const text: string[] = [];
+    const t = textReporter((l) => text.push(l));
+    await watchRun(async () => views[Math.min(i++, views.length - 1)]!, 'r1', {
+      intervalMs: 1,
+      timeoutMs: 1000,
+      onStage: (s, r) => t.stage('r1', s, depNames(s.deps, r.stages)),
+    });
+    const at = (re: RegExp) => text.findIndex((l) => re.test(l));
+    const newsRunning = at(/stage 2 news .*running/);
+    const blogsRunning = at(/stage 3 blogs .*running/);
+    expect(newsRunning).toBeGreaterThan(-1);
+    expect(blogsRunning).toBeGreaterThan(-1);
+    const firstEnd = Math.min(at(/stage 2 news .*succeeded/), at(/stage 3 blogs .*succeeded/));
+    expect(Math.max(newsRunning, blogsRunning)).toBeLessThan(firstEnd); // both shown running before either ended
+    expect(text.filter((l) => / running/.test(l))).toHaveLength(2);
+  });
 });

@@ -219,9 +219,9 @@ describe('a workflow offered to an agent as a tool (a child run)', () => {
   });
 });
 
-describe('the example (examples/graph/research-digest.ts)', () => {
+describe('the example (workflows/research-digest.ts)', () => {
   it('loads: fan-out of three, a join, a map bounded to 3, a merge and a child run; the child is loaded beside it', async () => {
-    const { researchDigest, publishDigest } = await import('../../examples/graph/research-digest.js');
+    const { researchDigest, publishDigest } = await import('../../workflows/research-digest.js');
     const r = createRegistry([researchDigest, publishDigest]);
     const w = r.require('research-digest');
     expect(w.steps.map((s) => [s.name, s.kind, s.after])).toEqual([

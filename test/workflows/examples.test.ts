@@ -59,8 +59,10 @@ describe('workflows/ on the embedded default, receivers on PostgreSQL', () => {
         .list()
         .map((w) => w.name)
         .sort(),
-    ).toEqual(['invoice-agent', 'publish-report', 'reconcile-invoice']);
+    ).toEqual(['invoice-agent', 'publish-digest', 'publish-report', 'reconcile-invoice', 'research-digest']);
     expect(ratchet.registry.toolClasses().map((c) => c.name)).toEqual([
+      '$control',
+      'digest-io',
       'invoice-compute',
       'invoice-http',
       'model',
@@ -175,5 +177,58 @@ describe('faults, with the services on in-memory PGlite (the pool adapter)', () 
       use(services);
       await flaky.close();
     }
+  });
+});
+
+describe('workflows/research-digest.ts: a fan-out, a join, a map and a child run that publishes once', () => {
+  it('runs end to end: the join after all searches, the summaries in order, the digest published once at the fenced receiver', async () => {
+    use(services);
+    const { id } = await ratchet.submit('research-digest', { topic: 'leases', digestId: 'd-1' });
+    const run = await finished(id);
+    expect(run.state, JSON.stringify(run.error)).toBe('succeeded');
+    const full = (await ratchet.store.getRun(id))!;
+    const by = (name: string) => full.stages.find((s) => s.name === name)!;
+    expect(
+      ['search_news', 'search_papers', 'search_forums', 'pick_articles', 'summaries', 'merge', 'publish'].map((n) => [n, by(n).state]),
+    ).toEqual([
+      ['search_news', 'succeeded'],
+      ['search_papers', 'succeeded'],
+      ['search_forums', 'skipped'],
+      ['pick_articles', 'succeeded'],
+      ['summaries', 'succeeded'],
+      ['merge', 'succeeded'],
+      ['publish', 'succeeded'],
+    ]);
+    // The join ran once, after both searches that ran, with both lists.
+    const urls = (by('pick_articles').result as { urls: string[] }).urls;
+    expect(urls).toEqual([
+      'https://news.example/leases/1',
+      'https://news.example/leases/2',
+      'https://papers.example/leases/1',
+      'https://papers.example/leases/2',
+    ]);
+    const events = await ratchet.events(id);
+    const claimOf = (name: string) => events.filter((e) => e.type === 'job_claimed' && e.stageId === by(name).id);
+    expect(claimOf('pick_articles')).toHaveLength(1);
+    const joinAt = claimOf('pick_articles')[0]!.at.getTime();
+    for (const n of ['search_news', 'search_papers']) {
+      const done = events.find((e) => e.type === 'stage_succeeded' && e.stageId === by(n).id);
+      expect(done, n).toBeDefined();
+      expect(done!.at.getTime(), n).toBeLessThanOrEqual(joinAt);
+    }
+    // The map: one stage per article, the results in item order.
+    expect((by('summaries').result as { url: string }[]).map((p) => p.url)).toEqual(urls);
+    // The child run published the digest once, through the fenced receiver, under the digest's key.
+    expect(full.children).toHaveLength(1);
+    const kid = (await ratchet.store.getRun(full.children![0]!.id))!;
+    expect(kid).toMatchObject({ workflow: 'publish-digest', state: 'succeeded', parentRunId: id });
+    expect(run.result).toMatchObject({ reportId: 'd-1', key: 'digest:d-1:publish', replayed: false });
+    const { reports, requests } = await services.effects();
+    expect(reports.filter((r) => r.key === 'digest:d-1:publish')).toEqual([
+      expect.objectContaining({ reportId: 'd-1', fence: kid.stages[0]!.fence }),
+    ]);
+    expect(requests.filter((r) => r.key === 'digest:d-1:publish')).toEqual([
+      expect.objectContaining({ path: '/reports', fence: kid.stages[0]!.fence, status: 201, replayed: false }),
+    ]);
   });
 });

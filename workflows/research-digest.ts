@@ -1,18 +1,24 @@
 /**
  * research-digest: the run graph in one workflow — a fan-out of three searches, a join that
  * picks articles, a map that summarises each (at most 3 leased at once per run), a merge, and a
- * child run that publishes the digest. Plus the child workflow it starts.
- *
- * The tools are pure so the example needs no service. Run it on the embedded store:
- *   npx tsx examples/graph/research-digest.ts [--forums]
- * It submits one run, works it with one worker and prints each stage's state and the result.
+ * child run that publishes the digest once through the fenced report receiver (POST /reports,
+ * Idempotency-Key + X-Execution-Fence, as publish-report does). Plus the child workflow it starts.
+ * The searches and summaries are pure (no service); only the publish acts on the world.
+ * Services: examples/services.ts (base URL from RATCHET_EXAMPLE_SERVICES_URL). Run it:
+ *   node bin/ratchet.mjs run research-digest --with-services --input '{"topic":"leases","digestId":"d-1"}'
  */
-import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { createRatchet, defineTool, defineToolClass, defineWorkflow } from '../../src/index.js';
-import { silentLogger } from '../../src/logger.js';
+import { defineTool, defineToolClass, defineWorkflow } from '../src/index.js';
+import { fencedPost, getFromService } from './_lib/http.js';
 
-const io = defineToolClass({ name: 'digest-io', lease: '30s', heartbeat: '5s', timeout: '20s', maxDuration: '2m' });
+const io = defineToolClass({
+  name: 'digest-io',
+  lease: '30s',
+  heartbeat: '5s',
+  timeout: '20s',
+  maxDuration: '2m',
+  retry: { maxAttempts: 5, backoff: { initial: '250ms', factor: 2, max: '5s' } },
+});
 
 const hits = z.object({ source: z.string(), urls: z.array(z.string()) });
 const search = (source: string) =>
@@ -52,14 +58,26 @@ const merge = defineTool({
   run: async ({ parts }) => ({ text: parts.map((p) => `- ${p.summary} (${p.url})`).join('\n') }),
 });
 
+const published = z.object({ reportId: z.string(), key: z.string(), url: z.string(), replayed: z.boolean() });
+const publishedBody = published.omit({ replayed: true });
+
 const publish = defineTool({
   name: 'publish_digest',
-  description: 'Publishes a digest once per digest id (a real tool sends ctx.fence and its key to a fenced receiver).',
+  description: 'Publishes the digest to the report service, once per digest id (fenced POST /reports).',
   class: io,
   input: z.object({ digestId: z.string(), text: z.string() }),
-  output: z.object({ published: z.string() }),
+  output: published,
   idempotencyKey: ({ digestId }) => `digest:${digestId}:publish`,
-  run: async ({ digestId }) => ({ published: digestId }),
+  async run({ digestId, text }, ctx) {
+    const body = { reportId: digestId, title: `Digest ${digestId}`, markdown: text, reviewedBy: 'research-digest' };
+    const answer = await fencedPost('/reports', body, ctx);
+    return { ...publishedBody.parse(answer.body), replayed: answer.replayed };
+  },
+  /** An earlier attempt sent the POST and its answer was lost: ask whether the digest exists. */
+  async reconcile(_input, ctx) {
+    const answer = await getFromService(`/reports/${encodeURIComponent(ctx.idempotencyKey)}`, ctx, { allowMissing: true });
+    return answer ? { done: true, output: { ...publishedBody.parse(answer.body), replayed: true } } : { done: false };
+  },
 });
 
 /** The child workflow: a run of its own, started by the parent's `publish` step and keyed by it. */
@@ -108,25 +126,3 @@ export const researchDigest = defineWorkflow({
 });
 
 export default [researchDigest, publishDigest];
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const r = await createRatchet({ dataDir: ':memory:', workflows: [researchDigest, publishDigest], logger: silentLogger() });
-  try {
-    await r.worker({ pollIntervalMs: 20 }).start();
-    const forums = process.argv.includes('--forums');
-    const { id } = await r.submit('research-digest', { topic: 'leases', digestId: 'd-1', forums });
-    let run = await r.getRun(id);
-    for (let i = 0; i < 500 && run && !['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state); i++) {
-      await new Promise((res) => setTimeout(res, 20));
-      run = await r.getRun(id);
-    }
-    const full = (await r.store.getRun(id))!;
-    console.log(`run ${id}: ${full.state}`);
-    for (const s of full.stages)
-      console.log(`  ${String(s.seq).padStart(8)} ${s.name.padEnd(16)} ${s.state.padEnd(10)} after [${(s.deps ?? []).join(', ')}]`);
-    for (const c of full.children ?? []) console.log(`  child run ${c.id} (${c.workflow}): ${c.state}`);
-    console.log(JSON.stringify(full.result, null, 2));
-  } finally {
-    await r.close();
-  }
-}
