@@ -172,6 +172,18 @@ describe('approval gates', () => {
     expect(late.body.error).toMatchObject({ code: 'already_decided', details: { outcome: 'timed_out' } });
   });
 
+  it('an approval left open on a run that ended (a sibling failed it) is not listed: GET /v1/approvals shows only active runs', async () => {
+    const run = await awaitingApproval({ invoiceId: 'inv-ended', amount: 4 });
+    const s0 = run.stageIds[0]!;
+    expect((await api.client.approvals()).approvals.map((a) => a.stageId)).toContain(s0);
+    // what a group failure elsewhere in the run leaves behind: the run failed, the untimed approval row still open
+    await q(`UPDATE ratchet.runs SET state = 'failed', finished_at = now() WHERE id = $1`, [run.id]);
+    expect((await api.client.approvals()).approvals.map((a) => a.stageId)).not.toContain(s0);
+    const one = await api.http(`/v1/approvals?runId=${run.id}`);
+    expect(one.status).toBe(200);
+    expect(one.body.approvals).toEqual([]);
+  });
+
   it('bad input on every approval route: a typed 4xx, nothing written', async () => {
     const run = await awaitingApproval({ invoiceId: 'inv-bad', amount: 1 });
     const s0 = run.stageIds[0]!;
