@@ -36,6 +36,10 @@ export interface WakeResult {
  * the refusal `refuse` builds (approval_timeout), settled like a rejection; `refuse` answering
  * null (this process lacks the definition) leaves it for a sweeper that has it. A wait whose
  * stage already ended another way is closed as `cancelled`.
+ *
+ * Lock order: the run row first, then the wait and its stage (`FOR UPDATE OF r, w, s`, locked in
+ * that order per row), as a decision (lockRun), cancel and the deadline expiry take them: a
+ * timeout's settle, which updates the run, never waits on a run row while holding its stage.
  */
 export async function wakeDueWaits(
   db: Db,
@@ -45,10 +49,10 @@ export async function wakeDueWaits(
   return db.transaction(async (tx) => {
     const rows = await tx.query(
       `SELECT w.stage_id::text AS stage_id, w.run_id::text AS run_id, w.kind, w.since, w.wait_until, s.state, s.seq, s.tool, s.tool_class, s.definition_hash, s.attempt
-       FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id
+       FROM ratchet.runs r JOIN ratchet.waits w ON w.run_id = r.id JOIN ratchet.stages s ON s.id = w.stage_id
        WHERE w.ended_at IS NULL AND w.wait_until <= ratchet.db_now()
        ORDER BY w.wait_until LIMIT $1
-       FOR UPDATE OF w, s SKIP LOCKED`,
+       FOR UPDATE OF r, w, s SKIP LOCKED`,
       [limit],
     );
     const out: WakeResult = { woken: [], timedOut: [], decisions: [], seen: rows.length, closed: 0, settled: [] };

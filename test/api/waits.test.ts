@@ -4,6 +4,7 @@ import { inputHash } from '../../src/planner/waits.js';
 import { beginWait } from '../../src/store/signals.js';
 import { wakeDueWaits } from '../../src/store/wake-waits.js';
 import { refusalError } from '../../src/planner/waits.js';
+import { toApiError } from '../../src/api/to-api-error.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { counts, startApi, type Api } from './helpers.js';
 import { allowWaitStates, claimStage, createAgentRun, createWaitRun, gated, hooked, napper, waitWorkflows } from './waits-fixtures.js';
@@ -351,6 +352,37 @@ describe('signals', () => {
     expect(w!.outcome).toBe('timed_out');
     const late = await send(run.id, 'paid', { paid: true, ref: 'late' });
     expect([late.status, late.body.error.code]).toEqual([409, 'already_decided']);
+  });
+
+  it('lock order: the sweeper takes the run row first (as a decision and cancel do): a run locked elsewhere is skipped, not half-locked', async () => {
+    const run = await atTheWait();
+    const s1 = run.stageIds[1]!;
+    const lease = await claimStage(api.ratchet.store.db, s1);
+    await beginWait(api.ratchet.store.db, lease, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
+    await api.ratchet.store.clock.advance(61_000);
+    try {
+      await api.ratchet.store.db.transaction(async (tx) => {
+        // a decision or a cancel of this run holds its row (lockRun / CANCEL_RUN_SQL take the run first)
+        await tx.query(`SELECT 1 FROM ratchet.runs WHERE id = $1::uuid FOR UPDATE`, [run.id]);
+        const woke = await wakeDueWaits(api.ratchet.store.db, 100, () => null);
+        expect(woke.woken.map((w) => w.id)).not.toContain(s1);
+        const [w] = await q(`SELECT ended_at FROM ratchet.waits WHERE stage_id = $1`, [s1]);
+        expect(w!.ended_at).toBeNull();
+      });
+      const woke = await wakeDueWaits(api.ratchet.store.db, 100, () => null);
+      expect(woke.woken.map((w) => w.id)).toContain(s1);
+    } finally {
+      await api.ratchet.store.clock.setOffset(0);
+    }
+  });
+
+  it('a database conflict (deadlock 40P01, serialisation 40001) is a retryable 503 transaction_conflict, not a 500 internal', () => {
+    for (const code of ['40P01', '40001']) {
+      const err = Object.assign(new Error('deadlock detected'), { code });
+      const e = toApiError(err, 1);
+      expect([e.status, e.code, e.retryAfterMs]).toEqual([503, 'transaction_conflict', 1000]);
+    }
+    expect(toApiError(Object.assign(new Error('x'), { code: '42P01' }), 1).code).toBe('internal');
   });
 
   it('a sleep: waiting until its time by the database clock (explain sleeping_until), then queued for the claim that ends it', async () => {
