@@ -25,11 +25,16 @@ export function toApiError(err: unknown, retryAfterSeconds: number): ApiError {
   if (classifyDbError(err) === 'conflict') {
     // 40P01 / 40001: the database rolled the whole transaction back (a deadlock with the sweeper or a
     // cancel, a serialisation failure); nothing was written. Retryable at once: 503 with Retry-After.
-    return new ApiError(503, 'transaction_conflict', 'the request met a concurrent change and was rolled back; nothing was changed: retry it', {
-      retryAfterMs: 1000,
-      details: { sqlstate: (err as { code?: string }).code ?? null },
-      cause: err,
-    });
+    return new ApiError(
+      503,
+      'transaction_conflict',
+      'the request met a concurrent change and was rolled back; nothing was changed: retry it',
+      {
+        retryAfterMs: 1000,
+        details: { sqlstate: (err as { code?: string }).code ?? null },
+        cause: err,
+      },
+    );
   }
   if (err instanceof IdempotencyConflictError) {
     return new ApiError(409, 'idempotency_conflict', err.message, { path: 'Idempotency-Key', details: { runId: err.runId }, cause: err });
