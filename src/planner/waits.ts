@@ -368,11 +368,20 @@ const SIGNAL_TIMEOUT_CODES = new Set(['signal_timeout', 'on_timeout_failed']);
  * signal_timeout (signalTimedOut); else (its first claim, or a run retried after the timeout
  * failed it) a new wait of `timeout` from now, which takes a signal kept for it at once.
  */
+/**
+ * Is the ended signal wait `outcome` of a stage with error `stageError` the one its next claim ends
+ * (the sweeper's timeout: onTimeout or signal_timeout), rather than an old wait its next claim
+ * replaces by a new one (a run retried from signal_timeout, a cancelled wait revived by a retry)?
+ */
+export function signalTimeoutPending(outcome: string | null, stageError: unknown): boolean {
+  const code = (stageError as { code?: unknown } | null)?.code;
+  return outcome === 'timed_out' && !SIGNAL_TIMEOUT_CODES.has(code as string);
+}
+
 export function decideSignalStep(step: Step, args: StepInputArgs, now: Date, wait: StageWait | null, stageError: unknown): WaitClaim {
   const spec = step.signal;
   if (!spec) throw new Error(`step ${step.name} is not a signal step`);
-  const code = (stageError as { code?: unknown } | null)?.code;
-  if (wait?.kind === 'signal' && wait.outcome === 'timed_out' && wait.until && !SIGNAL_TIMEOUT_CODES.has(code as string)) {
+  if (wait?.kind === 'signal' && wait.until && signalTimeoutPending(wait.outcome, stageError)) {
     return fromDecision(signalTimedOut(step, args, wait.since, wait.until, now));
   }
   return { kind: 'begin_wait', wait: 'signal', signalName: spec.name, until: { inMs: spec.timeoutMs } };

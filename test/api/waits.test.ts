@@ -354,6 +354,31 @@ describe('signals', () => {
     expect([late.status, late.body.error.code]).toEqual([409, 'already_decided']);
   });
 
+  it('a run failed by signal_timeout and retried: a signal sent before the retried stage waits again is kept (202) and consumed by the new wait', async () => {
+    const run = await atTheWait();
+    const s1 = run.stageIds[1]!;
+    const lease = await claimStage(api.ratchet.store.db, s1);
+    await beginWait(api.ratchet.store.db, lease, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
+    await api.ratchet.store.clock.advance(61_000);
+    try {
+      await wakeDueWaits(api.ratchet.store.db, 100, () => null);
+    } finally {
+      await api.ratchet.store.clock.setOffset(0);
+    }
+    // the claim after the timeout fails the stage signal_timeout (decideSignalStep), the run with it
+    await q(`UPDATE ratchet.stages SET state = 'failed', error = '{"code":"signal_timeout","message":"timed out"}' WHERE id = $1`, [s1]);
+    await q(`UPDATE ratchet.stages SET state = 'cancelled' WHERE id = $1`, [run.stageIds[2]]);
+    await q(`UPDATE ratchet.runs SET state = 'failed', error = '{"code":"signal_timeout"}' WHERE id = $1`, [run.id]);
+    await api.client.retry(run.id);
+    expect((await stageRow(s1)).state).toBe('queued');
+    const kept = await send(run.id, 'paid', { paid: true, ref: 'after-retry' }, 'sig-retry');
+    expect([kept.status, kept.body.status]).toEqual([202, 'kept']);
+    const again = await claimStage(api.ratchet.store.db, s1);
+    const w = await beginWait(api.ratchet.store.db, again, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
+    expect(w).toMatchObject({ verdict: 'consumed', signalId: 'sig-retry' });
+    expect(await stageRow(s1)).toMatchObject({ state: 'succeeded', result: { paid: true, ref: 'after-retry' } });
+  });
+
   it('lock order: the sweeper takes the run row first (as a decision and cancel do): a run locked elsewhere is skipped, not half-locked', async () => {
     const run = await atTheWait();
     const s1 = run.stageIds[1]!;
