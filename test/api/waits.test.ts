@@ -50,7 +50,7 @@ describe('approval gates', () => {
   it('the stage waits holding nothing; approve (edited input checked by the schema) queues it with the edit; who, when and the hash in the events', async () => {
     const run = await awaitingApproval();
     const s0 = run.stageIds[0]!;
-    expect(await stageRow(s0)).toMatchObject({ state: 'awaiting_approval', max_attempts: 4 }); // 1 + 3: the gating claim's attempt is given back
+    expect(await stageRow(s0)).toMatchObject({ state: 'awaiting_approval', max_attempts: 3, attempt: 0 }); // the gating claim's attempt is given back
     const [lease] = await q(`SELECT owner_id, lease_until, heartbeat_at FROM ratchet.stages WHERE id = $1`, [s0]);
     expect(lease).toEqual({ owner_id: null, lease_until: null, heartbeat_at: null });
     expect((await api.client.explain(run.id)).verdict).toBe('awaiting_approval');
@@ -183,6 +183,26 @@ describe('approval gates', () => {
     const one = await api.http(`/v1/approvals?runId=${run.id}`);
     expect(one.status).toBe(200);
     expect(one.body.approvals).toEqual([]);
+  });
+
+  it('an approved call that then failed for good, its run retried: it runs again without asking, and an approval_reused event says whose approval stands', async () => {
+    const run = await awaitingApproval({ invoiceId: 'inv-reuse', amount: 6 });
+    const s0 = run.stageIds[0]!;
+    const ok = await api.http(`/v1/runs/${run.id}/stages/${s0}/approve`, {
+      method: 'POST',
+      body: JSON.stringify({ by: 'Ana' }),
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(ok.status).toBe(200);
+    await q(`UPDATE ratchet.stages SET state = 'failed', error = '{"code":"tool_failed","message":"x"}' WHERE id = $1`, [s0]);
+    await q(`UPDATE ratchet.stages SET state = 'cancelled' WHERE id = $1`, [run.stageIds[1]]);
+    await q(`UPDATE ratchet.runs SET state = 'failed', error = '{"code":"tool_failed"}' WHERE id = $1`, [run.id]);
+    await api.client.retry(run.id);
+    expect((await stageRow(s0)).state).toBe('queued');
+    const reused = await eventsOf(run.id, 'approval_reused');
+    expect(reused).toHaveLength(1);
+    expect(reused[0]).toMatchObject({ stage_id: s0, data: { actor: 'Ana', inputHash: null } });
+    expect(typeof reused[0]!.data.decidedBy).toBe('string');
   });
 
   it('bad input on every approval route: a typed 4xx, nothing written', async () => {
@@ -343,7 +363,7 @@ describe('signals', () => {
     await api.ratchet.store.clock.advance(3_600_000);
     try {
       const woke = await wakeDueWaits(api.ratchet.store.db, 100, none);
-      expect(woke.woken).toContainEqual(expect.objectContaining({ id: run.stageIds[1], kind: 'signal', attempt: 2 }));
+      expect(woke.woken).toContainEqual(expect.objectContaining({ id: run.stageIds[1], kind: 'signal', attempt: 1 }));
     } finally {
       await api.ratchet.store.clock.setOffset(0);
     }
