@@ -430,6 +430,26 @@ describe('signals', () => {
     expect(toApiError(Object.assign(new Error('x'), { code: '42P01' }), 1).code).toBe('internal');
   });
 
+  it('approvals this process cannot decide (definition not loaded) do not fill a small batch: the sleep behind them is woken', async () => {
+    await awaitingApproval({ invoiceId: 'inv-starve-1', amount: 1 });
+    await awaitingApproval({ invoiceId: 'inv-starve-2', amount: 1 });
+    const run = await createWaitRun(api.ratchet, napper, {});
+    const lease = await claimStage(api.ratchet.store.db, run.stageIds[0]!);
+    await beginWait(api.ratchet.store.db, lease, { kind: 'sleep', until: { inMs: 2 * 3_600_000 } });
+    await api.ratchet.store.clock.advance(2 * 3_600_000 + 1000);
+    const woken: string[] = [];
+    try {
+      for (let i = 0; i < 20; i++) {
+        const r = await wakeDueWaits(api.ratchet.store.db, 2, () => null, ['a-definition-this-process-lacks']);
+        woken.push(...r.woken.map((x) => x.id));
+        if (r.seen < 2) break;
+      }
+    } finally {
+      await api.ratchet.store.clock.setOffset(0);
+    }
+    expect(woken).toContain(run.stageIds[0]);
+  });
+
   it('a sleep: waiting until its time by the database clock (explain sleeping_until), then queued for the claim that ends it', async () => {
     const run = await createWaitRun(api.ratchet, napper, {});
     const lease = await claimStage(api.ratchet.store.db, run.stageIds[0]!);
