@@ -232,7 +232,7 @@ export function inputHash(value: unknown): string {
 /**
  * The input an approval lets the tool run with: the stage's own, or the approver's edit checked
  * by the tool's zod input schema (refused with the path of the first problem: a 422, nothing
- * changed). The hash of an edited input goes into the events.
+ * changed) and stored as sent, not as parsed. The hash of an edited input goes into the events.
  */
 export function approvedInput(
   tool: GatedTool,
@@ -252,7 +252,9 @@ export function approvedInput(
       issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })),
     };
   }
-  const json = asJson(r.data);
+  // What the person sent, validated but raw: the tool's schema parses the stored input again when it runs,
+  // so storing zod's output would apply its transforms and defaults twice.
+  const json = asJson(edited);
   if (!json.ok) return { ok: false, path: 'input', message: `the edited input ${json.problem}`, issues: [] };
   return { ok: true, edited: true, input: json.value, inputHash: inputHash(json.value) };
 }
