@@ -26,6 +26,7 @@ export const API_ERROR_CODES = [
   'signal_id_conflict',
   'not_found',
   'database_unavailable',
+  'transaction_conflict',
   'internal',
   'read_timeout',
   'network_error',

@@ -1,7 +1,7 @@
 import { HTTPException } from 'hono/http-exception';
 import { RatchetError } from '../errors.js';
 import { DatabaseUnavailableError, IdempotencyConflictError } from '../store/index.js';
-import { isConnectionError } from '../store/db-errors.js';
+import { classifyDbError, isConnectionError } from '../store/db-errors.js';
 import { ApiError } from './errors.js';
 
 /**
@@ -18,6 +18,20 @@ export function toApiError(err: unknown, retryAfterSeconds: number): ApiError {
       'the database did not answer; nothing was changed by this request unless a later read shows it (retry with the same Idempotency-Key)',
       {
         retryAfterMs: retryAfterSeconds * 1000,
+        cause: err,
+      },
+    );
+  }
+  if (classifyDbError(err) === 'conflict') {
+    // 40P01 / 40001: the database rolled the whole transaction back (a deadlock with the sweeper or a
+    // cancel, a serialisation failure); nothing was written. Retryable at once: 503 with Retry-After.
+    return new ApiError(
+      503,
+      'transaction_conflict',
+      'the request met a concurrent change and was rolled back; nothing was changed: retry it',
+      {
+        retryAfterMs: 1000,
+        details: { sqlstate: (err as { code?: string }).code ?? null },
         cause: err,
       },
     );

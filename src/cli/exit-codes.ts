@@ -48,6 +48,7 @@ export function exitCodeFor(code: string): number {
     case 'unknown_signal':
       return EXIT.unknownRun;
     case 'database_unavailable':
+    case 'transaction_conflict':
       return EXIT.databaseUnavailable;
     case 'not_retryable':
     case 'already_terminal':

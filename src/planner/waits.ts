@@ -232,7 +232,7 @@ export function inputHash(value: unknown): string {
 /**
  * The input an approval lets the tool run with: the stage's own, or the approver's edit checked
  * by the tool's zod input schema (refused with the path of the first problem: a 422, nothing
- * changed). The hash of an edited input goes into the events.
+ * changed) and stored as sent, not as parsed. The hash of an edited input goes into the events.
  */
 export function approvedInput(
   tool: GatedTool,
@@ -252,7 +252,9 @@ export function approvedInput(
       issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })),
     };
   }
-  const json = asJson(r.data);
+  // What the person sent, validated but raw: the tool's schema parses the stored input again when it runs,
+  // so storing zod's output would apply its transforms and defaults twice.
+  const json = asJson(edited);
   if (!json.ok) return { ok: false, path: 'input', message: `the edited input ${json.problem}`, issues: [] };
   return { ok: true, edited: true, input: json.value, inputHash: inputHash(json.value) };
 }
@@ -368,11 +370,20 @@ const SIGNAL_TIMEOUT_CODES = new Set(['signal_timeout', 'on_timeout_failed']);
  * signal_timeout (signalTimedOut); else (its first claim, or a run retried after the timeout
  * failed it) a new wait of `timeout` from now, which takes a signal kept for it at once.
  */
+/**
+ * Is the ended signal wait `outcome` of a stage with error `stageError` the one its next claim ends
+ * (the sweeper's timeout: onTimeout or signal_timeout), rather than an old wait its next claim
+ * replaces by a new one (a run retried from signal_timeout, a cancelled wait revived by a retry)?
+ */
+export function signalTimeoutPending(outcome: string | null, stageError: unknown): boolean {
+  const code = (stageError as { code?: unknown } | null)?.code;
+  return outcome === 'timed_out' && !SIGNAL_TIMEOUT_CODES.has(code as string);
+}
+
 export function decideSignalStep(step: Step, args: StepInputArgs, now: Date, wait: StageWait | null, stageError: unknown): WaitClaim {
   const spec = step.signal;
   if (!spec) throw new Error(`step ${step.name} is not a signal step`);
-  const code = (stageError as { code?: unknown } | null)?.code;
-  if (wait?.kind === 'signal' && wait.outcome === 'timed_out' && wait.until && !SIGNAL_TIMEOUT_CODES.has(code as string)) {
+  if (wait?.kind === 'signal' && wait.until && signalTimeoutPending(wait.outcome, stageError)) {
     return fromDecision(signalTimedOut(step, args, wait.since, wait.until, now));
   }
   return { kind: 'begin_wait', wait: 'signal', signalName: spec.name, until: { inMs: spec.timeoutMs } };

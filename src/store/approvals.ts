@@ -3,6 +3,7 @@ import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
 import type { StageWait } from '../planner/waits.js';
 import { settleEnded, type Settled } from './waits-settle.js';
+import { RUN_ACTIVE } from './lease-common.sql.js';
 
 /**
  * Approval decisions (issue 10). A decision is one conditional update of the stage's
@@ -209,12 +210,17 @@ export interface PendingApproval {
   timeoutAt: Date | null;
 }
 
-/** Stages awaiting approval, oldest first (waits_open_approval_idx); `runId` narrows to one run. */
+/**
+ * Stages awaiting approval on active runs, oldest first (waits_open_approval_idx); `runId` narrows to
+ * one run. A run that ended (a sibling's failure can leave an untimed approval row open) is not listed:
+ * nobody can decide on it (lockRun refuses).
+ */
 export async function listPendingApprovals(q: Queryable, opts: { runId?: string; limit?: number } = {}): Promise<PendingApproval[]> {
   const rows = await q.query(
     `SELECT w.run_id::text AS run_id, r.workflow, w.stage_id::text AS stage_id, s.seq, s.name, s.tool, s.input, w.since, w.wait_until
      FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id JOIN ratchet.runs r ON r.id = w.run_id
-     WHERE w.kind = 'approval' AND w.ended_at IS NULL AND s.state = 'awaiting_approval' AND ($1::uuid IS NULL OR w.run_id = $1::uuid)
+     WHERE w.kind = 'approval' AND w.ended_at IS NULL AND s.state = 'awaiting_approval' AND r.state IN (${RUN_ACTIVE})
+       AND ($1::uuid IS NULL OR w.run_id = $1::uuid)
      ORDER BY w.since, w.stage_id LIMIT $2`,
     [opts.runId ?? null, opts.limit ?? 100],
   );

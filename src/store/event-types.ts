@@ -42,5 +42,7 @@ export const EVENT_TYPES = [
   'approval_granted',
   'approval_rejected',
   'approval_timed_out',
+  // a run retry revived a stage whose call was approved: it runs again without asking (the approval stands for the stage)
+  'approval_reused',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];

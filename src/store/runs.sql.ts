@@ -192,6 +192,15 @@ ev AS (
     jsonb_build_object('seq', f.seq, 'attemptsUsed', f.attempt, 'maxAttempts', f.max_attempts,
       'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later))
   FROM run, failed_stage f, clk
+),
+-- The retried stage's call was approved (it then failed for good): its next claim runs it with the approved
+-- input without asking again (decideGate, a documented choice); say so, with who approved and when.
+reused AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
+  SELECT $1::uuid, f.id, 'approval_reused', clk.t,
+    jsonb_build_object('decidedBy', w.decided_by, 'actor', w.actor, 'decidedAt', w.ended_at, 'inputHash', w.input_hash)
+  FROM run, failed_stage f, clk, ratchet.waits w
+  WHERE w.stage_id = f.id AND w.kind = 'approval' AND w.outcome = 'approved'
 )
 SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::int AS retried,
   (SELECT deadline IS NOT NULL AND deadline <= clk.t FROM prev) AS deadline_passed,

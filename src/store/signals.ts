@@ -1,5 +1,5 @@
 import { RunAlreadyTerminalError, AlreadyDecidedError, SignalIdConflictError, UnknownRunError } from '../errors.js';
-import { inputHash } from '../planner/waits.js';
+import { inputHash, signalTimeoutPending } from '../planner/waits.js';
 import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
 import { settleEnded, type Settled } from './waits-settle.js';
@@ -67,15 +67,21 @@ export async function sendSignal(db: Db, s: SendSignalInput): Promise<SignalDeli
     }
     if (run.state !== 'queued' && run.state !== 'running') throw new RunAlreadyTerminalError(s.runId, run.state as string);
     const [wait] = await tx.query(
-      `SELECT w.stage_id::text AS stage_id, w.ended_at, w.outcome, s.state, s.seq
+      `SELECT w.stage_id::text AS stage_id, w.ended_at, w.outcome, s.state, s.seq, s.error
        FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id
        WHERE w.run_id = $1::uuid AND w.kind = 'signal' AND w.signal_name = $2
        ORDER BY w.ended_at IS NULL DESC, w.since DESC LIMIT 1
        FOR UPDATE OF w, s`,
       [s.runId, s.name],
     );
-    // The step's wait already ended (timed out): no wait will take this signal. Say so; keep nothing.
-    if (wait && wait.ended_at !== null) {
+    // The step's wait already ended (timed out) and no new one will start: no wait will take this signal.
+    // Say so; keep nothing. A stage queued or pending again whose next claim begins a new wait (a run
+    // retried from signal_timeout, a wait cancelled by the run's failure then revived): kept, as before a first wait.
+    const waitsAgain =
+      wait !== undefined &&
+      (wait.state === 'queued' || wait.state === 'pending') &&
+      !signalTimeoutPending(wait.outcome as string | null, wait.error);
+    if (wait && wait.ended_at !== null && !waitsAgain) {
       throw new AlreadyDecidedError(s.runId, wait.stage_id as string, {
         outcome: `signal wait ${wait.outcome as string}`,
         decidedBy: null,
@@ -228,9 +234,11 @@ export async function beginWait(
     const [row] = await upsertWait(tx, f.stageId, runId, w.kind, w.signalName ?? null, until);
     const state = w.kind === 'approval' ? 'awaiting_approval' : 'waiting';
     await tx.query(
-      // The claim that decided the wait spent an attempt; the claim that ends it must have one (as graph2's waiting stages).
+      // The claim that decided the wait ran nothing: its attempt is given back (attempt - 1), so the claim that ends
+      // the wait has the stage's whole budget and max_attempts stays the configured value (a run retry's attempt = 0
+      // is then exact; growing max_attempts here added attempts at each wait-and-retry cycle).
       `UPDATE ratchet.stages SET state = $2, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
-         max_attempts = attempt + max_attempts, input = coalesce($3::jsonb, input), updated_at = ratchet.db_now()
+         attempt = greatest(attempt - 1, 0), input = coalesce($3::jsonb, input), updated_at = ratchet.db_now()
        WHERE id = $1::bigint`,
       [f.stageId, state, inputText],
     );

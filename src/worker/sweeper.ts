@@ -158,7 +158,12 @@ export class Sweeper {
     if (!registry) return;
     try {
       for (let i = 0; i < WAKE_BATCHES; i++) {
-        const r = await wakeDueWaits(this.store.db, WAKE_BATCH, (due) => refuseTimedOut(registry, due));
+        const r = await wakeDueWaits(
+          this.store.db,
+          WAKE_BATCH,
+          (due) => refuseTimedOut(registry, due),
+          registry.list().map((w) => w.hash),
+        );
         const reg = this.metrics.registry;
         for (const w of r.woken) {
           this.transport.notify(laneOf(w.toolClass, w.definitionHash), { stageId: w.id, attempt: w.attempt });

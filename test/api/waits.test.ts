@@ -4,6 +4,7 @@ import { inputHash } from '../../src/planner/waits.js';
 import { beginWait } from '../../src/store/signals.js';
 import { wakeDueWaits } from '../../src/store/wake-waits.js';
 import { refusalError } from '../../src/planner/waits.js';
+import { toApiError } from '../../src/api/to-api-error.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { counts, startApi, type Api } from './helpers.js';
 import { allowWaitStates, claimStage, createAgentRun, createWaitRun, gated, hooked, napper, waitWorkflows } from './waits-fixtures.js';
@@ -49,7 +50,7 @@ describe('approval gates', () => {
   it('the stage waits holding nothing; approve (edited input checked by the schema) queues it with the edit; who, when and the hash in the events', async () => {
     const run = await awaitingApproval();
     const s0 = run.stageIds[0]!;
-    expect(await stageRow(s0)).toMatchObject({ state: 'awaiting_approval', max_attempts: 4 }); // 1 + 3: the gating claim's attempt is given back
+    expect(await stageRow(s0)).toMatchObject({ state: 'awaiting_approval', max_attempts: 3, attempt: 0 }); // the gating claim's attempt is given back
     const [lease] = await q(`SELECT owner_id, lease_until, heartbeat_at FROM ratchet.stages WHERE id = $1`, [s0]);
     expect(lease).toEqual({ owner_id: null, lease_until: null, heartbeat_at: null });
     expect((await api.client.explain(run.id)).verdict).toBe('awaiting_approval');
@@ -170,6 +171,38 @@ describe('approval gates', () => {
     const late = await api.http(`/v1/runs/${run.id}/stages/${s0}/approve`, { method: 'POST' });
     expect(late.status).toBe(409);
     expect(late.body.error).toMatchObject({ code: 'already_decided', details: { outcome: 'timed_out' } });
+  });
+
+  it('an approval left open on a run that ended (a sibling failed it) is not listed: GET /v1/approvals shows only active runs', async () => {
+    const run = await awaitingApproval({ invoiceId: 'inv-ended', amount: 4 });
+    const s0 = run.stageIds[0]!;
+    expect((await api.client.approvals()).approvals.map((a) => a.stageId)).toContain(s0);
+    // what a group failure elsewhere in the run leaves behind: the run failed, the untimed approval row still open
+    await q(`UPDATE ratchet.runs SET state = 'failed', finished_at = now() WHERE id = $1`, [run.id]);
+    expect((await api.client.approvals()).approvals.map((a) => a.stageId)).not.toContain(s0);
+    const one = await api.http(`/v1/approvals?runId=${run.id}`);
+    expect(one.status).toBe(200);
+    expect(one.body.approvals).toEqual([]);
+  });
+
+  it('an approved call that then failed for good, its run retried: it runs again without asking, and an approval_reused event says whose approval stands', async () => {
+    const run = await awaitingApproval({ invoiceId: 'inv-reuse', amount: 6 });
+    const s0 = run.stageIds[0]!;
+    const ok = await api.http(`/v1/runs/${run.id}/stages/${s0}/approve`, {
+      method: 'POST',
+      body: JSON.stringify({ by: 'Ana' }),
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(ok.status).toBe(200);
+    await q(`UPDATE ratchet.stages SET state = 'failed', error = '{"code":"tool_failed","message":"x"}' WHERE id = $1`, [s0]);
+    await q(`UPDATE ratchet.stages SET state = 'cancelled' WHERE id = $1`, [run.stageIds[1]]);
+    await q(`UPDATE ratchet.runs SET state = 'failed', error = '{"code":"tool_failed"}' WHERE id = $1`, [run.id]);
+    await api.client.retry(run.id);
+    expect((await stageRow(s0)).state).toBe('queued');
+    const reused = await eventsOf(run.id, 'approval_reused');
+    expect(reused).toHaveLength(1);
+    expect(reused[0]).toMatchObject({ stage_id: s0, data: { actor: 'Ana', inputHash: null } });
+    expect(typeof reused[0]!.data.decidedBy).toBe('string');
   });
 
   it('bad input on every approval route: a typed 4xx, nothing written', async () => {
@@ -330,7 +363,7 @@ describe('signals', () => {
     await api.ratchet.store.clock.advance(3_600_000);
     try {
       const woke = await wakeDueWaits(api.ratchet.store.db, 100, none);
-      expect(woke.woken).toContainEqual(expect.objectContaining({ id: run.stageIds[1], kind: 'signal', attempt: 2 }));
+      expect(woke.woken).toContainEqual(expect.objectContaining({ id: run.stageIds[1], kind: 'signal', attempt: 1 }));
     } finally {
       await api.ratchet.store.clock.setOffset(0);
     }
@@ -339,6 +372,82 @@ describe('signals', () => {
     expect(w!.outcome).toBe('timed_out');
     const late = await send(run.id, 'paid', { paid: true, ref: 'late' });
     expect([late.status, late.body.error.code]).toEqual([409, 'already_decided']);
+  });
+
+  it('a run failed by signal_timeout and retried: a signal sent before the retried stage waits again is kept (202) and consumed by the new wait', async () => {
+    const run = await atTheWait();
+    const s1 = run.stageIds[1]!;
+    const lease = await claimStage(api.ratchet.store.db, s1);
+    await beginWait(api.ratchet.store.db, lease, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
+    await api.ratchet.store.clock.advance(61_000);
+    try {
+      await wakeDueWaits(api.ratchet.store.db, 100, () => null);
+    } finally {
+      await api.ratchet.store.clock.setOffset(0);
+    }
+    // the claim after the timeout fails the stage signal_timeout (decideSignalStep), the run with it
+    await q(`UPDATE ratchet.stages SET state = 'failed', error = '{"code":"signal_timeout","message":"timed out"}' WHERE id = $1`, [s1]);
+    await q(`UPDATE ratchet.stages SET state = 'cancelled' WHERE id = $1`, [run.stageIds[2]]);
+    await q(`UPDATE ratchet.runs SET state = 'failed', error = '{"code":"signal_timeout"}' WHERE id = $1`, [run.id]);
+    await api.client.retry(run.id);
+    expect((await stageRow(s1)).state).toBe('queued');
+    const kept = await send(run.id, 'paid', { paid: true, ref: 'after-retry' }, 'sig-retry');
+    expect([kept.status, kept.body.status]).toEqual([202, 'kept']);
+    const again = await claimStage(api.ratchet.store.db, s1);
+    const w = await beginWait(api.ratchet.store.db, again, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
+    expect(w).toMatchObject({ verdict: 'consumed', signalId: 'sig-retry' });
+    expect(await stageRow(s1)).toMatchObject({ state: 'succeeded', result: { paid: true, ref: 'after-retry' } });
+  });
+
+  it('lock order: the sweeper takes the run row first (as a decision and cancel do): a run locked elsewhere is skipped, not half-locked', async () => {
+    const run = await atTheWait();
+    const s1 = run.stageIds[1]!;
+    const lease = await claimStage(api.ratchet.store.db, s1);
+    await beginWait(api.ratchet.store.db, lease, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
+    await api.ratchet.store.clock.advance(61_000);
+    try {
+      await api.ratchet.store.db.transaction(async (tx) => {
+        // a decision or a cancel of this run holds its row (lockRun / CANCEL_RUN_SQL take the run first)
+        await tx.query(`SELECT 1 FROM ratchet.runs WHERE id = $1::uuid FOR UPDATE`, [run.id]);
+        const woke = await wakeDueWaits(api.ratchet.store.db, 100, () => null);
+        expect(woke.woken.map((w) => w.id)).not.toContain(s1);
+        const [w] = await q(`SELECT ended_at FROM ratchet.waits WHERE stage_id = $1`, [s1]);
+        expect(w!.ended_at).toBeNull();
+      });
+      const woke = await wakeDueWaits(api.ratchet.store.db, 100, () => null);
+      expect(woke.woken.map((w) => w.id)).toContain(s1);
+    } finally {
+      await api.ratchet.store.clock.setOffset(0);
+    }
+  });
+
+  it('a database conflict (deadlock 40P01, serialisation 40001) is a retryable 503 transaction_conflict, not a 500 internal', () => {
+    for (const code of ['40P01', '40001']) {
+      const err = Object.assign(new Error('deadlock detected'), { code });
+      const e = toApiError(err, 1);
+      expect([e.status, e.code, e.retryAfterMs]).toEqual([503, 'transaction_conflict', 1000]);
+    }
+    expect(toApiError(Object.assign(new Error('x'), { code: '42P01' }), 1).code).toBe('internal');
+  });
+
+  it('approvals this process cannot decide (definition not loaded) do not fill a small batch: the sleep behind them is woken', async () => {
+    await awaitingApproval({ invoiceId: 'inv-starve-1', amount: 1 });
+    await awaitingApproval({ invoiceId: 'inv-starve-2', amount: 1 });
+    const run = await createWaitRun(api.ratchet, napper, {});
+    const lease = await claimStage(api.ratchet.store.db, run.stageIds[0]!);
+    await beginWait(api.ratchet.store.db, lease, { kind: 'sleep', until: { inMs: 2 * 3_600_000 } });
+    await api.ratchet.store.clock.advance(2 * 3_600_000 + 1000);
+    const woken: string[] = [];
+    try {
+      for (let i = 0; i < 20; i++) {
+        const r = await wakeDueWaits(api.ratchet.store.db, 2, () => null, ['a-definition-this-process-lacks']);
+        woken.push(...r.woken.map((x) => x.id));
+        if (r.seen < 2) break;
+      }
+    } finally {
+      await api.ratchet.store.clock.setOffset(0);
+    }
+    expect(woken).toContain(run.stageIds[0]);
   });
 
   it('a sleep: waiting until its time by the database clock (explain sleeping_until), then queued for the claim that ends it', async () => {

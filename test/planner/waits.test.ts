@@ -200,6 +200,20 @@ describe('approval gates', () => {
     expect(approvedInput(tool(true), { invoiceId: 'i', amount: -1 })).toMatchObject({ ok: false, path: 'input.amount' });
     expect(approvedInput(tool(true), 'nope')).toMatchObject({ ok: false, path: 'input' });
   });
+  it('an edited input is stored as the person sent it (validated, raw): the tool parses it when it runs, transforms and defaults apply once', () => {
+    const cents = defineTool({
+      name: 'pay',
+      description: 'pays',
+      class: io,
+      input: z.object({ amount: z.number().transform((n) => n * 100), note: z.string().default('none') }),
+      output: z.object({ ok: z.boolean() }),
+      run: async () => ({ ok: true }),
+      approval: true,
+    });
+    const r = approvedInput(cents, { amount: 3 });
+    expect(r).toEqual({ ok: true, edited: true, input: { amount: 3 }, inputHash: inputHash({ amount: 3 }) });
+    expect(approvedInput(cents, { amount: 'x' })).toMatchObject({ ok: false, path: 'input.amount' });
+  });
   it("a rejection: an agent hears it as the tool's answer (not a tool error, not counted); a static run fails with approval_rejected", () => {
     const t = tool(true, '1h');
     const agent = defineAgent({
