@@ -234,11 +234,11 @@ export async function beginWait(
     const [row] = await upsertWait(tx, f.stageId, runId, w.kind, w.signalName ?? null, until);
     const state = w.kind === 'approval' ? 'awaiting_approval' : 'waiting';
     await tx.query(
-      // The claim that decided the wait ran nothing: its attempt is given back (attempt - 1), so the claim that ends
-      // the wait has the stage's whole budget and max_attempts stays the configured value (a run retry's attempt = 0
-      // is then exact; growing max_attempts here added attempts at each wait-and-retry cycle).
+      // The claim that decided the wait spent an attempt; the claim that ends it must have one (as graph2's waiting stages).
+      // Attempt numbers stay one per claim (each with its fence: the timeline and the events key attempts by number), so
+      // the budget grows instead; a run retry resets attempt to 0 and keeps it: one spare attempt per wait-and-retry cycle.
       `UPDATE ratchet.stages SET state = $2, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
-         attempt = greatest(attempt - 1, 0), input = coalesce($3::jsonb, input), updated_at = ratchet.db_now()
+         max_attempts = attempt + max_attempts, input = coalesce($3::jsonb, input), updated_at = ratchet.db_now()
        WHERE id = $1::bigint`,
       [f.stageId, state, inputText],
     );

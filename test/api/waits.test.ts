@@ -50,7 +50,7 @@ describe('approval gates', () => {
   it('the stage waits holding nothing; approve (edited input checked by the schema) queues it with the edit; who, when and the hash in the events', async () => {
     const run = await awaitingApproval();
     const s0 = run.stageIds[0]!;
-    expect(await stageRow(s0)).toMatchObject({ state: 'awaiting_approval', max_attempts: 3, attempt: 0 }); // the gating claim's attempt is given back
+    expect(await stageRow(s0)).toMatchObject({ state: 'awaiting_approval', max_attempts: 4 }); // 1 + 3: the claim that ends the wait has the whole budget
     const [lease] = await q(`SELECT owner_id, lease_until, heartbeat_at FROM ratchet.stages WHERE id = $1`, [s0]);
     expect(lease).toEqual({ owner_id: null, lease_until: null, heartbeat_at: null });
     expect((await api.client.explain(run.id)).verdict).toBe('awaiting_approval');
@@ -363,7 +363,7 @@ describe('signals', () => {
     await api.ratchet.store.clock.advance(3_600_000);
     try {
       const woke = await wakeDueWaits(api.ratchet.store.db, 100, none);
-      expect(woke.woken).toContainEqual(expect.objectContaining({ id: run.stageIds[1], kind: 'signal', attempt: 1 }));
+      expect(woke.woken).toContainEqual(expect.objectContaining({ id: run.stageIds[1], kind: 'signal', attempt: 2 }));
     } finally {
       await api.ratchet.store.clock.setOffset(0);
     }

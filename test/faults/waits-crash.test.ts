@@ -87,7 +87,7 @@ describe('waits across worker crashes', () => {
 
     const done = await waitRun(r, id, (run) => run.state === 'succeeded', 60_000, 'run succeeded after the approval');
     const gated = done.stages[1]!;
-    expect(gated).toMatchObject({ state: 'succeeded', attempt: 1 }); // the gating claim's attempt was given back
+    expect(gated).toMatchObject({ state: 'succeeded', attempt: 2 });
     expect(BigInt(gated.fence!)).toBeGreaterThan(BigInt(waitFence));
     expect(done.result).toEqual({ step: 'gated', fence: gated.fence });
 
