@@ -153,10 +153,10 @@ try {
   for (const c of cases) say(`  ${c.caseId}  invoice ${c.invoiceId}  ${c.outcome}  key ${c.key}  fence ${c.fence}`);
   const modelCalls = final.stages.filter((s) => s.tool === MODEL_STAGE_TOOL).length;
   const toolStages = final.stages.length - modelCalls;
-  // The claim that found the call gated hands its attempt back (beginWait), so the approved call's claim is attempt 1.
+  // An approved call is claimed again once it is approved: that attempt is the call itself, not a retry.
   const decisions = (await ratchet.events(run.id)).filter((e) => e.type === 'approval_granted' || e.type === 'approval_rejected');
   const approved = decisions.filter((e) => e.type === 'approval_granted').length;
-  const retries = final.stages.reduce((n, s) => n + Math.max(0, s.attempt - 1), 0);
+  const retries = final.stages.reduce((n, s) => n + Math.max(0, s.attempt - 1), 0) - approved;
   say();
   const verdict = final.state === 'succeeded' ? 'ok' : outcome.kind === 'finished' ? 'FAILED' : 'stopped';
   say(

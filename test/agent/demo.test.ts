@@ -140,7 +140,7 @@ describe('npm start (examples/agent-demo.ts)', () => {
       seq: 6,
       tool: 'create_case',
       state: 'awaiting_approval',
-      attempt: 0, // the claim that found the call gated handed its attempt back: nothing ran
+      attempt: 1,
       fence: expect.stringMatching(/^\d+$/),
     });
     const finalLines = stages.filter((s) => s.state === 'succeeded');
@@ -153,9 +153,9 @@ describe('npm start (examples/agent-demo.ts)', () => {
       [6, 'create_case'],
       [7, 'model'],
     ]);
-    // The approved call is claimed again once approved, as its first attempt (the gating claim handed its attempt back,
-    // with its own fence); every stage ran once.
-    for (const s of finalLines) expect(s).toMatchObject({ attempt: 1, fence: expect.stringMatching(/^\d+$/) });
+    // The approved call is claimed again once approved (attempt 2); every other stage ran once.
+    for (const s of finalLines)
+      expect(s).toMatchObject({ attempt: s.tool === 'create_case' ? 2 : 1, fence: expect.stringMatching(/^\d+$/) });
     expect(new Set(finalLines.map((s) => s.fence)).size).toBe(7); // a fencing token per attempt
     // Live: the scripted model thinks for a while, so its stages are also seen running.
     expect(stages.some((s) => s.tool === 'model' && s.state === 'running')).toBe(true);
