@@ -113,7 +113,11 @@ export function createRunService(ratchet: Ratchet): RunService {
         }
         const batch = await readStreamBatch(db, id, position, limit);
         if (batch.events.length === 0) await requireRun(id);
-        return { runId: id, events: batch.events.map(eventToJson), nextCursor: batch.full && !batch.heldBack ? batch.events.at(-1)!.id : null };
+        return {
+          runId: id,
+          events: batch.events.map(eventToJson),
+          nextCursor: batch.full && !batch.heldBack ? batch.events.at(-1)!.id : null,
+        };
       }
       const events = await ratchet.store.listEvents(id, { ...(q.after ? { after: q.after } : {}), limit });
       if (events.length === 0) await requireRun(id); // an empty page of a run that exists, or an unknown run
