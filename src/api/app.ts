@@ -4,7 +4,7 @@ import type { Context, Env, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { Logger } from 'pino';
 import type { Ratchet } from '../engine.js';
-import { createTokenCheck } from './auth.js';
+import { createTokenCheck, isLoopbackHost } from './auth.js';
 import { processMetrics } from '../observability/metrics.js';
 import { refreshWaitingStages } from '../observability/wait-metrics.js';
 import { ApiError, issuePath } from './errors.js';
@@ -160,6 +160,17 @@ export function createApp(opts: AppOptions): OpenAPIHono {
       return c.json({ ok: false, database: 'down' as const }, 503);
     }
   });
+
+  // No tokens (loopback only): the API and the dashboard answer only requests addressed to a
+  // loopback name, so a rebound DNS name cannot reach them from a browser (health stays open).
+  if (opts.tokens.length === 0) {
+    app.use('*', async (c: Context, next) => {
+      if (!isLoopbackHost(c.req.header('host') ?? new URL(c.req.url).host)) {
+        throw new ApiError(403, 'forbidden_host', 'without tokens this server answers only Host localhost, 127.0.0.1 or [::1]');
+      }
+      await next();
+    });
+  }
 
   app.use('/v1/*', async (c: Context, next) => {
     if (opts.tokens.length > 0 && !checkToken(c.req.header('authorization'))) {

@@ -8,6 +8,7 @@ import { RatchetError } from '../errors.js';
  */
 export const API_ERROR_CODES = [
   'unauthorized',
+  'forbidden_host',
   'invalid_json',
   'invalid_request',
   'unsupported_media_type',

@@ -198,7 +198,14 @@ export const eventsQuerySchema = z
       .regex(/^\d{1,19}$/, 'an event id')
       .refine((s) => !/^\d+$/.test(s) || BigInt(s) <= MAX_BIGINT, `an event id (at most ${MAX_BIGINT})`)
       .optional()
-      .describe('only events after this event id'),
+      .describe('only events after this event id (id order)'),
+    streamAfter: z
+      .string()
+      .regex(/^\d{1,19}$/, 'an event id')
+      .optional()
+      .describe(
+        'stream order instead of id order: events after this event id (a Last-Event-ID; 0 for the start) as GET /v1/runs/:id/stream sends them, committed transactions only',
+      ),
     limit: z
       .string()
       .regex(/^\d{1,5}$/, 'a whole number')

@@ -7,6 +7,7 @@ import { resolveDuration } from '../definitions/duration.js';
 import { InvalidInputError } from '../errors.js';
 import { STORABLE_TIME_RANGE } from '../store/limits.js';
 import { runUsage } from '../store/usage.js';
+import { eventPosition, readStreamBatch, STREAM_START } from '../store/stream.js';
 import { cancelToJson, eventToJson, retryToJson, runSummaryToJson, runToJson } from './present.js';
 import { requestTimestampSchema } from './schemas.js';
 import type {
@@ -98,6 +99,26 @@ export function createRunService(ratchet: Ratchet): RunService {
     },
     async events(id, q = {}) {
       const limit = q.limit ? Number(q.limit) : 500;
+      if (q.streamAfter !== undefined) {
+        if (q.after !== undefined) throw new InvalidInputError('give after or streamAfter, not both', 'streamAfter');
+        const db = ratchet.store.db;
+        let position = STREAM_START;
+        if (q.streamAfter !== '0') {
+          const p = await eventPosition(db, id, q.streamAfter);
+          if (!p) {
+            await requireRun(id);
+            throw new InvalidInputError(`event ${q.streamAfter} is not an event of run ${id}`, 'streamAfter');
+          }
+          position = p;
+        }
+        const batch = await readStreamBatch(db, id, position, limit);
+        if (batch.events.length === 0) await requireRun(id);
+        return {
+          runId: id,
+          events: batch.events.map(eventToJson),
+          nextCursor: batch.full && !batch.heldBack ? batch.events.at(-1)!.id : null,
+        };
+      }
       const events = await ratchet.store.listEvents(id, { ...(q.after ? { after: q.after } : {}), limit });
       if (events.length === 0) await requireRun(id); // an empty page of a run that exists, or an unknown run
       return { runId: id, events: events.map(eventToJson), nextCursor: events.length === limit ? events.at(-1)!.id : null };

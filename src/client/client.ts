@@ -89,7 +89,8 @@ export interface RatchetClient {
   submit(workflow: string, input: unknown, args?: SubmitArgs): Promise<SubmitResponse & { idempotencyKey: string; status: 200 | 202 }>;
   get(id: string, opts?: { timeoutMs?: number; signal?: AbortSignal }): Promise<RunJson>;
   list(args?: ListArgs): Promise<RunListJson>;
-  events(id: string, args?: { after?: string; limit?: number }): Promise<EventListJson>;
+  /** `after`: id order; `streamAfter`: the stream's order (an event id as Last-Event-ID, '0' for the start), committed transactions only. */
+  events(id: string, args?: { after?: string; streamAfter?: string; limit?: number }): Promise<EventListJson>;
   cancel(id: string): Promise<CancelResponse>;
   retry(id: string): Promise<RetryResponse>;
   explain(id: string): Promise<Explanation>;
@@ -199,6 +200,7 @@ export function createClient(options: ClientOptions): RatchetClient {
     async events(id, args = {}) {
       const q = new URLSearchParams();
       if (args.after) q.set('after', args.after);
+      if (args.streamAfter) q.set('streamAfter', args.streamAfter);
       if (args.limit !== undefined) q.set('limit', String(args.limit));
       const qs = q.toString();
       return (
@@ -289,7 +291,7 @@ export function createClient(options: ClientOptions): RatchetClient {
         clock,
         random,
         (runId, t, signal) => client.get(runId, { timeoutMs: t, signal }),
-        (runId, after) => client.events(runId, { ...(after ? { after } : {}), limit: 1000 }),
+        (runId, after) => client.events(runId, { streamAfter: after ?? '0', limit: 1000 }),
         opts,
       );
     },

@@ -75,7 +75,8 @@ const DEFAULT_DEADLINE_MS = 10 * 60_000;
  * event once and in order, and reconnects with Last-Event-ID when the connection drops (or
  * stays silent past idleTimeoutMs). When the server has no stream (404 not_found) or the stream
  * keeps failing without delivering anything, it goes on with the bounded poller (wait.ts),
- * reading GET /v1/runs/:id/events after the last id each poll. Returns how it ended; the run's
+ * reading GET /v1/runs/:id/events?streamAfter=<last id> each poll (the stream's order, so an
+ * event whose transaction commits after a higher id is not skipped). Returns how it ended; the run's
  * result is one `get(id)` away.
  */
 export async function* watchRunEvents(
@@ -190,7 +191,7 @@ export async function* watchRunEvents(
     else pause = o.reconnectMs ?? 250;
   }
 
-  // The bounded poller: each read takes the run's state and then its events after the last id.
+  // The bounded poller: each read takes the run's state and then its events after the last one, in stream order.
   o.onFallback?.(fallback);
   const queue: EventJson[] = [];
   let wake: (() => void) | null = null;

@@ -95,6 +95,7 @@ export const DASHBOARD_JS = String.raw`(() => {
   if ((document.getElementById('panel') || {}).dataset.state && ['succeeded', 'failed', 'cancelled', 'expired'].includes(document.getElementById('panel').dataset.state)) {
     live.textContent = 'finished';
   }
+  let ended = false;
   const es = new EventSource('/runs/' + id + '/stream');
   es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
   es.onmessage = (m) => {
@@ -104,10 +105,16 @@ export const DASHBOARD_JS = String.raw`(() => {
       append(e);
     }
     refresh();
+    // History replays from the start: a terminal event followed by run_retried is not the end.
+    // The server ends the stream only after the last terminal event; the page closes then (onerror).
     if (TERMINAL.includes(e.type)) {
-      es.close();
+      ended = true;
       live.textContent = 'finished';
       live.className = 'live';
+    } else if (e.type === 'run_retried') {
+      ended = false;
+      live.textContent = 'live';
+      live.className = 'live on';
     }
   };
   // Streamed model tokens (event type "token", no id): the dashboard shows model answers by size
@@ -132,6 +139,7 @@ export const DASHBOARD_JS = String.raw`(() => {
     box.textContent = 'model answering (stage ' + (stages[t.stageId] || t.stageId) + ', attempt ' + t.attempt + '): ' + box.dataset.chars + ' characters streamed in ' + box.dataset.pieces + ' piece(s)';
   });
   es.onerror = () => {
+    if (ended) es.close(); // the server ended the stream after the run's last terminal event
     live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
     live.className = 'live';
   };

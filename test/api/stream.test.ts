@@ -224,6 +224,61 @@ describe('client.watch', () => {
     expect(seen.map((e) => e.id)).toEqual((await allEvents(id)).map((e) => e.id));
   });
 
+  it('the poller fallback reads in stream order: an event committing after a higher id is not skipped', async () => {
+    const noStream: typeof fetch = async (input, init) =>
+      String(input).endsWith('/stream')
+        ? new Response(JSON.stringify({ error: { code: 'not_found', message: 'no route', path: null, details: {} } }), {
+            status: 404,
+            headers: { 'content-type': 'application/json' },
+          })
+        : fetch(input, init);
+    const client = createClient({ baseUrl: api.server.url, token: TOKEN, fetch: noStream });
+    const { id } = await client.submit('gate', { key: 'poll-order' });
+    await until('the gate stage running', async () => callsOf('gate', 'poll-order').length > 0);
+    const seen: EventJson[] = [];
+    const it = client.watch(id, { poll: { initialInterval: 20, maxInterval: 50, jitter: 0 } });
+    const reading = (async () => {
+      let r = await it.next();
+      while (!r.done) {
+        seen.push(r.value);
+        r = await it.next();
+      }
+      return r.value;
+    })();
+    await until('the history so far', async () => seen.length >= 2);
+    // T1 takes the lower id and stays open; T2 takes a higher id and commits first, while the poller polls.
+    const pg = await import('pg');
+    const c1 = new pg.default.Client({ connectionString: db.url });
+    await c1.connect();
+    await c1.query('BEGIN');
+    const [low] = (
+      await c1.query(`INSERT INTO ratchet.events (run_id, type, data) VALUES ($1, 'heartbeat_ok', '{"n":1}') RETURNING id::text`, [id])
+    ).rows;
+    const [high] = await db.query(
+      `INSERT INTO ratchet.events (run_id, type, data) VALUES ($1, 'heartbeat_ok', '{"n":2}') RETURNING id::text`,
+      [id],
+    );
+    expect(BigInt(high!.id)).toBeGreaterThan(BigInt(low!.id));
+    await new Promise((r) => setTimeout(r, 400)); // several polls see the high id committed
+    await c1.query('COMMIT');
+    await c1.end();
+    release('poll-order');
+    const end = await reading;
+    expect(end).toMatchObject({ outcome: 'ended', terminal: 'run_succeeded', via: 'poll' });
+    const ids = seen.map((e) => e.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(ids).toContain(low!.id);
+    expect([...ids].sort()).toEqual((await allEvents(id)).map((e) => e.id).sort());
+  });
+
+  it('GET /events?streamAfter: a foreign event id is a 422, an unknown run a 404', async () => {
+    const { id } = await api.client.submit('flaky', { key: 'stream-after-bad' });
+    await expect(api.client.events(id, { streamAfter: '999999999' })).rejects.toMatchObject({ status: 422 });
+    await expect(api.client.events('01890f4e-0000-7000-8000-000000000000', { streamAfter: '0' })).rejects.toMatchObject({
+      status: 404,
+    });
+  });
+
   it('an unknown run is an ApiError unknown_run, not a wait', async () => {
     const it = api.client.watch('01890f4e-0000-7000-8000-000000000000');
     await expect(it.next()).rejects.toMatchObject({ code: 'unknown_run', status: 404 });
