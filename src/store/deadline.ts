@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { Queryable } from './db.js';
 import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL } from './deadline.sql.js';
+import { classifyDbError } from './db-errors.js';
 import { parseInput } from './validate.js';
 
 export interface ExpiredRuns {
@@ -32,13 +33,15 @@ export async function expireRuns(q: Queryable, limit: number): Promise<ExpiredRu
   const waitsExpired = (r?.waits_closed as string[] | undefined) ?? [];
   const waitsCancelled: string[] = [];
   if (runIds.length > 0) {
-    await cancelLeftovers(q, runIds, 'run_deadline');
-    const [d] = await q.query(CANCEL_DESCENDANTS_SQL, [runIds, 'parent_expired'], 'ratchet_cancel_descendants');
+    // The runs are expired (committed): their cascade must not be lost to a conflict with a finish or an extend of a
+    // child (a deadlock aborts the statement), so it is asked again; nothing else would ever cancel those children.
+    await onConflictAgain(() => cancelLeftovers(q, runIds, 'run_deadline'));
+    const [d] = await onConflictAgain(() => q.query(CANCEL_DESCENDANTS_SQL, [runIds, 'parent_expired'], 'ratchet_cancel_descendants'));
     const childIds = (d?.run_ids as string[] | undefined) ?? [];
     childrenCancelled = childIds.length;
     runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
     waitsCancelled.push(...((d?.waits_closed as string[] | undefined) ?? []));
-    if (childIds.length > 0) await cancelLeftovers(q, childIds, 'cancelled');
+    if (childIds.length > 0) await onConflictAgain(() => cancelLeftovers(q, childIds, 'cancelled'));
   }
   return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled };
 }
@@ -47,4 +50,16 @@ export async function expireRuns(q: Queryable, limit: number): Promise<ExpiredRu
 export async function cancelLeftovers(q: Queryable, runIds: string[], reason: 'run_deadline' | 'cancelled'): Promise<number> {
   const [r] = await q.query(CANCEL_LEFTOVERS_SQL, [runIds, reason], 'ratchet_cancel_leftovers');
   return (r?.cancelled as number | undefined) ?? 0;
+}
+
+/** Runs `work` again (up to 5 times) when PostgreSQL aborted it as a conflict (deadlock, serialization failure). */
+async function onConflictAgain<T>(work: () => Promise<T>): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await work();
+    } catch (err) {
+      if (i >= 4 || classifyDbError(err) !== 'conflict') throw err;
+      await new Promise((res) => setTimeout(res, 20 * (i + 1)));
+    }
+  }
 }
