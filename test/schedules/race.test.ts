@@ -48,6 +48,15 @@ describe('three worker processes racing for the same ticks', () => {
       await until(`tick ${round}`, async () => (await tickCount()) >= round, 20_000).catch((err: Error) => {
         throw new Error(`${err.message}; worker logs: ${workers.map((w) => w.stderr().slice(-1500)).join('\n')}`);
       });
+      // Each tick's run ends before the clock jumps again: a 60 s jump over a stage still running (on a loaded machine)
+      // would pass its 30 s maxDuration by the database clock and fail it, which is not what this test is about.
+      await until(
+        `run ${round} ended`,
+        async () =>
+          (await db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'minutely' AND state IN ('queued', 'running')`))[0]!
+            .n === 0,
+        30_000,
+      );
     }
     await new Promise((res) => setTimeout(res, 300)); // a late racer would have recorded a second row by now
     const ticks = await db.query<{ tick: Date; run_id: string; outcome: string }>(
@@ -69,9 +78,9 @@ describe('three worker processes racing for the same ticks', () => {
         ROUNDS,
       30_000,
     );
-    // Who fired what (from the workers' logs): reported, not asserted; which worker wins a tick is chance.
+    // Who fired what (from the workers' logs): reported, not asserted (a firing transaction asked again logs twice; the
+    // tick rows and runs above are the invariant); which worker wins a tick is chance.
     const firedBy = workers.map((w) => (w.stderr().match(/"event":"schedule_tick_started"/g) ?? []).length);
-    expect(firedBy.reduce((a, b) => a + b, 0)).toBe(ROUNDS);
     console.log(`ticks fired per worker process: ${firedBy.join(', ')}`);
   });
 });
