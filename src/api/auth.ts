@@ -41,13 +41,13 @@ export function tokenIdentity(authorization: string | undefined, tokens: readonl
 }
 
 /**
- * Is `host` (a Host header) a loopback name: localhost, 127.0.0.1 or [::1], with any port?
+ * Is `host` (a Host header) a loopback name (isLoopback: localhost, 127.0.0.0/8, [::1]), with any port?
  * With no tokens configured everyone who reaches the server is trusted, so a page elsewhere
  * must not reach it through a DNS name rebound to 127.0.0.1 (DNS rebinding): its requests
  * carry that name as Host, and they are refused.
  */
 export function isLoopbackHost(host: string | undefined): boolean {
-  if (!host) return false;
-  const m = /^(localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?$/i.exec(host.trim());
-  return m !== null;
+  // The Host header's name without its port (a bracketed IPv6 literal keeps its brackets), judged by isLoopback.
+  const m = /^(\[[^\]]+\]|[^:]+)(?::\d{1,5})?$/.exec(host?.trim() ?? '');
+  return m !== null && isLoopback(m[1]!);
 }

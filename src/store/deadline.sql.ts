@@ -1,3 +1,4 @@
+import { closeWaitsOf } from './lease-common.sql.js';
 import { assertTransition, sourcesOf, sqlStates } from '../planner/states.js';
 
 /**
@@ -64,9 +65,7 @@ parent_woken AS (
 ),
 -- The open waits of the stages cancelled here (issue 10) end 'expired' in this statement.
 waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'expired'
-  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind
+  ${closeWaitsOf('(SELECT id FROM st) c', "'expired'")}
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
@@ -115,9 +114,7 @@ st AS (
   RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
 ),
 waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
-  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind
+  ${closeWaitsOf('(SELECT id FROM st) c', "'cancelled'")}
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
@@ -153,9 +150,7 @@ st AS (
   RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
 ),
 waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = CASE WHEN $2::text = 'run_deadline' THEN 'expired' ELSE 'cancelled' END
-  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind, w.outcome
+  ${closeWaitsOf('(SELECT id FROM st) c', "CASE WHEN $2::text = 'run_deadline' THEN 'expired' ELSE 'cancelled' END")}
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)

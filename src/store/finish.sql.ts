@@ -1,4 +1,12 @@
-import { CLAIMED_COLUMNS, NEXT_COLUMNS, RUN_ACTIVE, STAGE_CANCEL_EVENT, STAGE_UNENDED, settleFrom } from './lease-common.sql.js';
+import {
+  CLAIMED_COLUMNS,
+  NEXT_COLUMNS,
+  RUN_ACTIVE,
+  STAGE_CANCEL_EVENT,
+  STAGE_UNENDED,
+  closeWaitsOf,
+  settleFrom,
+} from './lease-common.sql.js';
 
 /** The event a finish writes for each outcome; a replay finds its own earlier finish by it. */
 const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
@@ -226,10 +234,7 @@ children_stages_cancelled AS (
 -- The open waits (a sleep, a signal, an approval: ratchet.waits) of the stages cancelled here end
 -- 'cancelled' in this statement, as CANCEL_RUN_SQL closes them: an approval would otherwise stay open.
 waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
-  FROM clk, (SELECT id FROM rest_cancelled UNION ALL SELECT id FROM children_stages_cancelled) c
-  WHERE w.stage_id = c.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind
+  ${closeWaitsOf('(SELECT id FROM rest_cancelled UNION ALL SELECT id FROM children_stages_cancelled) c', "'cancelled'")}
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
@@ -338,9 +343,7 @@ st AS (
   RETURNING s.id, s.run_id, s.fence, s.attempt, old.state AS old_state
 ),
 waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
-  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind
+  ${closeWaitsOf('(SELECT id FROM st) c', "'cancelled'")}
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)

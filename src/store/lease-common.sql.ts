@@ -99,10 +99,7 @@ ${prefix}_children_stages_cancelled AS (
 ),
 -- The open waits of the stages cancelled here end 'cancelled' (an approval without a timeout would otherwise stay open for good).
 ${prefix}_waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
-  FROM clk, (SELECT id FROM ${prefix}_rest_cancelled UNION ALL SELECT id FROM ${prefix}_children_stages_cancelled) c
-  WHERE w.stage_id = c.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind
+  ${closeWaitsOf(`(SELECT id FROM ${prefix}_rest_cancelled UNION ALL SELECT id FROM ${prefix}_children_stages_cancelled) c`, "'cancelled'")}
 ),
 ${prefix}_run_failed_ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
@@ -260,3 +257,15 @@ export const CLAIMED_COLUMNS = `c.id::text AS id, c.run_id, c.seq, c.name, c.too
   c.attempt, c.max_attempts, c.input, c.idempotency_key, c.lease_until, c.lease_ms,
   c.timeout_ms, c.max_duration_ms, c.claimed_at, c.first_claimed_at, c.error, c.prev_state, c.prev_fence::text AS prev_fence, clk.t AS db_now,
   r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline, r.traceparent AS run_traceparent`;
+
+/**
+ * The body of a CTE that ends the open waits (ratchet.waits, issue 10) of the stages a statement just
+ * cancelled or expired: `stageIds` is a FROM item with an `id` column, `outcome` a SQL expression.
+ * One place for every statement that ends stages without their wait's own decision (cancel, expiry,
+ * group failure, leftovers).
+ */
+export function closeWaitsOf(stageIds: string, outcome: string): string {
+  return `UPDATE ratchet.waits w SET ended_at = clk.t, outcome = ${outcome}
+  FROM clk, ${stageIds} WHERE w.stage_id = c.id AND w.ended_at IS NULL
+  RETURNING w.run_id, w.stage_id, w.kind, w.outcome`;
+}

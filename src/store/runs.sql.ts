@@ -1,3 +1,4 @@
+import { closeWaitsOf } from './lease-common.sql.js';
 /** Statements for submitting and reading runs. Parameters are listed above each. */
 
 /**
@@ -121,9 +122,7 @@ parent_woken AS (
 -- The open waits of the stages cancelled here (a sleep, a signal, an approval: issue 10) end 'cancelled'
 -- in this statement: an approval without a timeout would otherwise stay open for good.
 waits_closed AS (
-  UPDATE ratchet.waits w SET ended_at = clk.t, outcome = 'cancelled'
-  FROM st, clk WHERE w.stage_id = st.id AND w.ended_at IS NULL
-  RETURNING w.run_id, w.stage_id, w.kind
+  ${closeWaitsOf('(SELECT id FROM st) c', "'cancelled'")}
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
