@@ -3,7 +3,8 @@ import type { ModelPricing, ModelSpec } from '../definitions/types.js';
 
 /**
  * Model usage (tokens in and out, from the provider's `usage`), recorded per model stage: in the
- * stage's `stage_succeeded` event (data.usage, with `cost` when the model has `pricing`), summed
+ * finish event of the attempt that got the answer (data.usage, with `cost` when the model has `pricing`;
+ * stage_succeeded, or stage_failed / retry_scheduled when the stage failed after the answer), summed
  * per run by GET /v1/runs/:id, and counted in Prometheus by model and workflow
  * (ratchet_model_tokens_total, ratchet_model_cost_total). A provider that sends no usage counts nothing.
  */

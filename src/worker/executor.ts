@@ -45,7 +45,7 @@ import type { StageReady } from '../transport/transport.js';
 import { runGuarded } from './run-guarded.js';
 import type { Metrics } from '../observability/metrics.js';
 import { logPayload } from '../observability/log-payload.js';
-import { recordModelUsage } from '../observability/model-usage.js';
+import { type ModelUsage, recordModelUsage } from '../observability/model-usage.js';
 import { assertWithinBudget } from '../agent/budget-gate.js';
 import { runUsage } from '../store/usage.js';
 import { traceModelCall, traceToolCall } from '../observability/tracing.js';
@@ -155,7 +155,10 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
   });
   deps.keeper.add(attempt);
   const started = monotonicNow();
-  const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner });
+  // A model call's usage, once answered, rides on whatever finish the attempt ends with (succeeded, failed, retried):
+  // the run's usage sums every finish event that carries it (src/store/usage.sql.ts).
+  let answered: { usage?: ModelUsage } = {};
+  const data = () => ({ durationMs: Math.round(monotonicNow() - started), owner: deps.owner, ...answered });
   const reads = storeReads(deps);
   const withKey = (row: FinishRow): FinishRow =>
     attempt.effectKey === null ? row : { ...row, effectKey: attempt.effectKey, data: { ...row.data, effectKey: attempt.effectKey } };
@@ -182,10 +185,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
           );
         const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
         if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
-        row = onModelAnswer(step.agent, stage, answer, history, {
-          ...data(),
-          ...recordModelUsage(deps.metrics.registry, step.agent.model, stage.workflow, answer),
-        });
+        answered = recordModelUsage(deps.metrics.registry, step.agent.model, stage.workflow, answer);
+        row = onModelAnswer(step.agent, stage, answer, history, data());
       }
     } else if (step.kind === 'agent_tool') {
       // A gated call asks a person first (or runs as approved); the built-in sleep tool waits (issue 10);

@@ -45,7 +45,17 @@ beforeAll(async () => {
     tools: [lookup],
     maxActions: 1,
   });
-  ratchet = await createRatchet({ databaseUrl: db.url, workflows: [agent], logger: silentLogger() });
+  // maxSteps 1 and a model that always calls a tool: its first answer fails the stage (max_steps_exceeded).
+  const stuck = defineAgent({
+    name: 'usage_stuck',
+    input: z.object({ ask: z.string() }),
+    model: { name: 'scripted-usage', class: llm, baseURL: model.baseURL },
+    instructions: 'look it up',
+    tools: [lookup],
+    maxActions: 1,
+    maxSteps: 1,
+  });
+  ratchet = await createRatchet({ databaseUrl: db.url, workflows: [agent, stuck], logger: silentLogger() });
   await ratchet.worker({ pollIntervalMs: 50 }).start();
   server = await createServer({ ratchet, tokens: [TOKEN], port: 0 });
 });
@@ -84,6 +94,20 @@ describe('model usage', () => {
       `SELECT data FROM ratchet.events WHERE run_id = $1 AND type = 'stage_succeeded' AND data ? 'usage' ORDER BY id LIMIT 1`,
       [runs[0]],
     );
+    expect(ev!.data.usage).toEqual({ inputTokens: 100, outputTokens: 20 });
+  });
+
+  it('a call whose stage then fails still counts: its usage rides on stage_failed and is in the run totals', async () => {
+    const client = createClient({ baseUrl: server.url, token: TOKEN });
+    const { id } = await client.submit('usage_stuck', { ask: 'z' });
+    for await (const _e of client.watch(id)) {
+      /* to the end */
+    }
+    const run = await client.get(id);
+    expect(run.state).toBe('failed');
+    expect(run.error).toMatchObject({ code: 'max_steps_exceeded' });
+    expect(run.usage).toEqual({ inputTokens: 100, outputTokens: 20, modelCalls: 1 });
+    const [ev] = await db.query(`SELECT data FROM ratchet.events WHERE run_id = $1 AND type = 'stage_failed' AND data ? 'usage'`, [id]);
     expect(ev!.data.usage).toEqual({ inputTokens: 100, outputTokens: 20 });
   });
 });
