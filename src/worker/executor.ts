@@ -512,15 +512,18 @@ async function settle(
   if (row.outcome === 'queued') {
     deps.onQueued(stage.toolClass, stage.definitionHash, { stageId: stage.id, attempt: stage.attempt + 1 }, row.retryDelayMs);
   }
-  log.info(
-    {
-      event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`,
-      retryDelayMs: row.retryDelayMs,
-      run: row.run?.state,
-      ...logPayload('result', row.result),
-    },
-    'stage finished',
-  );
+  // The result's hash is computed only for a line that is written (a worker at `warn` hashed every result for nothing).
+  if (log.isLevelEnabled('info')) {
+    log.info(
+      {
+        event: row.outcome === 'succeeded' ? 'stage_succeeded' : row.outcome === 'queued' ? 'retry_scheduled' : `stage_${row.outcome}`,
+        retryDelayMs: row.retryDelayMs,
+        run: row.run?.state,
+        ...logPayload('result', row.result),
+      },
+      'stage finished',
+    );
+  }
   return row.outcome === 'succeeded' ? 'succeeded' : row.outcome === 'queued' ? 'retry' : 'failed';
 }
 
