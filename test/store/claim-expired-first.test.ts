@@ -35,9 +35,10 @@ describe('expired leases before the due backlog (PostgreSQL)', () => {
        RETURNING id::text AS id`,
       [c],
     );
-    await db.query(`UPDATE ratchet.runs SET state = 'running' WHERE id IN (SELECT run_id FROM ratchet.stages WHERE id = ANY($1::bigint[]))`, [
-      rows.map((r) => r.id),
-    ]);
+    await db.query(
+      `UPDATE ratchet.runs SET state = 'running' WHERE id IN (SELECT run_id FROM ratchet.stages WHERE id = ANY($1::bigint[]))`,
+      [rows.map((r) => r.id)],
+    );
     return rows.map((r) => r.id);
   }
 
