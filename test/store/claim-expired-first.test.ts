@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGE_SHARE } from '../../src/store/claim.sql.js';
 import { openStore, type Store } from '../../src/store/index.js';
@@ -86,5 +87,43 @@ describe('expired leases before the due backlog (PostgreSQL)', () => {
       if (i === 0) expect(got.map((s) => s.id)).toEqual([dead]);
       else expect(got).toEqual([]); // the key is at its limit
     }
+  });
+  it('a keyed claim never waits on a key another claimer holds while it holds its candidates: the expired lease it picked is claimed at once', async () => {
+    const c = 'expired_first_busy_key';
+    await insertQueuedStages(store.db, 3, c, { priority: 100, concurrencyKey: 'busy', concurrencyLimit: 5 }); // older, higher priority
+    const [dead] = await expiredLeases(c, 1, { concurrencyKey: 'free', concurrencyLimit: 5 });
+    // Another claimer is inside its transaction with key 'busy' (e.g. its link to PostgreSQL was cut mid-claim).
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    let claiming: Promise<unknown> | null = null;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || $1, 0))`, ['busy']);
+      const got = store.claim({ owner: 'B', toolClass: c, limit: 5, definitions: ['h'], limits: { keyed: true } });
+      claiming = got;
+      const waiter = async (): Promise<'waited'> => {
+        for (;;) {
+          const [w] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`);
+          if (w!.n > 0) return 'waited';
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      };
+      const first = await Promise.race([got, waiter()]);
+      expect(first, 'the claim waited on the busy key while holding its candidate rows').not.toBe('waited');
+      const claimed = first as Awaited<typeof got>;
+      expect(claimed.map((s) => s.id)).toEqual([dead]); // the busy key's stages are left to its holder
+      const [{ n }] = await db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ratchet.stages WHERE tool_class = $1 AND concurrency_key = 'busy' AND state = 'queued'`,
+        [c],
+      );
+      expect(n).toBe(3);
+    } finally {
+      await holder.query('COMMIT').catch(() => {});
+      await claiming?.catch(() => {});
+      await holder.end();
+    }
+    // The key free again: the next claim takes its stages.
+    const after = await store.claim({ owner: 'B', toolClass: c, limit: 5, definitions: ['h'], limits: { keyed: true } });
+    expect(after).toHaveLength(3);
   });
 });
