@@ -324,9 +324,15 @@ export const LOCK_CLASS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ra
  * candidate rows (FOR UPDATE SKIP LOCKED) by now, and a claim waiting on a key behind another
  * claimer (one whose link to PostgreSQL was cut holds it until its statement times out) hid those
  * rows, expired leases among them, from every other claimer meanwhile (README, "Reclaim after a
- * kill": 2.2 s). A key held elsewhere is being claimed for by its holder; its stages are left
- * for the next claim.
+ * kill": 2.2 s). A key held elsewhere is skipped; claim.ts makes the claim again for it.
  */
+/**
+ * Waits for the locks of keys $1 (sorted, so two claimers never wait on each other in a cycle): only
+ * at the start of a limited claim made again for keys found held, before the class lock and before
+ * any candidate row is locked (claim.ts); the locks TRY_LOCK_KEYS_SQL takes never wait.
+ */
+export const LOCK_KEYS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0)) FROM unnest($1::text[]) AS u(k)`;
+
 export const TRY_LOCK_KEYS_SQL = `SELECT k AS key FROM unnest($1::text[]) AS u(k) WHERE pg_try_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0))`;
 
 /** Live leases of class $1 (running, lease not expired) by the database clock. */

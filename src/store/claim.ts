@@ -10,6 +10,7 @@ import {
   COUNT_RUNNING_CLASS_SQL,
   COUNT_RUNNING_KEYS_SQL,
   LOCK_CLASS_SQL,
+  LOCK_KEYS_SQL,
   TRY_LOCK_KEYS_SQL,
   MAX_CLAIM_DEFINITIONS,
   pickCandidatesSql,
@@ -113,27 +114,30 @@ interface ClaimOf {
 /** The key cursor this process's next keyed claim of `toolClass` starts after (tests). */
 export const keyCursorOf = (db: Db, toolClass: string): string | undefined => keyCursors.get(db)?.get(toolClass);
 
-/** Limited claims made again at once when a key was skipped because another claimer held its lock (TRY_LOCK_KEYS_SQL). */
+/** Limited claims made again when a key was skipped because another claimer held its lock (TRY_LOCK_KEYS_SQL). */
 const CONTENDED_RETRIES = 2;
 
 /**
  * The limited claim's transaction; the key cursor moves only once it committed (a rolled-back walk
- * gives no key its turn). A claim that skipped a key another claimer held, and took less than its
- * limit, is made again (a new transaction, at most CONTENDED_RETRIES times): the holder's
- * transaction is a few statements, so the key is usually free by then; if it is not (its holder
- * is stuck), the claim returns what it has, and nothing waited.
+ * gives no key its turn). A claim that skipped keys another claimer held, and took less than its
+ * limit, is made again in a new transaction (at most CONTENDED_RETRIES times) that first waits for
+ * those keys' locks, holding no candidate row yet (LOCK_KEYS_SQL), then picks: the stages of a
+ * contended key are claimed after its holder is done, as when the claim waited for it, and no
+ * candidate (an expired lease) is hidden from other claimers meanwhile.
  */
 async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
   const cursors = keyCursors.get(db) ?? new Map<string, string>();
   keyCursors.set(db, cursors);
   const out: Row[] = [];
+  let waitKeys: string[] = [];
   for (let i = 0; i <= CONTENDED_RETRIES && out.length < c.limit; i++) {
     const { rows, cursor, contended } = await db.transaction((tx) =>
-      claimLimited(tx, cursors.get(c.toolClass) ?? '', { ...c, limit: c.limit - out.length }, limits),
+      claimLimited(tx, cursors.get(c.toolClass) ?? '', { ...c, limit: c.limit - out.length }, limits, waitKeys),
     );
     if (cursor !== null) cursors.set(c.toolClass, cursor);
     out.push(...rows);
-    if (!contended) break;
+    if (contended.length === 0) break;
+    waitKeys = contended;
   }
   return out;
 }
@@ -143,7 +147,10 @@ async function claimLimited(
   from: string,
   c: ClaimOf,
   limits: z.output<typeof claimLimitsSchema>,
-): Promise<{ rows: Row[]; cursor: string | null; contended: boolean }> {
+  /** Keys a previous attempt found held: waited for first, before the class lock and before any row is locked. */
+  waitKeys: string[] = [],
+): Promise<{ rows: Row[]; cursor: string | null; contended: string[] }> {
+  if (waitKeys.length > 0) await tx.query(LOCK_KEYS_SQL, [[...waitKeys].sort()], 'ratchet_lock_keys');
   let budget = c.limit;
   if (limits.classConcurrency !== undefined || limits.rate) {
     await tx.query(LOCK_CLASS_SQL, [c.toolClass], 'ratchet_lock_class');
@@ -156,7 +163,7 @@ async function claimLimited(
       budget = Math.min(budget, limits.rate.max - (r!.n as number));
     }
   }
-  if (budget <= 0) return { rows: [], cursor: null, contended: false };
+  if (budget <= 0) return { rows: [], cursor: null, contended: [] };
   const keyed = limits.keyed === true;
   const picked = await tx.query(
     pickCandidatesSql(budget, c.hashes.length, keyed, c.by),
@@ -166,12 +173,12 @@ async function claimLimited(
   const cursor = keyed ? ((picked[0]?.next_cursor as string | null) ?? '') : null;
   const cands = picked.filter((p) => p.id !== null);
   let chosen = cands;
-  let contended = false;
+  let contended: string[] = [];
   const wanted = [...new Set(cands.map((p) => p.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
   if (wanted.length > 0) {
     // Never waits on a key while holding the candidate rows (TRY_LOCK_KEYS_SQL): a key another claimer holds is skipped.
     const keys = (await tx.query(TRY_LOCK_KEYS_SQL, [wanted], 'ratchet_try_lock_keys')).map((r) => r.key as string).sort();
-    contended = keys.length < wanted.length;
+    contended = wanted.filter((k) => !keys.includes(k));
     const live = new Map<string, number>(keys.map((k) => [k, 0]));
     if (keys.length > 0) {
       for (const r of await tx.query(COUNT_RUNNING_KEYS_SQL, [keys], 'ratchet_count_running_keys'))
