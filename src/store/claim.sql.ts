@@ -74,24 +74,33 @@ function lockInOrder(ids: string, recheck: string, limit: string): string {
 }
 
 /**
- * Due stages without a concurrency key (`queued`), then expired leases (`expired`, filling what
- * is left of `limit`, or `limit` of their own when `expiredLimit` says so); `keyed` expired
- * leases are included when the caller counts keys (the limited claim).
+ * Expired leases (`expired`) first, then due stages without a concurrency key (`queued`, filling
+ * what is left of `limit`, or `limit` of their own when `queuedLimit` says so; the limited claim
+ * then ranks expired leases first too); `keyed` expired leases are included when the caller
+ * counts keys (the limited claim).
+ *
+ * Why expired leases first: an expired lease is work already started whose owner is gone (a
+ * crash, a pause past its lease); its stage was due before any stage queued after its claim,
+ * and its run waits on it (issue 13: reclaim within the lease + 1 s). Taken after the due
+ * backlog, as before, it waited until that backlog fell below a claim's limit: a worker with
+ * one free slot never took it while one due stage was left. It starves nothing: each reclaim
+ * spends an attempt (max_attempts bounds how often one stage can come back expired) and gives
+ * a live lease, so expired leases are a bounded trickle, never a stream.
  */
-function candidates(hashes: number, limit: number, keyed: boolean, expiredLimit: 'fill' | 'own', by: ClaimOrder): string {
+function candidates(hashes: number, limit: number, keyed: boolean, queuedLimit: 'fill' | 'own', by: ClaimOrder): string {
   const expiredKey = keyed ? '' : ' AND s.concurrency_key IS NULL';
   return `
-queued_ids AS (
-  ${perDefinition(hashes, `${DUE} AND s.concurrency_key IS NULL`, 'available_at', by, limit)}
-),
-queued AS (
-  ${lockInOrder('queued_ids', DUE, String(limit))}
-),
 expired_ids AS (
   ${perDefinition(hashes, `${EXPIRED}${expiredKey}`, 'lease_until', 'age', limit)}
 ),
 expired AS (
-  ${lockInOrder('expired_ids', EXPIRED, expiredLimit === 'fill' ? `greatest(${limit} - (SELECT count(*) FROM queued), 0)` : String(limit))}
+  ${lockInOrder('expired_ids', EXPIRED, String(limit))}
+),
+queued_ids AS (
+  ${perDefinition(hashes, `${DUE} AND s.concurrency_key IS NULL`, 'available_at', by, limit)}
+),
+queued AS (
+  ${lockInOrder('queued_ids', DUE, queuedLimit === 'fill' ? `greatest(${limit} - (SELECT count(*) FROM expired), 0)` : String(limit))}
 )`;
 }
 
@@ -234,8 +243,8 @@ function check(limit: number, hashes: number): void {
 
 /**
  * The fast claim: up to `limit` due stages of tool class $2 started with one of the `hashes`
- * definition hashes in $3, for owner $1, in ONE statement. Candidates: `queued` with
- * available_at <= now, or `running` whose lease has expired. Two index-ordered branches (an OR
+ * definition hashes in $3, for owner $1, in ONE statement. Candidates: `running` whose lease has
+ * expired (first), then `queued` with available_at <= now. Two index-ordered branches (an OR
  * would defeat index order), each locked lazily FOR UPDATE SKIP LOCKED with its own LIMIT, in
  * CTEs joined to the UPDATE (never `WHERE id IN (... LIMIT n)`, which can touch more than n
  * rows). Stages under a concurrency key are left to the limited claim. The limit and the
@@ -247,13 +256,15 @@ export const claimSql = (limit: number, hashes: number, by: ClaimOrder = 'priori
   check(limit, hashes);
   return `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, false, 'fill', by)},
-picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM queued UNION ALL SELECT id, prev_state, prev_owner, prev_fence FROM expired),${claimPicked()}`;
+picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM expired UNION ALL SELECT id, prev_state, prev_owner, prev_fence FROM queued),${claimPicked()}`;
 };
 
 /**
  * The limited claim, step 1 (inside a transaction): lock up to `limit` candidates of each kind
- * for class $2 and definitions $3 ($1 unused, kept for one parameter shape), ordered by when
- * they became claimable, with their concurrency key and limit. `keyed` adds the stages of keys
+ * for class $2 and definitions $3 ($1 unused, kept for one parameter shape), expired leases
+ * first (see candidates()), then by priority and when they became claimable, with their
+ * concurrency key and limit (claim.ts takes them in this order, so an expired keyed lease gets
+ * its key's room before a due stage of that key). `keyed` adds the stages of keys
  * with room (walked from cursor $4) and expired keyed leases; every row carries the cursor for
  * the next claim (and one row with a null id carries it when nothing was found).
  */
@@ -274,11 +285,11 @@ walk(k, visited) AS (SELECT $4::text, 0)`; // no keys walked: the cursor stays
       : lastVisited;
   return `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),${candidates(hashes, limit, keyed, 'own', by)},${walk},
-picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, pr, at FROM ${k}`).join(' UNION ALL ')})
+picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, ${k === 'expired' ? 0 : 1} AS rk, pr, at FROM ${k}`).join(' UNION ALL ')})
 SELECT p.id::text AS id, p.concurrency_key, p.concurrency_limit, $1::text AS owner,
   ${cursor} AS next_cursor
 FROM (SELECT 1) one LEFT JOIN picked p ON true
-ORDER BY p.pr DESC NULLS LAST, p.at, p.id`;
+ORDER BY p.rk, p.pr DESC NULLS LAST, p.at, p.id`;
 };
 
 /**
@@ -307,8 +318,22 @@ SELECT DISTINCT definition_hash FROM ratchet.stages WHERE tool_class = $1 AND st
 /** Serialises the limited claims of one class ($1): transaction-scoped advisory lock. */
 export const LOCK_CLASS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:class:' || $1, 0))`;
 
-/** Serialises claims touching concurrency keys $1 (sorted, so two claimers never wait on each other in a cycle). */
+/**
+ * Serialises claims touching concurrency keys $1: takes each key's transaction-scoped advisory
+ * lock if it is free and returns the keys it got. Never waits: the limited claim holds its
+ * candidate rows (FOR UPDATE SKIP LOCKED) by now, and a claim waiting on a key behind another
+ * claimer (one whose link to PostgreSQL was cut holds it until its statement times out) hid those
+ * rows, expired leases among them, from every other claimer meanwhile (README, "Reclaim after a
+ * kill": 2.2 s). A key held elsewhere is skipped; claim.ts makes the claim again for it.
+ */
+/**
+ * Waits for the locks of keys $1 (sorted, so two claimers never wait on each other in a cycle): only
+ * at the start of a limited claim made again for keys found held, before the class lock and before
+ * any candidate row is locked (claim.ts); the locks TRY_LOCK_KEYS_SQL takes never wait.
+ */
 export const LOCK_KEYS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0)) FROM unnest($1::text[]) AS u(k)`;
+
+export const TRY_LOCK_KEYS_SQL = `SELECT k AS key FROM unnest($1::text[]) AS u(k) WHERE pg_try_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0))`;
 
 /** Live leases of class $1 (running, lease not expired) by the database clock. */
 export const COUNT_RUNNING_CLASS_SQL = `

@@ -11,6 +11,7 @@ import {
   COUNT_RUNNING_KEYS_SQL,
   LOCK_CLASS_SQL,
   LOCK_KEYS_SQL,
+  TRY_LOCK_KEYS_SQL,
   MAX_CLAIM_DEFINITIONS,
   pickCandidatesSql,
   RECORD_RATE_SQL,
@@ -113,13 +114,32 @@ interface ClaimOf {
 /** The key cursor this process's next keyed claim of `toolClass` starts after (tests). */
 export const keyCursorOf = (db: Db, toolClass: string): string | undefined => keyCursors.get(db)?.get(toolClass);
 
-/** The limited claim's transaction; the key cursor moves only once it committed (a rolled-back walk gives no key its turn). */
+/** Limited claims made again when a key was skipped because another claimer held its lock (TRY_LOCK_KEYS_SQL). */
+const CONTENDED_RETRIES = 2;
+
+/**
+ * The limited claim's transaction; the key cursor moves only once it committed (a rolled-back walk
+ * gives no key its turn). A claim that skipped keys another claimer held, and took less than its
+ * limit, is made again in a new transaction (at most CONTENDED_RETRIES times) that first waits for
+ * those keys' locks, holding no candidate row yet (LOCK_KEYS_SQL), then picks: the stages of a
+ * contended key are claimed after its holder is done, as when the claim waited for it, and no
+ * candidate (an expired lease) is hidden from other claimers meanwhile.
+ */
 async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
   const cursors = keyCursors.get(db) ?? new Map<string, string>();
   keyCursors.set(db, cursors);
-  const { rows, cursor } = await db.transaction((tx) => claimLimited(tx, cursors.get(c.toolClass) ?? '', c, limits));
-  if (cursor !== null) cursors.set(c.toolClass, cursor);
-  return rows;
+  const out: Row[] = [];
+  let waitKeys: string[] = [];
+  for (let i = 0; i <= CONTENDED_RETRIES && out.length < c.limit; i++) {
+    const { rows, cursor, contended } = await db.transaction((tx) =>
+      claimLimited(tx, cursors.get(c.toolClass) ?? '', { ...c, limit: c.limit - out.length }, limits, waitKeys),
+    );
+    if (cursor !== null) cursors.set(c.toolClass, cursor);
+    out.push(...rows);
+    if (contended.length === 0) break;
+    waitKeys = contended;
+  }
+  return out;
 }
 
 async function claimLimited(
@@ -127,7 +147,10 @@ async function claimLimited(
   from: string,
   c: ClaimOf,
   limits: z.output<typeof claimLimitsSchema>,
-): Promise<{ rows: Row[]; cursor: string | null }> {
+  /** Keys a previous attempt found held: waited for first, before the class lock and before any row is locked. */
+  waitKeys: string[] = [],
+): Promise<{ rows: Row[]; cursor: string | null; contended: string[] }> {
+  if (waitKeys.length > 0) await tx.query(LOCK_KEYS_SQL, [[...waitKeys].sort()], 'ratchet_lock_keys');
   let budget = c.limit;
   if (limits.classConcurrency !== undefined || limits.rate) {
     await tx.query(LOCK_CLASS_SQL, [c.toolClass], 'ratchet_lock_class');
@@ -140,7 +163,7 @@ async function claimLimited(
       budget = Math.min(budget, limits.rate.max - (r!.n as number));
     }
   }
-  if (budget <= 0) return { rows: [], cursor: null };
+  if (budget <= 0) return { rows: [], cursor: null, contended: [] };
   const keyed = limits.keyed === true;
   const picked = await tx.query(
     pickCandidatesSql(budget, c.hashes.length, keyed, c.by),
@@ -150,25 +173,31 @@ async function claimLimited(
   const cursor = keyed ? ((picked[0]?.next_cursor as string | null) ?? '') : null;
   const cands = picked.filter((p) => p.id !== null);
   let chosen = cands;
-  const keys = [...new Set(cands.map((p) => p.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
-  if (keys.length > 0) {
-    await tx.query(LOCK_KEYS_SQL, [keys], 'ratchet_lock_keys');
-    const live = new Map(
-      (await tx.query(COUNT_RUNNING_KEYS_SQL, [keys], 'ratchet_count_running_keys')).map((r) => [r.key as string, r.n as number]),
-    );
+  let contended: string[] = [];
+  const wanted = [...new Set(cands.map((p) => p.concurrency_key as string | null).filter((k): k is string => k !== null))].sort();
+  if (wanted.length > 0) {
+    // Never waits on a key while holding the candidate rows (TRY_LOCK_KEYS_SQL): a key another claimer holds is skipped.
+    const keys = (await tx.query(TRY_LOCK_KEYS_SQL, [wanted], 'ratchet_try_lock_keys')).map((r) => r.key as string).sort();
+    contended = wanted.filter((k) => !keys.includes(k));
+    const live = new Map<string, number>(keys.map((k) => [k, 0]));
+    if (keys.length > 0) {
+      for (const r of await tx.query(COUNT_RUNNING_KEYS_SQL, [keys], 'ratchet_count_running_keys'))
+        live.set(r.key as string, r.n as number);
+    }
     chosen = cands.filter((p) => {
       const key = p.concurrency_key as string | null;
       if (key === null) return true;
-      const n = live.get(key) ?? 0;
+      if (!live.has(key)) return false; // its lock is held by another claimer
+      const n = live.get(key)!;
       if (n >= (p.concurrency_limit as number)) return false;
       live.set(key, n + 1);
       return true;
     });
   }
   chosen = chosen.slice(0, budget);
-  if (chosen.length === 0) return { rows: [], cursor };
+  if (chosen.length === 0) return { rows: [], cursor, contended };
   const rows = await tx.query(CLAIM_IDS_SQL, [c.owner, chosen.map((p) => p.id as string)], 'ratchet_claim_ids');
   const started = rows.filter((r) => r.state === 'running').length;
   if (limits.rate && started > 0) await tx.query(RECORD_RATE_SQL, [c.toolClass, started], 'ratchet_record_rate');
-  return { rows, cursor };
+  return { rows, cursor, contended };
 }
