@@ -144,6 +144,37 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
     expect(b).toMatchObject({ seq: 2, input: { k: 2 } });
   });
 
+  it('the fast path yields to a due stage of higher priority of its class and definition; equal, lower or not yet due ones do not stop it', async () => {
+    const c = cls();
+    const two = (priority: number) =>
+      store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, priority, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })] });
+    const finishFirst = async (runId: string, meanwhile?: () => Promise<unknown>) => {
+      const first = (await store.getRun(runId))!.stages[0]!;
+      await store.db.query(`UPDATE ratchet.stages SET available_at = ratchet.db_now() - interval '1 hour' WHERE id = $1`, [first.id]);
+      const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      expect(a!.id).toBe(first.id);
+      await meanwhile?.();
+      const [v] = await store.finish('A', [
+        { stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, next: { seq: 2, input: {} }, claimNext: true },
+      ]);
+      return v!;
+    };
+    // Others of the class wait: one of equal priority, one lower, one higher but due only in an hour.
+    const equal = await two(5);
+    const lower = await two(1);
+    const later = await two(9);
+    await store.db.query(`UPDATE ratchet.stages SET available_at = ratchet.db_now() + interval '1 hour' WHERE run_id = $1 AND seq = 1`, [later.id]);
+    const run = await two(5);
+    const claimed = await finishFirst(run.id);
+    expect(claimed.nextClaimed).toMatchObject({ seq: 2, state: 'running', runId: run.id });
+    // Now a due stage of higher priority waits: the next stage is queued for the claim, not taken.
+    const run2 = await two(5);
+    const yielded = await finishFirst(run2.id, () => two(7));
+    expect(yielded).toMatchObject({ accepted: true, nextClaimed: null, nextToolClass: c });
+    expect((await store.getRun(run2.id))!.stages.map((s) => s.state)).toEqual(['succeeded', 'queued']);
+    expect([equal, lower, later].every((r) => r.id)).toBe(true);
+  });
+
   it('a next stage whose input could not be computed fails with the run, and a retry of the run starts there', async () => {
     const c = cls();
     const run = await store.createRun({
