@@ -147,7 +147,13 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
   it('the fast path yields to a due stage of higher priority of its class and definition; equal, lower or not yet due ones do not stop it', async () => {
     const c = cls();
     const two = (priority: number) =>
-      store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, priority, stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })] });
+      store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        priority,
+        stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })],
+      });
     const finishFirst = async (runId: string, meanwhile?: () => Promise<unknown>) => {
       const first = (await store.getRun(runId))!.stages[0]!;
       await store.db.query(`UPDATE ratchet.stages SET available_at = ratchet.db_now() - interval '1 hour' WHERE id = $1`, [first.id]);
@@ -163,7 +169,9 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
     const equal = await two(5);
     const lower = await two(1);
     const later = await two(9);
-    await store.db.query(`UPDATE ratchet.stages SET available_at = ratchet.db_now() + interval '1 hour' WHERE run_id = $1 AND seq = 1`, [later.id]);
+    await store.db.query(`UPDATE ratchet.stages SET available_at = ratchet.db_now() + interval '1 hour' WHERE run_id = $1 AND seq = 1`, [
+      later.id,
+    ]);
     const run = await two(5);
     const claimed = await finishFirst(run.id);
     expect(claimed.nextClaimed).toMatchObject({ seq: 2, state: 'running', runId: run.id });
