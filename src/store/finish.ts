@@ -197,7 +197,7 @@ export interface FinishVerdict {
   nextClaimed: ClaimedStage | null;
 }
 
-const DATE_FIELDS = ['lease_until', 'claimed_at', 'first_claimed_at', 'db_now', 'run_deadline'] as const;
+const DATE_FIELDS = ['first_claimed_at', 'run_deadline'] as const;
 
 /** For the test that checks the pre-check against the schema. */
 export const finishRowCheck = { plain: plainFinishRowOk, schema: finishRow };
@@ -272,14 +272,19 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
       woken,
       currentState: (r.current_state as string | null) ?? null,
       currentFence: (r.current_fence as string | null) ?? null,
-      nextClaimed: r.next_claimed ? toClaimed(reviveDates(r.next_claimed as Row), sentAt) : null,
+      nextClaimed: r.next_claimed ? toClaimed(handedStage(r.next_claimed as Row, r.db_now as Date), sentAt) : null,
     };
   });
 }
 
-/** to_jsonb() turns timestamps into strings: back to Dates for the claim row. */
-function reviveDates(row: Row): Row {
-  const out: Row = { ...row };
+/**
+ * The claim row of a next stage handed over by the finish (FINISH_SQL's `handed`): the columns the
+ * statement leaves out are the same for every such stage (a first claim by this owner now), so they
+ * are filled in here; to_jsonb() turned the timestamps into strings, back to Dates.
+ */
+function handedStage(row: Row, dbNow: Date): Row {
+  const out: Row = { ...row, state: 'running', prev_state: 'queued', prev_fence: null, db_now: dbNow, claimed_at: dbNow };
+  out.lease_until = new Date(dbNow.getTime() + (row.lease_ms as number));
   for (const f of DATE_FIELDS) if (typeof out[f] === 'string') out[f] = new Date(out[f] as string);
   return out;
 }

@@ -46,6 +46,18 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
     expect(first).toMatchObject({ accepted: true, replayed: false });
     const next = first!.nextClaimed!;
     expect(next).toMatchObject({ seq: 2, attempt: 1, state: 'running', input: { x: 1 } });
+    // The handed stage is the same claim row a claim would return (finish.ts fills in what the statement leaves out).
+    const [inDb] = await store.db.query(
+      `SELECT s.lease_until, s.claimed_at, s.first_claimed_at, s.owner_id, s.fence::text AS fence, s.state FROM ratchet.stages s WHERE s.id = $1`,
+      [next.id],
+    );
+    expect(next).toMatchObject({ previousState: 'queued', previousFence: null, fence: inDb!.fence, runId: run.id, workflow: 'w' });
+    expect(inDb).toMatchObject({ owner_id: 'A', state: 'running' });
+    expect(next.leaseUntil.getTime()).toBe((inDb!.lease_until as Date).getTime());
+    expect(next.claimedAt.getTime()).toBe((inDb!.claimed_at as Date).getTime());
+    expect(next.firstClaimedAt.getTime()).toBe((inDb!.first_claimed_at as Date).getTime());
+    expect(next.dbNow.getTime()).toBe(next.claimedAt.getTime());
+    expect(next.leaseUntil.getTime() - next.dbNow.getTime()).toBe(next.leaseMs);
 
     // The same row again, as a worker asks when the first answer never reached it.
     const [again] = await store.finish('A', [row]);
@@ -58,6 +70,8 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
       const [late] = await store.finish('A', [row]);
       expect(late!.nextClaimed).toMatchObject({ id: next.id, fence: next.fence, attempt: 1 });
       expect(late!.nextClaimed!.leaseUntil.getTime()).toBeGreaterThan(late!.nextClaimed!.dbNow.getTime());
+      const [renewed] = await store.db.query(`SELECT lease_until FROM ratchet.stages WHERE id = $1`, [next.id]);
+      expect(late!.nextClaimed!.leaseUntil.getTime()).toBe((renewed!.lease_until as Date).getTime());
       const [b] = await store.finish('A', [
         { stageId: next.id, fence: next.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded' } },
       ]);
