@@ -1,12 +1,4 @@
-import {
-  CLAIMED_COLUMNS,
-  NEXT_COLUMNS,
-  RUN_ACTIVE,
-  STAGE_CANCEL_EVENT,
-  STAGE_UNENDED,
-  closeWaitsOf,
-  settleFrom,
-} from './lease-common.sql.js';
+import { NEXT_COLUMNS, RUN_ACTIVE, STAGE_CANCEL_EVENT, STAGE_UNENDED, closeWaitsOf, settleFrom } from './lease-common.sql.js';
 
 /** The event a finish writes for each outcome; a replay finds its own earlier finish by it. */
 const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
@@ -285,8 +277,14 @@ ev AS (
   CROSS JOIN LATERAL (SELECT * FROM ratchet.stages x WHERE x.id = req.id OFFSET 0) s
   WHERE NOT EXISTS (SELECT 1 FROM replayed p WHERE p.id = req.id)
 ),
+-- The next stage handed to this owner, sent as one jsonb per row: only what is not known already.
+-- Left out and filled in by finish.ts (handedStage), the same values the claim row has: state
+-- 'running', prev_state 'queued', prev_fence NULL (never a reclaim), claimed_at = db_now (clk.t,
+-- the outer row's), lease_until = db_now + lease_ms (both writers above set exactly that).
 handed AS MATERIALIZED (
-  SELECT ${CLAIMED_COLUMNS}, c.after_id
+  SELECT c.id::text AS id, c.run_id, c.seq, c.name, c.tool, c.tool_class, c.fence::text AS fence, c.attempt, c.max_attempts,
+    c.input, c.idempotency_key, c.lease_ms, c.timeout_ms, c.max_duration_ms, c.first_claimed_at, c.error,
+    r.workflow, r.definition_hash, r.input AS run_input, r.deadline AS run_deadline, r.traceparent AS run_traceparent, c.after_id
   FROM (SELECT ${NEXT_NAMES}, after_id, after_fence FROM settle_joined WHERE state = 'running'
         UNION ALL SELECT ${NEXT_NAMES}, after_id, after_fence FROM next_handed_again) c
   JOIN ratchet.runs r ON r.id = c.run_id CROSS JOIN clk
@@ -310,7 +308,7 @@ SELECT req.id::text AS id, (f.id IS NOT NULL OR rp.id IS NOT NULL) AS accepted, 
   (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', w.id::text, 'toolClass', w.tool_class, 'definitionHash', w.definition_hash) ORDER BY w.id), '[]'::jsonb)
      FROM woken w WHERE w.by_id = req.id) AS woken,
   coalesce(f.outcome, s.state) AS current_state, s.fence::text AS current_fence, clk.t AS db_now,
-  CASE WHEN h.id IS NOT NULL THEN to_jsonb(h) END AS next_claimed
+  CASE WHEN h.id IS NOT NULL THEN to_jsonb(h) - 'after_id' END AS next_claimed
 FROM req CROSS JOIN clk
 LEFT JOIN accepted f ON f.id = req.id
 LEFT JOIN replayed rp ON rp.id = req.id

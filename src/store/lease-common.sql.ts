@@ -174,10 +174,15 @@ ${p}_dec AS (
     THEN ARRAY[d.next_seq] ELSE d.next_seqs END) AS n(seq)
   GROUP BY d.run_id, n.seq
 ),
-${p}_dec_claim AS (
-  SELECT dec.*, (${owner} IS NOT NULL AND dec.claim AND s.concurrency_key IS NULL AND NOT EXISTS (
+-- The priority probe is an ordered LIMIT 1 over stages_queued_priority_idx (tool_class, definition_hash,
+-- priority DESC, ...): it reads only entries of a higher priority (none, usually). As EXISTS the planner
+-- took a Seq Scan of the whole table per row (PERF-NOTES §4). MATERIALIZED: may_claim is read by every
+-- CASE of _joined below, and an inlined CTE copied the probe into each of them (8 sub-plans per row).
+${p}_dec_claim AS MATERIALIZED (
+  SELECT dec.*, (${owner} IS NOT NULL AND dec.claim AND s.concurrency_key IS NULL AND (
       SELECT 1 FROM ratchet.stages q WHERE q.state = 'queued' AND q.concurrency_key IS NULL AND q.tool_class = s.tool_class
-        AND q.definition_hash = s.definition_hash AND q.priority > s.priority AND q.available_at <= clk.t)) AS may_claim
+        AND q.definition_hash = s.definition_hash AND q.priority > s.priority AND q.available_at <= clk.t
+      ORDER BY q.priority DESC LIMIT 1) IS NULL) AS may_claim
   FROM ${p}_dec dec JOIN ratchet.stages s ON s.run_id = dec.run_id AND s.seq = dec.seq CROSS JOIN clk
 ),
 -- The join, under each successor's row lock (a statement waiting on it re-evaluates on the committed

@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module';
 import { DelayedError, Queue, Worker as BullWorker, type ConnectionOptions, type Job } from 'bullmq';
 import type { Logger } from 'pino';
 import type { StageReady, Transport } from './transport.js';
@@ -29,6 +30,22 @@ function connectionFrom(url: string, extra: Record<string, unknown>): Connection
   } as ConnectionOptions;
 }
 
+let ioredisLoaded = false;
+/**
+ * BullMQ requires ioredis lazily, at the first Queue or Worker: at `worker.start()` (0.2-0.4 s of
+ * module loading, PERF-NOTES §1) or at the first wake-up sent. Loaded here instead, when the
+ * transport is created, from bullmq's own location (the same module instance it will require).
+ */
+function preloadIoredis(): void {
+  if (ioredisLoaded) return;
+  ioredisLoaded = true;
+  try {
+    createRequire(createRequire(import.meta.url).resolve('bullmq'))('ioredis');
+  } catch {
+    // BullMQ gives its own error where it needs the driver.
+  }
+}
+
 /**
  * Wake-ups on BullMQ: one queue per tool class (per lane: class and definition, ./lane.ts); job data holds ids only; the job id is
  * `<stage>-<attempt the claim will create>` (BullMQ refuses `:`), so repeated notices of one
@@ -37,6 +54,7 @@ function connectionFrom(url: string, extra: Record<string, unknown>): Connection
  * competes with the lease. Adds fail within seconds while Redis is away (the sweeper re-sends later).
  */
 export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
+  preloadIoredis();
   const prefix = opts.prefix ?? 'ratchet';
   const queues = new Map<string, Queue>();
   const workers = new Set<BullWorker>();

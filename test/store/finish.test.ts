@@ -46,6 +46,18 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
     expect(first).toMatchObject({ accepted: true, replayed: false });
     const next = first!.nextClaimed!;
     expect(next).toMatchObject({ seq: 2, attempt: 1, state: 'running', input: { x: 1 } });
+    // The handed stage is the same claim row a claim would return (finish.ts fills in what the statement leaves out).
+    const [inDb] = await store.db.query(
+      `SELECT s.lease_until, s.claimed_at, s.first_claimed_at, s.owner_id, s.fence::text AS fence, s.state FROM ratchet.stages s WHERE s.id = $1`,
+      [next.id],
+    );
+    expect(next).toMatchObject({ previousState: 'queued', previousFence: null, fence: inDb!.fence, runId: run.id, workflow: 'w' });
+    expect(inDb).toMatchObject({ owner_id: 'A', state: 'running' });
+    expect(next.leaseUntil.getTime()).toBe((inDb!.lease_until as Date).getTime());
+    expect(next.claimedAt.getTime()).toBe((inDb!.claimed_at as Date).getTime());
+    expect(next.firstClaimedAt.getTime()).toBe((inDb!.first_claimed_at as Date).getTime());
+    expect(next.dbNow.getTime()).toBe(next.claimedAt.getTime());
+    expect(next.leaseUntil.getTime() - next.dbNow.getTime()).toBe(next.leaseMs);
 
     // The same row again, as a worker asks when the first answer never reached it.
     const [again] = await store.finish('A', [row]);
@@ -58,6 +70,8 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
       const [late] = await store.finish('A', [row]);
       expect(late!.nextClaimed).toMatchObject({ id: next.id, fence: next.fence, attempt: 1 });
       expect(late!.nextClaimed!.leaseUntil.getTime()).toBeGreaterThan(late!.nextClaimed!.dbNow.getTime());
+      const [renewed] = await store.db.query(`SELECT lease_until FROM ratchet.stages WHERE id = $1`, [next.id]);
+      expect(late!.nextClaimed!.leaseUntil.getTime()).toBe((renewed!.lease_until as Date).getTime());
       const [b] = await store.finish('A', [
         { stageId: next.id, fence: next.fence, outcome: 'succeeded', result: {}, run: { state: 'succeeded' } },
       ]);
@@ -142,6 +156,45 @@ describe.each(['pglite', 'postgres'] as const)('finish on %s', (kind) => {
     expect(v!.nextStageId).toBe(stages[1]!.id);
     const [b] = await store.claim({ owner: 'A', toolClass: c, limit: 1, limits: { keyed: true } });
     expect(b).toMatchObject({ seq: 2, input: { k: 2 } });
+  });
+
+  it('the fast path yields to a due stage of higher priority of its class and definition; equal, lower or not yet due ones do not stop it', async () => {
+    const c = cls();
+    const two = (priority: number) =>
+      store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        priority,
+        stages: [spec({ toolClass: c }), spec({ toolClass: c, name: 'two' })],
+      });
+    const finishFirst = async (runId: string, meanwhile?: () => Promise<unknown>) => {
+      const first = (await store.getRun(runId))!.stages[0]!;
+      await store.db.query(`UPDATE ratchet.stages SET available_at = ratchet.db_now() - interval '1 hour' WHERE id = $1`, [first.id]);
+      const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      expect(a!.id).toBe(first.id);
+      await meanwhile?.();
+      const [v] = await store.finish('A', [
+        { stageId: a!.id, fence: a!.fence, outcome: 'succeeded', result: {}, next: { seq: 2, input: {} }, claimNext: true },
+      ]);
+      return v!;
+    };
+    // Others of the class wait: one of equal priority, one lower, one higher but due only in an hour.
+    const equal = await two(5);
+    const lower = await two(1);
+    const later = await two(9);
+    await store.db.query(`UPDATE ratchet.stages SET available_at = ratchet.db_now() + interval '1 hour' WHERE run_id = $1 AND seq = 1`, [
+      later.id,
+    ]);
+    const run = await two(5);
+    const claimed = await finishFirst(run.id);
+    expect(claimed.nextClaimed).toMatchObject({ seq: 2, state: 'running', runId: run.id });
+    // Now a due stage of higher priority waits: the next stage is queued for the claim, not taken.
+    const run2 = await two(5);
+    const yielded = await finishFirst(run2.id, () => two(7));
+    expect(yielded).toMatchObject({ accepted: true, nextClaimed: null, nextToolClass: c });
+    expect((await store.getRun(run2.id))!.stages.map((s) => s.state)).toEqual(['succeeded', 'queued']);
+    expect([equal, lower, later].every((r) => r.id)).toBe(true);
   });
 
   it('a next stage whose input could not be computed fails with the run, and a retry of the run starts there', async () => {
