@@ -110,7 +110,7 @@ class RunFeed {
 
   constructor(
     private readonly db: Queryable,
-    private readonly hub: EventHub,
+    hub: EventHub,
     private readonly runId: string,
     at: StreamPosition,
     private readonly onEmpty: () => void,
