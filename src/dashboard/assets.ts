@@ -7,6 +7,8 @@ export const DASHBOARD_JS = String.raw`(() => {
   const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || '';
   const root = document.getElementById('run');
   let refresh = () => location.reload();
+  /** After a button's request was accepted: the run page reopens its stream if it had ended (a retried run goes on). */
+  let accepted = () => {};
 
   // Buttons: posted with fetch (CSRF token in a header); the live stream shows what follows.
   document.addEventListener('submit', async (ev) => {
@@ -25,6 +27,7 @@ export const DASHBOARD_JS = String.raw`(() => {
       });
       const body = await res.json().catch(() => null);
       notice(res.ok ? (body && body.note) || 'done' : (body && body.error && body.error.message) || 'HTTP ' + res.status, !res.ok);
+      if (res.ok) accepted();
     } catch (err) {
       notice(String(err), true);
     }
@@ -96,9 +99,10 @@ export const DASHBOARD_JS = String.raw`(() => {
     live.textContent = 'finished';
   }
   let ended = false;
-  const es = new EventSource('/runs/' + id + '/stream');
-  es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
-  es.onmessage = (m) => {
+  let es = null;
+  let lastId = '';
+  const onMessage = (m) => {
+    if (m.lastEventId) lastId = m.lastEventId;
     const e = JSON.parse(m.data);
     if (!seen.has(e.id)) {
       seen.add(e.id);
@@ -119,7 +123,7 @@ export const DASHBOARD_JS = String.raw`(() => {
   };
   // Streamed model tokens (event type "token", no id): the dashboard shows model answers by size
   // only, like every payload, so it counts what arrived per model stage attempt, live.
-  es.addEventListener('token', (m) => {
+  const onToken = (m) => {
     const t = JSON.parse(m.data);
     let box = document.getElementById('tokens');
     if (!box) {
@@ -137,11 +141,25 @@ export const DASHBOARD_JS = String.raw`(() => {
     box.dataset.chars = String(Number(box.dataset.chars) + t.text.length);
     box.dataset.pieces = String(Number(box.dataset.pieces) + 1);
     box.textContent = 'model answering (stage ' + (stages[t.stageId] || t.stageId) + ', attempt ' + t.attempt + '): ' + box.dataset.chars + ' characters streamed in ' + box.dataset.pieces + ' piece(s)';
-  });
-  es.onerror = () => {
-    if (ended) es.close(); // the server ended the stream after the run's last terminal event
-    live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
-    live.className = 'live';
+  };
+  // The stream from the start (the page's events are skipped by id), or after the last event it had.
+  const connect = () => {
+    es = new EventSource('/runs/' + id + '/stream' + (lastId ? '?after=' + encodeURIComponent(lastId) : ''));
+    es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
+    es.onmessage = onMessage;
+    es.addEventListener('token', onToken);
+    es.onerror = () => {
+      if (ended) es.close(); // the server ended the stream after the run's last terminal event
+      live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
+      live.className = 'live';
+    };
+  };
+  connect();
+  // A button accepted (a retry of the failed run): the stream goes on from the last event it had.
+  accepted = () => {
+    if (es.readyState !== EventSource.CLOSED) return;
+    ended = false;
+    connect();
   };
 })();
 `;
