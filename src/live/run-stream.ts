@@ -58,7 +58,7 @@ export async function openRunStream(
     const rest = await readStreamBatch(db, runId, position, 1);
     if (rest.events.length === 0 && !rest.heldBack) return null;
   }
-  return streamRun(db, hub, runId, position, opts);
+  return streamRun(db, hub, runId, position, opts, before);
 }
 
 /** Stream order: (tx, id) as numbers (xid8 and bigint, as decimal text). */
@@ -264,7 +264,10 @@ async function* streamRun(
   runId: string,
   start: StreamPosition,
   opts: RunStreamOptions,
+  /** openRunStream's end check at `start`: the first read's, not asked again. */
+  opened: { state: string; retriedAfter: boolean },
 ): AsyncGenerator<StreamItem, void> {
+  let openedCheck: typeof opened | null = opened;
   const heartbeatMs = opts.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
   let position = start;
   let dirty = true;
@@ -323,7 +326,10 @@ async function* streamRun(
         } else {
           follower.next = null; // an own read moves past what the feed would hand this watcher
           const at = position;
-          const before = checkEnd ? await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at)) : null;
+          const before = !checkEnd
+            ? null
+            : (openedCheck ?? (await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at))));
+          openedCheck = null;
           if (checkEnd && !before) throw new UnknownRunError(runId);
           const batch = await hub.shared(`read ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, BATCH));
           for (const e of batch.events) {
