@@ -7,8 +7,8 @@ export const DASHBOARD_JS = String.raw`(() => {
   const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || '';
   const root = document.getElementById('run');
   let refresh = () => location.reload();
-  /** After a button's request was accepted: the run page reopens its stream if it had ended (a retried run goes on). */
-  let accepted = () => {};
+  /** After a button's request was accepted (its form's data-action): a retry makes the run page follow the run again. */
+  let accepted = (_action) => {};
 
   // Buttons: posted with fetch (CSRF token in a header); the live stream shows what follows.
   document.addEventListener('submit', async (ev) => {
@@ -27,7 +27,7 @@ export const DASHBOARD_JS = String.raw`(() => {
       });
       const body = await res.json().catch(() => null);
       notice(res.ok ? (body && body.note) || 'done' : (body && body.error && body.error.message) || 'HTTP ' + res.status, !res.ok);
-      if (res.ok) accepted();
+      if (res.ok) accepted(form.dataset.action);
     } catch (err) {
       notice(String(err), true);
     }
@@ -99,6 +99,7 @@ export const DASHBOARD_JS = String.raw`(() => {
     live.textContent = 'finished';
   }
   let ended = false;
+  let retrying = false; // a retry accepted, its run_retried not seen yet
   let es = null;
   let lastId = '';
   const onMessage = (m) => {
@@ -117,6 +118,7 @@ export const DASHBOARD_JS = String.raw`(() => {
       live.className = 'live';
     } else if (e.type === 'run_retried') {
       ended = false;
+      retrying = false;
       live.textContent = 'live';
       live.className = 'live on';
     }
@@ -149,15 +151,29 @@ export const DASHBOARD_JS = String.raw`(() => {
     es.onmessage = onMessage;
     es.addEventListener('token', onToken);
     es.onerror = () => {
-      if (ended) es.close(); // the server ended the stream after the run's last terminal event
+      if (ended) {
+        es.close(); // the server ended the stream after the run's last terminal event
+        if (retrying) {
+          // A retry accepted while the stream was ending on the old end: follow the run on.
+          retrying = false;
+          ended = false;
+          connect();
+          return;
+        }
+      }
       live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
       live.className = 'live';
     };
   };
   connect();
-  // A button accepted (a retry of the failed run): the stream goes on from the last event it had.
-  accepted = () => {
-    if (es.readyState !== EventSource.CLOSED) return;
+  // The retry button accepted: the stream goes on from the last event it had (now, or when the
+  // stream still open ends on the old terminal event). Other buttons: the stream brings their end.
+  accepted = (action) => {
+    if (action !== 'retry') return;
+    if (es.readyState !== EventSource.CLOSED) {
+      retrying = true;
+      return;
+    }
     ended = false;
     connect();
   };
