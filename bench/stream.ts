@@ -78,12 +78,12 @@ const ten = defineWorkflow({
   steps: Array.from({ length: 10 }, (_, i) => ({ tool: noop, name: `s${i + 1}` })),
 });
 
-async function withEngine<T>(name: string, fn: (r: Ratchet, url: string) => Promise<T>): Promise<T> {
+async function withEngine<T>(name: string, fn: (r: Ratchet, url: string, dbUrl: string) => Promise<T>): Promise<T> {
   const dbUrl = await createDb(cfg.adminUrl, name);
   const ratchet = await createRatchet({ databaseUrl: dbUrl, workflows: [watched, ten], logger: silentLogger(), poolSize: 12 });
   const server = await createServer({ ratchet, tokens: [TOKEN], port: 0 });
   try {
-    return await fn(ratchet, server.url);
+    return await fn(ratchet, server.url, dbUrl);
   } finally {
     await server.close();
     await ratchet.close();
@@ -120,7 +120,7 @@ async function watchersBench(): Promise<void> {
   });
   const expect = (kind: string, runId: string) => new Promise<string[]>((resolve) => waiting.set(`${kind} ${runId}`, resolve));
   try {
-    await withEngine('bench_stream_watchers', async (ratchet, url) => {
+    await withEngine('bench_stream_watchers', async (ratchet, url, dbUrl) => {
       await ratchet.worker({ pollIntervalMs: 50, concurrency: 4 }).start();
       // Reads of the events table (index + sequential scans, pg_stat_user_tables): what the streams ask the database.
       const eventReads = async () => {
@@ -130,8 +130,30 @@ async function watchersBench(): Promise<void> {
         );
         return Number(r?.n ?? 0);
       };
+      // The stream's own statements, counted where the server sends them (the store's queryable, which the
+      // stream route uses), and the notifications of the watched run (a LISTEN of our own): reads per
+      // notification, from the gate's release to the last watcher's end.
+      const streamStatements = new Map<string, number>();
+      const db = ratchet.store.db as { query: (...a: unknown[]) => Promise<unknown[]> };
+      const query = db.query.bind(db);
+      db.query = (...a: unknown[]) => {
+        const name = a[2];
+        if (typeof name === 'string' && name.startsWith('ratchet_stream'))
+          streamStatements.set(name, (streamStatements.get(name) ?? 0) + 1);
+        return query(...a);
+      };
+      const stmt = (name: string) => streamStatements.get(name) ?? 0;
+      const pg = (await import('pg')).default;
+      const listen = new pg.Client({ connectionString: dbUrl });
+      const notes = new Map<string, number>();
+      listen.on('notification', (m) => notes.set(m.payload ?? '', (notes.get(m.payload ?? '') ?? 0) + 1));
+      await listen.connect();
+      await listen.query('LISTEN ratchet_events');
       for (const n of [0, cfg.watchers]) {
         const reads0 = await eventReads();
+        const timedReads: number[] = [];
+        const timedEndChecks: number[] = [];
+        const notifications: number[] = [];
         const perStage: number[] = [];
         const stagesPerS: number[] = [];
         const cpuMs: number[] = [];
@@ -151,6 +173,9 @@ async function watchersBench(): Promise<void> {
           }
           await until('the gate', async () => gates.has(key));
           const t0 = performance.now();
+          const reads0Run = stmt('ratchet_stream_events');
+          const checks0Run = stmt('ratchet_stream_end_check');
+          const notes0 = notes.get(id) ?? 0;
           const cpu0 = process.cpuUsage();
           const watcherCpu0 = watcherCpuMs();
           gates.get(key)!();
@@ -172,6 +197,9 @@ async function watchersBench(): Promise<void> {
             watcherCpu = watcherCpuMs() - watcherCpu0;
           }
           if (i > 0) {
+            timedReads.push(stmt('ratchet_stream_events') - reads0Run);
+            timedEndChecks.push(stmt('ratchet_stream_end_check') - checks0Run);
+            notifications.push((notes.get(id) ?? 0) - notes0);
             cpuMs.push((cpu.user + cpu.system) / 1000);
             watcherCpuMsRuns.push(watcherCpu);
             perStage.push(ms / cfg.stages);
@@ -205,12 +233,17 @@ async function watchersBench(): Promise<void> {
             // CPU of this process (engine + worker + API, streams included) per run, ms: what the watchers cost the engine itself.
             engineCpuMsPerRun: cpuMs.map((v) => round(v)),
             eventReadsPerRun: round(eventReadsPerRun, 1),
+            // From the gate's release to the last watcher's end: the stream's reads and end checks, and the run's notifications.
+            streamReadsPerRun: timedReads,
+            streamEndChecksPerRun: timedEndChecks,
+            notificationsPerRun: notifications,
             // CPU of the watchers' own process per run, ms (on a 2-core machine it competes with the engine for the cores).
             watcherProcessCpuMsPerRun: watcherCpuMsRuns.map((v) => round(v)),
             loadavg1: round(loadavg()[0]!, 2),
           },
         });
       }
+      await listen.end();
     });
   } finally {
     child.kill();

@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import type { OpenAPIHono } from '@hono/zod-openapi';
@@ -68,6 +68,28 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
+/**
+ * The Host header as a URL writes it (lower case, IPv6 and IPv4 literals in their short form, the
+ * default port dropped): @hono/node-server answers 400 when the header's name differs from its URL
+ * form, so `LOCALHOST:7700` or `[0:0:0:0:0:0:0:1]:7700` (names of this machine a client may send)
+ * would be refused before any route; the routes see the same short form (a loopback literal in any
+ * spelling counts as loopback). Anything that is not a plain host[:port] is left as it is.
+ */
+export function normalizeHostHeader(req: IncomingMessage): void {
+  const h = req.headers.host;
+  if (!h) return;
+  try {
+    const u = new URL(`http://${h}`);
+    if (u.username || u.password || u.pathname !== '/' || u.search || u.hash || h.includes('/') || h.includes('@')) return;
+    if (u.host === h) return;
+    req.headers.host = u.host;
+    // The adapter builds the request's headers from the raw list: the same name there.
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]!.toLowerCase() === 'host') req.rawHeaders[i + 1] = u.host;
+  } catch {
+    /* not a host: hono refuses it */
+  }
+}
+
 /** Starts the task API on `host:port` (default 127.0.0.1:7700); see checkListenOptions for what it refuses. */
 export async function createServer(options: ServerOptions): Promise<ApiServer> {
   const o = parseInput(serverOptions, options, 'createServer');
@@ -87,6 +109,7 @@ export async function createServer(options: ServerOptions): Promise<ApiServer> {
   });
   const server = await new Promise<Server>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, hostname: host, port: o.port ?? DEFAULT_API_PORT }) as Server;
+    s.prependListener('request', normalizeHostHeader); // before hono's own listener reads the header
     s.once('error', reject);
     s.once('listening', () => {
       s.off('error', reject);

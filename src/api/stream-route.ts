@@ -50,10 +50,25 @@ async function pipeToNode(out: ServerResponse, stream: AsyncGenerator<StreamItem
     'x-accel-buffering': 'no',
   });
   out.write(`retry: ${STREAM_RETRY_MS}\n\n`);
+  // The events one read hands every watcher come in one turn of the event loop: corked until the
+  // next, they leave in one write (one syscall per watcher per read, not one per event).
+  let corked = false;
+  const uncork = () => {
+    corked = false;
+    out.uncork();
+  };
   try {
     for await (const item of stream) {
       if (ac.signal.aborted) break;
-      if (!out.write(textOf(item))) await once(out, 'drain', { signal: ac.signal }).catch(() => {});
+      if (!corked) {
+        corked = true;
+        out.cork();
+        setImmediate(uncork);
+      }
+      if (!out.write(textOf(item))) {
+        if (corked) uncork();
+        await once(out, 'drain', { signal: ac.signal }).catch(() => {});
+      }
     }
   } finally {
     ac.abort();

@@ -7,6 +7,8 @@ export const DASHBOARD_JS = String.raw`(() => {
   const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || '';
   const root = document.getElementById('run');
   let refresh = () => location.reload();
+  /** After a button's request was accepted (its form's data-action): a retry makes the run page follow the run again. */
+  let accepted = (_action) => {};
 
   // Buttons: posted with fetch (CSRF token in a header); the live stream shows what follows.
   document.addEventListener('submit', async (ev) => {
@@ -25,6 +27,7 @@ export const DASHBOARD_JS = String.raw`(() => {
       });
       const body = await res.json().catch(() => null);
       notice(res.ok ? (body && body.note) || 'done' : (body && body.error && body.error.message) || 'HTTP ' + res.status, !res.ok);
+      if (res.ok) accepted(form.dataset.action);
     } catch (err) {
       notice(String(err), true);
     }
@@ -96,9 +99,11 @@ export const DASHBOARD_JS = String.raw`(() => {
     live.textContent = 'finished';
   }
   let ended = false;
-  const es = new EventSource('/runs/' + id + '/stream');
-  es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
-  es.onmessage = (m) => {
+  let retrying = false; // a retry accepted, its run_retried not seen yet
+  let es = null;
+  let lastId = '';
+  const onMessage = (m) => {
+    if (m.lastEventId) lastId = m.lastEventId;
     const e = JSON.parse(m.data);
     if (!seen.has(e.id)) {
       seen.add(e.id);
@@ -113,13 +118,14 @@ export const DASHBOARD_JS = String.raw`(() => {
       live.className = 'live';
     } else if (e.type === 'run_retried') {
       ended = false;
+      retrying = false;
       live.textContent = 'live';
       live.className = 'live on';
     }
   };
   // Streamed model tokens (event type "token", no id): the dashboard shows model answers by size
   // only, like every payload, so it counts what arrived per model stage attempt, live.
-  es.addEventListener('token', (m) => {
+  const onToken = (m) => {
     const t = JSON.parse(m.data);
     let box = document.getElementById('tokens');
     if (!box) {
@@ -137,11 +143,39 @@ export const DASHBOARD_JS = String.raw`(() => {
     box.dataset.chars = String(Number(box.dataset.chars) + t.text.length);
     box.dataset.pieces = String(Number(box.dataset.pieces) + 1);
     box.textContent = 'model answering (stage ' + (stages[t.stageId] || t.stageId) + ', attempt ' + t.attempt + '): ' + box.dataset.chars + ' characters streamed in ' + box.dataset.pieces + ' piece(s)';
-  });
-  es.onerror = () => {
-    if (ended) es.close(); // the server ended the stream after the run's last terminal event
-    live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
-    live.className = 'live';
+  };
+  // The stream from the start (the page's events are skipped by id), or after the last event it had.
+  const connect = () => {
+    es = new EventSource('/runs/' + id + '/stream' + (lastId ? '?after=' + encodeURIComponent(lastId) : ''));
+    es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
+    es.onmessage = onMessage;
+    es.addEventListener('token', onToken);
+    es.onerror = () => {
+      if (ended) {
+        es.close(); // the server ended the stream after the run's last terminal event
+        if (retrying) {
+          // A retry accepted while the stream was ending on the old end: follow the run on.
+          retrying = false;
+          ended = false;
+          connect();
+          return;
+        }
+      }
+      live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
+      live.className = 'live';
+    };
+  };
+  connect();
+  // The retry button accepted: the stream goes on from the last event it had (now, or when the
+  // stream still open ends on the old terminal event). Other buttons: the stream brings their end.
+  accepted = (action) => {
+    if (action !== 'retry') return;
+    if (es.readyState !== EventSource.CLOSED) {
+      retrying = true;
+      return;
+    }
+    ended = false;
+    connect();
   };
 })();
 `;

@@ -14,7 +14,7 @@ import { AWAITING_APPROVAL, listPage, loginPage, runPage, runPanel } from './pag
 import { createWaitService } from '../api/wait-service.js';
 import { listPendingApprovals, waitsOf, type PendingApproval } from '../store/approvals.js';
 import { runUsage } from '../store/usage.js';
-import { createDashboardSession, SESSION_COOKIE, SESSION_MAX_AGE_S } from './session.js';
+import { createDashboardSession, fromElsewhere, SESSION_COOKIE, SESSION_MAX_AGE_S } from './session.js';
 
 export interface DashboardOptions {
   ratchet: Ratchet;
@@ -93,9 +93,9 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
   app.get('/favicon.ico', (c) => c.body(null, 204));
   app.get('/login', (c) => page(c, 'Sign in', loginPage(null)));
   app.post('/login', async (c) => {
-    const origin = c.req.header('origin');
-    if (origin && origin !== new URL(c.req.url).origin)
-      return page(c, 'Sign in', loginPage('This sign-in did not come from this server.'), 403);
+    // Login CSRF (a page elsewhere signing this browser in with its own token): there is no session
+    // yet for a CSRF token to come from, so the browser's own word on where the form was posted from.
+    if (fromElsewhere(c)) return page(c, 'Sign in', loginPage('This sign-in did not come from this server.'), 403);
     const body = await c.req.parseBody();
     const token = typeof body.token === 'string' ? body.token.trim() : '';
     if (opts.tokens.length > 0 && !session.accepts(token)) return page(c, 'Sign in', loginPage('That token is not accepted.'), 401);

@@ -17,8 +17,21 @@ export interface DashboardSession {
   csrf(c: Context): string;
   /** Who decides through this session (an approval): the token's identity as the API gives it, never the token. */
   identity(c: Context): string;
-  /** Is a state-changing request genuine: its CSRF token matches the session's, and Origin (if sent) is this server? */
+  /** Is a state-changing request genuine: its CSRF token matches the session's, and it does not come from elsewhere (fromElsewhere)? */
   checkCsrf(c: Context, sent: string | undefined): boolean;
+}
+
+/**
+ * Did a browser send this request from another site? Its Origin is not this server's (a
+ * cross-site form posted under `Referrer-Policy: no-referrer` sends `Origin: null`), or its
+ * Sec-Fetch-Site says cross-site / same-site (a sibling subdomain). Neither header (curl, a
+ * script): not a browser's cross-site request, so not refused here.
+ */
+export function fromElsewhere(c: Context): boolean {
+  const origin = c.req.header('origin');
+  if (origin && origin !== new URL(c.req.url).origin) return true;
+  const site = c.req.header('sec-fetch-site');
+  return site !== undefined && site !== 'same-origin' && site !== 'none';
 }
 
 /**
@@ -46,8 +59,7 @@ export function createDashboardSession(tokens: readonly string[]): DashboardSess
     csrf,
     identity: (c) => tokenIdentity(`Bearer ${tokenOf(c) ?? ''}`, tokens),
     checkCsrf(c, sent) {
-      const origin = c.req.header('origin');
-      if (origin && origin !== new URL(c.req.url).origin) return false;
+      if (fromElsewhere(c)) return false;
       const want = csrf(c);
       if (!want || !sent) return false;
       const a = Buffer.from(want);

@@ -21,8 +21,9 @@ export interface EventHub {
   subscribe(runId: string, wake: () => void): () => void;
   /**
    * Single flight: while a read under `key` is in flight, callers asking for the same key share
-   * its answer. Watchers of one run woken by one notification all stand at the same position,
-   * so 50 watchers cost one read, not 50.
+   * its answer (streams opening together, quiet-heartbeat checks). The reads that follow
+   * notifications are shared by the run's feed instead (src/live/run-stream.ts): one per
+   * notification however many watchers, whenever each gets to it.
    */
   shared<T>(key: string, read: () => Promise<T>): Promise<T>;
   /**

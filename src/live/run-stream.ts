@@ -58,13 +58,205 @@ export async function openRunStream(
     const rest = await readStreamBatch(db, runId, position, 1);
     if (rest.events.length === 0 && !rest.heldBack) return null;
   }
-  return streamRun(db, hub, runId, position, opts);
+  return streamRun(db, hub, runId, position, opts, before);
+}
+
+/** Stream order: (tx, id) as numbers (xid8 and bigint, as decimal text). */
+export function comparePositions(a: StreamPosition, b: StreamPosition): number {
+  if (a.tx !== b.tx) return BigInt(a.tx) < BigInt(b.tx) ? -1 : 1;
+  if (a.id === b.id) return 0;
+  return BigInt(a.id) < BigInt(b.id) ? -1 : 1;
+}
+
+/** Events a shared feed keeps behind its slowest follower, at most (older ones: followers read them themselves). */
+const FEED_MAX = 2000;
+/** Events a shared feed keeps however far its followers are, so a watcher reconnecting near the head joins at once. */
+const FEED_KEEP = 64;
+
+/** A watcher of a run as its feed sees it (see RunFeed). */
+interface Follower {
+  /** The absolute index (RunFeed.first based) of the next buffered event this watcher takes; null: not joined. */
+  next: number | null;
+  wake(): void;
+  fail(err: Error): void;
+}
+
+/**
+ * The shared reader of one run's stream in one process: one read per notification, fanned out to
+ * every watcher of the run standing in its window. It holds the run's events (base, head] in stream
+ * order, exactly as readStreamBatch returns them (a read from a position gives every final event
+ * after it, in order, so a buffer grown by reads from its own head is the stream's contiguous
+ * piece). A watcher at a position inside that window takes the buffered events after it; a watcher
+ * behind it (a replay, a Last-Event-ID reconnect) reads on its own until it reaches the window, then
+ * joins. Held-back reads are retried by the feed once for all.
+ */
+class RunFeed {
+  /** The position before buffer[0]. */
+  base: StreamPosition;
+  /** The position of the last buffered event (base when empty): the feed reads after it. */
+  head: StreamPosition;
+  buffer: StreamedEvent[] = [];
+  /** The absolute index of buffer[0]. */
+  first = 0;
+  /** Terminal events whose run was found ended (and not retried) when the feed read them. */
+  readonly ended = new WeakSet<StreamedEvent>();
+  readonly followers = new Set<Follower>();
+  private reading = false;
+  private again = false;
+  private heldBackMs = HELD_BACK_FIRST_MS;
+  private heldBackTimer: NodeJS.Timeout | null = null;
+  private readonly unsubscribe: () => void;
+  closed = false;
+
+  constructor(
+    private readonly db: Queryable,
+    hub: EventHub,
+    private readonly runId: string,
+    at: StreamPosition,
+    private readonly onEmpty: () => void,
+  ) {
+    this.base = at;
+    this.head = at;
+    this.unsubscribe = hub.subscribe(runId, () => this.pump());
+  }
+
+  attach(f: Follower): void {
+    this.followers.add(f);
+  }
+
+  detach(f: Follower): void {
+    this.followers.delete(f);
+    if (this.followers.size > 0) return;
+    this.closed = true;
+    this.unsubscribe();
+    if (this.heldBackTimer) clearTimeout(this.heldBackTimer);
+    this.onEmpty();
+  }
+
+  /**
+   * Joins follower `f` standing at `at` when `at` lies in the window [base, head]: 'joined', and
+   * f.next points at the first buffered event after `at`. Behind the window: 'behind' (read on your
+   * own). Ahead of it (the watcher read further on its own): the window moves there when nobody is
+   * joined and no read is running ('joined'), else 'ahead': a read is asked for, wait for its wake.
+   */
+  join(f: Follower, at: StreamPosition): 'joined' | 'behind' | 'ahead' {
+    if (comparePositions(at, this.base) < 0) return 'behind';
+    if (comparePositions(at, this.head) > 0) {
+      let joined = false;
+      for (const o of this.followers) if (o.next !== null) joined = true;
+      if (joined || this.reading) {
+        this.pump();
+        return 'ahead';
+      }
+      this.first += this.buffer.length;
+      this.buffer = [];
+      this.base = at;
+      this.head = at;
+      f.next = this.first;
+      return 'joined';
+    }
+    let i = this.buffer.length;
+    while (i > 0 && comparePositions(this.buffer[i - 1]!.position, at) > 0) i--;
+    f.next = this.first + i;
+    return 'joined';
+  }
+
+  /** The buffered events follower `f` has not taken yet (and takes them); null when it fell out of the window. */
+  take(f: Follower): StreamedEvent[] | null {
+    if (f.next === null || f.next < this.first) {
+      f.next = null;
+      return null;
+    }
+    const out = this.buffer.slice(f.next - this.first);
+    f.next = this.first + this.buffer.length;
+    return out;
+  }
+
+  /** Reads after the head (single flight: a wake during a read reads once more after it), then wakes every follower. */
+  pump(): void {
+    if (this.closed) return;
+    if (this.reading) {
+      this.again = true;
+      return;
+    }
+    this.reading = true;
+    void this.readLoop();
+  }
+
+  private async readLoop(): Promise<void> {
+    try {
+      do {
+        this.again = false;
+        const batch = await readStreamBatch(this.db, this.runId, this.head, BATCH);
+        for (const e of batch.events) {
+          if (e.type === 'run_retried') for (const old of this.buffer) this.ended.delete(old);
+          if (isTerminalEvent(e.type)) {
+            const now = await endCheck(this.db, this.runId, e.position);
+            if (now && isTerminalState(now.state) && !now.retriedAfter) this.ended.add(e);
+          }
+          this.buffer.push(e);
+          this.head = e.position;
+        }
+        this.trim();
+        if (batch.full) this.again = true;
+        if (batch.heldBack) {
+          if (!this.heldBackTimer) {
+            this.heldBackTimer = setTimeout(() => {
+              this.heldBackTimer = null;
+              this.pump();
+            }, this.heldBackMs);
+            this.heldBackTimer.unref();
+          }
+          this.heldBackMs = Math.min(this.heldBackMs * 2, HELD_BACK_MAX_MS);
+        } else {
+          this.heldBackMs = HELD_BACK_FIRST_MS;
+        }
+        for (const f of this.followers) f.wake();
+      } while (this.again && !this.closed);
+    } catch (err) {
+      for (const f of this.followers) f.fail(err as Error);
+    } finally {
+      this.reading = false;
+    }
+  }
+
+  /** Drops the events every joined follower has taken (keeping the last FEED_KEEP), and beyond FEED_MAX whatever the followers. */
+  private trim(): void {
+    let upTo = this.first + this.buffer.length;
+    for (const f of this.followers) if (f.next !== null && f.next >= this.first) upTo = Math.min(upTo, f.next);
+    upTo = Math.min(upTo, this.first + this.buffer.length - FEED_KEEP);
+    upTo = Math.max(upTo, this.first + this.buffer.length - FEED_MAX);
+    const drop = upTo - this.first;
+    if (drop <= 0) return;
+    this.base = this.buffer[drop - 1]!.position;
+    this.buffer = this.buffer.slice(drop);
+    this.first = upTo;
+  }
+}
+
+/** The feeds of the runs being watched, per hub (one per API process). */
+const feedsOf = new WeakMap<EventHub, Map<string, RunFeed>>();
+function feedFor(db: Queryable, hub: EventHub, runId: string, at: StreamPosition): RunFeed {
+  let feeds = feedsOf.get(hub);
+  if (!feeds) feedsOf.set(hub, (feeds = new Map()));
+  let feed = feeds.get(runId);
+  if (!feed || feed.closed) {
+    const f: RunFeed = new RunFeed(db, hub, runId, at, () => {
+      if (feeds.get(runId) === f) feeds.delete(runId);
+    });
+    feeds.set(runId, f);
+    feed = f;
+  }
+  return feed;
 }
 
 /**
  * A run's events as they are committed, in stream order ((tx, id): see src/store/stream.sql.ts),
  * each once, from `position` on; ends after the run's terminal event, or when the run is found
- * over with nothing left to send. Heartbeat items fill silences.
+ * over with nothing left to send. Heartbeat items fill silences. Standing at the head, a watcher
+ * takes its events from the run's shared feed (one read per notification for all watchers);
+ * behind it, and on its first read and after each quiet heartbeat (when it also asks whether the
+ * run is over), it reads on its own.
  */
 async function* streamRun(
   db: Queryable,
@@ -72,16 +264,29 @@ async function* streamRun(
   runId: string,
   start: StreamPosition,
   opts: RunStreamOptions,
+  /** openRunStream's end check at `start`: the first read's, not asked again. */
+  opened: { state: string; retriedAfter: boolean },
 ): AsyncGenerator<StreamItem, void> {
+  let openedCheck: typeof opened | null = opened;
   const heartbeatMs = opts.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
   let position = start;
   let dirty = true;
+  let failure: Error | null = null;
   let wakeUp: (() => void) | null = null;
   const wake = () => {
     dirty = true;
     wakeUp?.();
   };
-  const unsubscribe = hub.subscribe(runId, wake);
+  const follower: Follower = {
+    next: null,
+    wake,
+    fail: (err) => {
+      failure = err;
+      wakeUp?.();
+    },
+  };
+  const feed = feedFor(db, hub, runId, start);
+  feed.attach(follower);
   // Streamed model tokens: yielded as they come, between events; they wake the loop without a read.
   const tokens: TokenDelta[] = [];
   const unsubscribeTokens = hub.subscribeTokens(runId, (t) => {
@@ -98,30 +303,54 @@ async function* streamRun(
     let heldBackMs = HELD_BACK_FIRST_MS;
     while (!over()) {
       while (tokens.length > 0) yield { kind: 'token', token: tokens.shift()! };
+      if (failure) throw failure;
       if (dirty) {
         dirty = false;
-        const at = position;
-        const before = checkEnd ? await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at)) : null;
-        if (checkEnd && !before) throw new UnknownRunError(runId);
-        const batch = await hub.shared(`read ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, BATCH));
-        for (const e of batch.events) {
-          position = e.position;
-          yield { kind: 'event', event: e };
-          if (isTerminalEvent(e.type)) {
-            const at2 = position;
-            const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
-            if (now && isTerminalState(now.state) && !now.retriedAfter) return;
+        let place: 'joined' | 'behind' | 'ahead' = 'behind';
+        let shared: StreamedEvent[] | null = null;
+        if (!checkEnd) {
+          place = follower.next !== null ? 'joined' : feed.join(follower, position);
+          if (place === 'joined') {
+            shared = feed.take(follower);
+            if (!shared) place = 'behind'; // fell out of the feed's window (a slow watcher)
           }
         }
-        if (checkEnd && before && isTerminalState(before.state) && !before.retriedAfter && batch.events.length === 0 && !batch.heldBack)
-          return;
-        checkEnd = false;
-        if (batch.full) dirty = true;
-        if (batch.heldBack) {
-          setTimeout(wake, heldBackMs).unref();
-          heldBackMs = Math.min(heldBackMs * 2, HELD_BACK_MAX_MS);
+        if (shared) {
+          for (const e of shared) {
+            position = e.position;
+            yield { kind: 'event', event: e };
+            if (isTerminalEvent(e.type) && feed.ended.has(e)) return;
+          }
+        } else if (place === 'ahead') {
+          // Ahead of the feed, which is reading: its read wakes this watcher.
         } else {
-          heldBackMs = HELD_BACK_FIRST_MS;
+          follower.next = null; // an own read moves past what the feed would hand this watcher
+          const at = position;
+          const before = !checkEnd
+            ? null
+            : (openedCheck ?? (await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at))));
+          openedCheck = null;
+          if (checkEnd && !before) throw new UnknownRunError(runId);
+          const batch = await hub.shared(`read ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, BATCH));
+          for (const e of batch.events) {
+            position = e.position;
+            yield { kind: 'event', event: e };
+            if (isTerminalEvent(e.type)) {
+              const at2 = position;
+              const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
+              if (now && isTerminalState(now.state) && !now.retriedAfter) return;
+            }
+          }
+          if (checkEnd && before && isTerminalState(before.state) && !before.retriedAfter && batch.events.length === 0 && !batch.heldBack)
+            return;
+          checkEnd = false;
+          if (batch.heldBack) {
+            setTimeout(wake, heldBackMs).unref();
+            heldBackMs = Math.min(heldBackMs * 2, HELD_BACK_MAX_MS);
+          } else {
+            heldBackMs = HELD_BACK_FIRST_MS;
+            dirty = true; // caught up as far as this read goes: join the feed (or read on)
+          }
         }
         if (dirty) continue;
       }
@@ -131,7 +360,7 @@ async function* streamRun(
           clearTimeout(t);
           resolve(true);
         };
-        if (dirty || over() || tokens.length > 0) wakeUp();
+        if (dirty || over() || tokens.length > 0 || failure) wakeUp();
       });
       wakeUp = null;
       if (!woken && !over()) {
@@ -141,7 +370,7 @@ async function* streamRun(
       }
     }
   } finally {
-    unsubscribe();
+    feed.detach(follower);
     unsubscribeTokens();
     opts.signal?.removeEventListener('abort', stop);
     hub.closed.removeEventListener('abort', stop);

@@ -12,10 +12,10 @@ afterAll(async () => {
   await api?.close();
 });
 
-function get(path: string, host: string): Promise<{ status: number; body: string }> {
-  const { port } = new URL(api.server.url);
+function get(path: string, host: string | null, server = api): Promise<{ status: number; body: string }> {
+  const { port } = new URL(server.server.url);
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, headers: { host } }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path, setHost: host !== null, headers: host === null ? {} : { host } }, (res) => {
       let body = '';
       res.on('data', (d) => (body += d));
       res.on('end', () => resolve({ status: res.statusCode!, body }));
@@ -38,6 +38,38 @@ describe('no tokens: the Host header', () => {
     expect((await get('/v1/runs', '[::1]')).status).toBe(200);
     expect((await get('/login', `localhost:${port}`)).status).toBe(200);
     expect((await get('/healthz', 'evil.example')).status).toBe(200);
+  });
+
+  it('GET / of the dashboard: every loopback form of Host is answered, with and without tokens (no 400 from the adapter)', async () => {
+    const withTokens = await startApi({ tokens: ['host-test-token-0123456789'] });
+    try {
+      for (const [server, expected] of [
+        [api, 200],
+        [withTokens, 401], // the sign-in page
+      ] as const) {
+        const port = new URL(server.server.url).port;
+        const hosts = [
+          `127.0.0.1:${port}`,
+          `localhost:${port}`,
+          `[::1]:${port}`,
+          'localhost',
+          '127.0.0.1',
+          '[::1]',
+          `LOCALHOST:${port}`,
+          `LocalHost`,
+          `[0:0:0:0:0:0:0:1]:${port}`,
+          `127.000.000.001:${port}`,
+        ];
+        for (const host of hosts)
+          expect((await get('/', host, server)).status, `${host} (tokens: ${server === withTokens})`).toBe(expected);
+        // No Host at all: HTTP/1.1 requires one, and Node's server answers 400 before any route (RFC 9112 §3.2).
+        expect((await get('/', null, server)).status).toBe(400);
+      }
+      // A rebound name in capitals is still refused without tokens (403, not let through by the rewrite).
+      expect((await get('/', `EVIL.example:${new URL(api.server.url).port}`)).status).toBe(403);
+    } finally {
+      await withTokens.close();
+    }
   });
 
   it('isLoopbackHost', () => {

@@ -4,7 +4,7 @@ import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitio
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { artefactPath, launchBrowser, type Browser } from '../helpers/browser.js';
 import { insertQueuedStages } from '../helpers/stages.js';
-import { apiWorkflows, callsOf } from '../api/fixtures.js';
+import { apiWorkflows, callsOf, owe } from '../api/fixtures.js';
 import { startApi, TOKEN, until, type Api } from '../api/helpers.js';
 import { waitWorkflows } from '../api/waits-fixtures.js';
 
@@ -269,6 +269,36 @@ describe('dashboard in a real browser', () => {
       toApprove.stageIds[0],
     ]);
     expect(approvedStage).toMatchObject({ state: 'succeeded', attempt: 2, result: { caseId: 'case-inv-approve' } });
+    expect(failures).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it('a failed run retried with its button: the page, whose stream had ended on run_failed, follows the run live to its new end', async () => {
+    owe('dash-retry', 2); // both attempts of the first stage fail: the run fails; the retry's attempt succeeds
+    const { id } = await api.client.submit('flaky', { key: 'dash-retry' });
+    await until('the run to fail', async () => (await api.client.get(id)).state === 'failed');
+    const page = await openSignedIn(`/runs/${id}`);
+    const failures: string[] = [];
+    page.on('pageerror', (e) => failures.push(e.message));
+    // The replay ends with run_failed and the server ends the stream there: the page shows the run finished.
+    await expect.poll(() => page.locator('#events tr', { hasText: 'run_failed' }).count()).toBe(1);
+    await expect.poll(() => page.textContent('#live')).toBe('finished');
+    await page.evaluate(() => {
+      (window as unknown as { marker: number }).marker = 9;
+    });
+    await page.click('form[data-action=retry] button');
+    // The events table grows only from the stream (the panel refresh does not touch it): these rows came live.
+    await expect.poll(() => page.locator('#events tr', { hasText: 'run_retried' }).count(), { timeout: 20_000 }).toBe(1);
+    await expect.poll(() => page.locator('#events tr', { hasText: 'run_succeeded' }).count(), { timeout: 20_000 }).toBe(1);
+    await expect.poll(() => page.textContent('#run-state')).toBe('succeeded');
+    await expect.poll(() => page.textContent('#live')).toBe('finished');
+    expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(9); // no reload
+    // Every event of the run once in the page's table.
+    const rows = await page.locator('#events tr[data-event-id]').evaluateAll((trs) => trs.map((tr) => (tr as HTMLElement).dataset.eventId));
+    const table = await db.query(`SELECT id::text AS id FROM ratchet.events WHERE run_id = $1 ORDER BY coalesce(tx, '0'::xid8), id`, [id]);
+    expect(new Set(rows).size).toBe(rows.length);
+    expect([...rows].sort()).toEqual(table.map((r) => r.id as string).sort());
+    await page.screenshot({ path: artefactPath('dashboard-retried.png'), fullPage: true });
     expect(failures).toEqual([]);
     await page.close();
   }, 60_000);
