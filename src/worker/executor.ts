@@ -184,8 +184,9 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
             callModelStreamed(deps.store.db, stage, step.agent.model, messages, offeredTools(step.agent), attempt.signal, stage.timeoutMs),
           );
         const answer = await runGuarded(attempt, call, 'model call', stage.timeoutMs);
-        if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
+        // Counted before the attempt's end is looked at: an answer that came after the lease was lost still spent its tokens.
         answered = recordModelUsage(deps.metrics.registry, step.agent.model, stage.workflow, answer);
+        if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
         row = onModelAnswer(step.agent, stage, answer, history, data());
       }
     } else if (step.kind === 'agent_tool') {
@@ -477,7 +478,8 @@ async function settle(
         }
         log.error({ event: 'result_not_storable', err: message, code }, 'the finish cannot be stored: the stage fails');
         const key = row.effectKey ? { effectKey: row.effectKey } : {};
-        row = { ...onUnstorable(stage, err, { owner: deps.owner, ...key }), ...key };
+        const spent = row.data?.usage === undefined ? {} : { usage: row.data.usage }; // a model's answer too large to keep still spent its tokens
+        row = { ...onUnstorable(stage, err, { owner: deps.owner, ...spent, ...key }), ...key };
         replaced = true;
         alone = true;
         continue;

@@ -54,6 +54,7 @@ beforeAll(async () => {
     tools: [lookup],
     maxActions: 1,
     maxSteps: 1,
+    budget: { maxTokens: 100 },
   });
   ratchet = await createRatchet({ databaseUrl: db.url, workflows: [agent, stuck], logger: silentLogger() });
   await ratchet.worker({ pollIntervalMs: 50 }).start();
@@ -97,7 +98,7 @@ describe('model usage', () => {
     expect(ev!.data.usage).toEqual({ inputTokens: 100, outputTokens: 20 });
   });
 
-  it('a call whose stage then fails still counts: its usage rides on stage_failed and is in the run totals', async () => {
+  it('a call whose stage then fails still counts: its usage rides on stage_failed, is in the run totals and in the budget', async () => {
     const client = createClient({ baseUrl: server.url, token: TOKEN });
     const { id } = await client.submit('usage_stuck', { ask: 'z' });
     for await (const _e of client.watch(id)) {
@@ -109,5 +110,17 @@ describe('model usage', () => {
     expect(run.usage).toEqual({ inputTokens: 100, outputTokens: 20, modelCalls: 1 });
     const [ev] = await db.query(`SELECT data FROM ratchet.events WHERE run_id = $1 AND type = 'stage_failed' AND data ? 'usage'`, [id]);
     expect(ev!.data.usage).toEqual({ inputTokens: 100, outputTokens: 20 });
+
+    // The failed call's 120 tokens count against the budget (100): the retried run makes no further call.
+    const calls = model.requests.length;
+    await client.retry(id);
+    for await (const _e of client.watch(id)) {
+      /* to the end */
+    }
+    const again = await client.get(id);
+    expect(again.state).toBe('failed');
+    expect(again.error).toMatchObject({ code: 'budget_exceeded' });
+    expect(again.usage).toEqual({ inputTokens: 100, outputTokens: 20, modelCalls: 1 });
+    expect(model.requests.length).toBe(calls);
   });
 });
