@@ -2,7 +2,8 @@ import { CLAIMED_COLUMNS, failRunsFrom, failedAsValue, RUN_ACTIVE, settleFrom } 
 
 /**
  * The claim (lease protocol step 1): one statement per purpose, each a single round trip and a
- * single commit; the limited claim's steps run in one short transaction (claim.ts).
+ * single commit; the limited claim's steps run in one short transaction, made again (at most
+ * twice) for keys another claimer held (claim.ts).
  *
  * Every claim names the definition hashes its worker has loaded ($3, a text[]): a stage is a
  * candidate only when its run started with one of them, so a worker never maps a run onto
@@ -319,20 +320,23 @@ SELECT DISTINCT definition_hash FROM ratchet.stages WHERE tool_class = $1 AND st
 export const LOCK_CLASS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:class:' || $1, 0))`;
 
 /**
- * Serialises claims touching concurrency keys $1: takes each key's transaction-scoped advisory
- * lock if it is free and returns the keys it got. Never waits: the limited claim holds its
- * candidate rows (FOR UPDATE SKIP LOCKED) by now, and a claim waiting on a key behind another
- * claimer (one whose link to PostgreSQL was cut holds it until its statement times out) hid those
- * rows, expired leases among them, from every other claimer meanwhile (README, "Reclaim after a
- * kill": 2.2 s). A key held elsewhere is skipped; claim.ts makes the claim again for it.
- */
-/**
  * Waits for the locks of keys $1 (sorted, so two claimers never wait on each other in a cycle): only
  * at the start of a limited claim made again for keys found held, before the class lock and before
- * any candidate row is locked (claim.ts); the locks TRY_LOCK_KEYS_SQL takes never wait.
+ * any candidate row is locked, and for at most the lock_timeout that transaction sets (claim.ts,
+ * contendedKeyWait). No claimer waits on a key lock while it holds the class lock or candidate rows.
  */
 export const LOCK_KEYS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0)) FROM unnest($1::text[]) AS u(k)`;
 
+/**
+ * Serialises claims touching concurrency keys $1: takes each key's transaction-scoped advisory
+ * lock if it is free and returns the keys it got. Never waits: the limited claim holds the class
+ * lock and its candidate rows (FOR UPDATE SKIP LOCKED) by now, and a claim waiting on a key behind
+ * another claimer would hide those rows, expired leases among them, from every other claimer
+ * meanwhile (README, "Reclaim after a kill": 2.2 s). A claimer whose link to PostgreSQL was cut
+ * mid-claim holds its keys, idle in its transaction, until that connection is reset (no
+ * statement of its is running, so no statement time limit ends it). A key held elsewhere is
+ * skipped; claim.ts makes the claim again for it.
+ */
 export const TRY_LOCK_KEYS_SQL = `SELECT k AS key FROM unnest($1::text[]) AS u(k) WHERE pg_try_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0))`;
 
 /** Live leases of class $1 (running, lease not expired) by the database clock. */
