@@ -188,7 +188,7 @@ describe('expired leases before the due backlog (PostgreSQL)', () => {
     expect(next).toHaveLength(3);
   });
 
-  it("a claim made again whose connection is killed while it waits for the busy key returns the leases already committed", async () => {
+  it('a claim made again whose connection is killed while it waits for the busy key returns the leases already committed', async () => {
     const c = 'expired_first_busy_killed';
     const { dead, holder } = await busyKeyHeld(c);
     const waitBefore = contendedKeyWait.lockTimeoutMs;
