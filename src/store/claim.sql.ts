@@ -350,10 +350,16 @@ SELECT concurrency_key AS key, count(*)::int AS n FROM ratchet.stages
 WHERE state = 'running' AND concurrency_key = ANY($1::text[]) AND lease_until >= ratchet.db_now()
 GROUP BY concurrency_key`;
 
-/** Claims of class $1 started in the last $2 ms (the rate limit's sliding window); prunes older ones. */
+/**
+ * Claims of class $1 started in the last $2 ms (the rate limit's sliding window); prunes older ones.
+ * By the statement clock (db_clock_now), as the claim dates its leases and events (CLAIM_IDS_SQL) and
+ * RECORD_RATE_SQL dates its record: by the transaction's start (db_now), a claim that waited for the
+ * class lock counted an older window than the one its claims fell in (6 claims in 1 s seen under load
+ * in test/faults/limits.test.ts).
+ */
 export const COUNT_RATE_SQL = `
-WITH pruned AS (DELETE FROM ratchet.rate_claims WHERE tool_class = $1 AND at < ratchet.db_now() - $2::int * interval '1 millisecond')
-SELECT count(*)::int AS n FROM ratchet.rate_claims WHERE tool_class = $1 AND at >= ratchet.db_now() - $2::int * interval '1 millisecond'`;
+WITH pruned AS (DELETE FROM ratchet.rate_claims WHERE tool_class = $1 AND at < ratchet.db_clock_now() - $2::int * interval '1 millisecond')
+SELECT count(*)::int AS n FROM ratchet.rate_claims WHERE tool_class = $1 AND at >= ratchet.db_clock_now() - $2::int * interval '1 millisecond'`;
 
-/** Records $2 claims of class $1 now, for the rate limit's window. */
-export const RECORD_RATE_SQL = `INSERT INTO ratchet.rate_claims (tool_class, at) SELECT $1, ratchet.db_now() FROM generate_series(1, $2::int)`;
+/** Records $2 claims of class $1 now (the statement clock, after the claim), for the rate limit's window. */
+export const RECORD_RATE_SQL = `INSERT INTO ratchet.rate_claims (tool_class, at) SELECT $1, ratchet.db_clock_now() FROM generate_series(1, $2::int)`;
