@@ -2,7 +2,8 @@ import { CLAIMED_COLUMNS, failRunsFrom, failedAsValue, RUN_ACTIVE, settleFrom } 
 
 /**
  * The claim (lease protocol step 1): one statement per purpose, each a single round trip and a
- * single commit; the limited claim's steps run in one short transaction (claim.ts).
+ * single commit; the limited claim's steps run in one short transaction, made again (at most
+ * twice) for keys another claimer held (claim.ts).
  *
  * Every claim names the definition hashes its worker has loaded ($3, a text[]): a stage is a
  * candidate only when its run started with one of them, so a worker never maps a run onto
@@ -319,20 +320,23 @@ SELECT DISTINCT definition_hash FROM ratchet.stages WHERE tool_class = $1 AND st
 export const LOCK_CLASS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:class:' || $1, 0))`;
 
 /**
- * Serialises claims touching concurrency keys $1: takes each key's transaction-scoped advisory
- * lock if it is free and returns the keys it got. Never waits: the limited claim holds its
- * candidate rows (FOR UPDATE SKIP LOCKED) by now, and a claim waiting on a key behind another
- * claimer (one whose link to PostgreSQL was cut holds it until its statement times out) hid those
- * rows, expired leases among them, from every other claimer meanwhile (README, "Reclaim after a
- * kill": 2.2 s). A key held elsewhere is skipped; claim.ts makes the claim again for it.
- */
-/**
  * Waits for the locks of keys $1 (sorted, so two claimers never wait on each other in a cycle): only
  * at the start of a limited claim made again for keys found held, before the class lock and before
- * any candidate row is locked (claim.ts); the locks TRY_LOCK_KEYS_SQL takes never wait.
+ * any candidate row is locked, and for at most the lock_timeout that transaction sets (claim.ts,
+ * contendedKeyWait). No claimer waits on a key lock while it holds the class lock or candidate rows.
  */
 export const LOCK_KEYS_SQL = `SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0)) FROM unnest($1::text[]) AS u(k)`;
 
+/**
+ * Serialises claims touching concurrency keys $1: takes each key's transaction-scoped advisory
+ * lock if it is free and returns the keys it got. Never waits: the limited claim holds the class
+ * lock and its candidate rows (FOR UPDATE SKIP LOCKED) by now, and a claim waiting on a key behind
+ * another claimer would hide those rows, expired leases among them, from every other claimer
+ * meanwhile (README, "Reclaim after a kill": 2.2 s). A claimer whose link to PostgreSQL was cut
+ * mid-claim holds its keys, idle in its transaction, until that connection is reset (no
+ * statement of its is running, so no statement time limit ends it). A key held elsewhere is
+ * skipped; claim.ts makes the claim again for it.
+ */
 export const TRY_LOCK_KEYS_SQL = `SELECT k AS key FROM unnest($1::text[]) AS u(k) WHERE pg_try_advisory_xact_lock(hashtextextended('ratchet:key:' || k, 0))`;
 
 /** Live leases of class $1 (running, lease not expired) by the database clock. */
@@ -346,10 +350,16 @@ SELECT concurrency_key AS key, count(*)::int AS n FROM ratchet.stages
 WHERE state = 'running' AND concurrency_key = ANY($1::text[]) AND lease_until >= ratchet.db_now()
 GROUP BY concurrency_key`;
 
-/** Claims of class $1 started in the last $2 ms (the rate limit's sliding window); prunes older ones. */
+/**
+ * Claims of class $1 started in the last $2 ms (the rate limit's sliding window); prunes older ones.
+ * By the statement clock (db_clock_now), as the claim dates its leases and events (CLAIM_IDS_SQL) and
+ * RECORD_RATE_SQL dates its record: by the transaction's start (db_now), a claim that waited for the
+ * class lock counted an older window than the one its claims fell in (6 claims in 1 s seen under load
+ * in test/faults/limits.test.ts).
+ */
 export const COUNT_RATE_SQL = `
-WITH pruned AS (DELETE FROM ratchet.rate_claims WHERE tool_class = $1 AND at < ratchet.db_now() - $2::int * interval '1 millisecond')
-SELECT count(*)::int AS n FROM ratchet.rate_claims WHERE tool_class = $1 AND at >= ratchet.db_now() - $2::int * interval '1 millisecond'`;
+WITH pruned AS (DELETE FROM ratchet.rate_claims WHERE tool_class = $1 AND at < ratchet.db_clock_now() - $2::int * interval '1 millisecond')
+SELECT count(*)::int AS n FROM ratchet.rate_claims WHERE tool_class = $1 AND at >= ratchet.db_clock_now() - $2::int * interval '1 millisecond'`;
 
-/** Records $2 claims of class $1 now, for the rate limit's window. */
-export const RECORD_RATE_SQL = `INSERT INTO ratchet.rate_claims (tool_class, at) SELECT $1, ratchet.db_now() FROM generate_series(1, $2::int)`;
+/** Records $2 claims of class $1 now (the statement clock, after the claim), for the rate limit's window. */
+export const RECORD_RATE_SQL = `INSERT INTO ratchet.rate_claims (tool_class, at) SELECT $1, ratchet.db_clock_now() FROM generate_series(1, $2::int)`;

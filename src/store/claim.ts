@@ -1,6 +1,7 @@
 import { cancelFailedLeftovers } from './leftovers.js';
 import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
+import { DatabaseUnavailableError } from './db-errors.js';
 import {
   AGE_SHARE,
   CLAIM_IDS_SQL,
@@ -76,12 +77,15 @@ function orderOf(db: Db, toolClass: string): ClaimOrder {
 /**
  * Claims up to `limit` due stages of one tool class and of the definitions the claimer has
  * loaded. Without limits: one atomic statement (stages under a concurrency key are left
- * alone). With limits: one short transaction that serialises the class's claims (advisory
+ * alone). With limits: a short transaction that serialises the class's claims (advisory
  * lock), counts live leases and the rate window by the database clock, picks candidates
  * (stages of keys with room found by a walk over keys, whatever the backlog of saturated
- * keys), locks their concurrency keys in sorted order and counts their live leases, then claims
+ * keys), try-locks their concurrency keys (never waiting while it holds candidate rows; a key
+ * another claimer holds is skipped) and counts the live leases of the keys it got, then claims
  * only what fits — so the limits hold whatever the number of workers and whichever path woke
- * them. Rows with state 'failed' are stages whose attempt budget was spent (not claimed).
+ * them. A claim that skipped keys is made again, at most CONTENDED_RETRIES more transactions on
+ * the same connection, each waiting a bounded time for those keys first (claimLimitedThenCursor).
+ * Rows with state 'failed' are stages whose attempt budget was spent (not claimed).
  */
 export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<ClaimedStage[]> {
   const { owner, toolClass, limit, definitions, limits } = parseInput(claimArgs, args, 'claim');
@@ -118,26 +122,80 @@ export const keyCursorOf = (db: Db, toolClass: string): string | undefined => ke
 const CONTENDED_RETRIES = 2;
 
 /**
- * The limited claim's transaction; the key cursor moves only once it committed (a rolled-back walk
- * gives no key its turn). A claim that skipped keys another claimer held, and took less than its
- * limit, is made again in a new transaction (at most CONTENDED_RETRIES times) that first waits for
- * those keys' locks, holding no candidate row yet (LOCK_KEYS_SQL), then picks: the stages of a
+ * How long a claim made again waits for the keys it found held (lock_timeout of its transaction),
+ * in ms. Short: the leases the first transaction committed are returned only after it, and a
+ * key's lock is normally held for one claim's few statements; a holder that keeps it longer (its
+ * link to PostgreSQL cut mid-claim: held until its connection is reset) is skipped this time.
+ * Tests raise it to hold the claim in its wait.
+ */
+export const contendedKeyWait = { lockTimeoutMs: 200 };
+
+/** lock_not_available: a lock wait ran past lock_timeout. */
+const LOCK_NOT_AVAILABLE = '55P03';
+const codeOf = (err: unknown): unknown => (err instanceof Error ? (err as { code?: unknown }).code : undefined);
+
+/**
+ * BEGIN … COMMIT on one connection (db.transaction's rules): rolled back when `fn` throws; a
+ * connection that cannot roll back is reported unavailable, so withConnection destroys it.
+ */
+async function transactionOn<T>(conn: Queryable, fn: (tx: Queryable) => Promise<T>): Promise<T> {
+  await conn.query('BEGIN');
+  try {
+    const out = await fn(conn);
+    await conn.query('COMMIT');
+    return out;
+  } catch (err) {
+    if (!(err instanceof DatabaseUnavailableError)) {
+      try {
+        await conn.query('ROLLBACK');
+      } catch {
+        throw new DatabaseUnavailableError(err);
+      }
+    }
+    throw err;
+  }
+}
+
+/**
+ * The limited claim's transactions; the key cursor moves only once one committed (a rolled-back
+ * walk gives no key its turn). A claim that skipped keys another claimer held, and took less than
+ * its limit, is made again in a new transaction (at most CONTENDED_RETRIES times) that first waits
+ * for those keys' locks, holding no candidate row yet (LOCK_KEYS_SQL), then picks: the stages of a
  * contended key are claimed after its holder is done, as when the claim waited for it, and no
  * candidate (an expired lease) is hidden from other claimers meanwhile.
+ *
+ * What a transaction committed is this owner's leases: it is always returned. The claims made
+ * again run on the first transaction's connection (PostgreSQL; no wait for the pool), each wait for
+ * keys is bounded by contendedKeyWait (past it the keys are skipped and no further claim is made),
+ * and any error after a commit (a time limit, a reset connection) ends the claim with what was
+ * committed: only the first transaction's error is the claim's. Otherwise its stages would stay
+ * leased to this owner, never run, until their leases expired (an attempt spent each).
  */
 async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
   const cursors = keyCursors.get(db) ?? new Map<string, string>();
   keyCursors.set(db, cursors);
   const out: Row[] = [];
-  let waitKeys: string[] = [];
-  for (let i = 0; i <= CONTENDED_RETRIES && out.length < c.limit; i++) {
-    const { rows, cursor, contended } = await db.transaction((tx) =>
-      claimLimited(tx, cursors.get(c.toolClass) ?? '', { ...c, limit: c.limit - out.length }, limits, waitKeys),
-    );
-    if (cursor !== null) cursors.set(c.toolClass, cursor);
-    out.push(...rows);
-    if (contended.length === 0) break;
-    waitKeys = contended;
+  let committed = false;
+  const attempts = async (inTx: <T>(fn: (tx: Queryable) => Promise<T>) => Promise<T>): Promise<void> => {
+    let waitKeys: string[] = [];
+    for (let i = 0; i <= CONTENDED_RETRIES && out.length < c.limit; i++) {
+      const { rows, cursor, contended, waitTimedOut } = await inTx((tx) =>
+        claimLimited(tx, cursors.get(c.toolClass) ?? '', { ...c, limit: c.limit - out.length }, limits, waitKeys),
+      );
+      committed = true;
+      if (cursor !== null) cursors.set(c.toolClass, cursor);
+      out.push(...rows);
+      if (contended.length === 0 || waitTimedOut) break;
+      waitKeys = contended;
+    }
+  };
+  try {
+    // PGlite has one connection shared by every caller: only its own transaction() keeps others' statements out.
+    if (db.kind === 'postgres') await db.withConnection((conn) => attempts((fn) => transactionOn(conn, fn)));
+    else await attempts((fn) => db.transaction(fn));
+  } catch (err) {
+    if (!committed) throw err;
+    // A claim made again failed (rolled back, or its outcome unknown like any claim's): the committed leases are returned.
   }
   return out;
 }
@@ -149,8 +207,22 @@ async function claimLimited(
   limits: z.output<typeof claimLimitsSchema>,
   /** Keys a previous attempt found held: waited for first, before the class lock and before any row is locked. */
   waitKeys: string[] = [],
-): Promise<{ rows: Row[]; cursor: string | null; contended: string[] }> {
-  if (waitKeys.length > 0) await tx.query(LOCK_KEYS_SQL, [[...waitKeys].sort()], 'ratchet_lock_keys');
+): Promise<{ rows: Row[]; cursor: string | null; contended: string[]; waitTimedOut: boolean }> {
+  let waitTimedOut = false;
+  if (waitKeys.length > 0) {
+    // Bounds every lock wait of this transaction (the keys, then the class lock and the run rows the claim updates).
+    await tx.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.round(contendedKeyWait.lockTimeoutMs))}`);
+    await tx.query('SAVEPOINT ratchet_wait_keys');
+    try {
+      await tx.query(LOCK_KEYS_SQL, [[...waitKeys].sort()], 'ratchet_lock_keys');
+      await tx.query('RELEASE SAVEPOINT ratchet_wait_keys');
+    } catch (err) {
+      if (codeOf(err) !== LOCK_NOT_AVAILABLE) throw err;
+      // A key still held: skipped this time (the pick below try-locks it like any key, and takes those that are free).
+      await tx.query('ROLLBACK TO SAVEPOINT ratchet_wait_keys');
+      waitTimedOut = true;
+    }
+  }
   let budget = c.limit;
   if (limits.classConcurrency !== undefined || limits.rate) {
     await tx.query(LOCK_CLASS_SQL, [c.toolClass], 'ratchet_lock_class');
@@ -163,7 +235,7 @@ async function claimLimited(
       budget = Math.min(budget, limits.rate.max - (r!.n as number));
     }
   }
-  if (budget <= 0) return { rows: [], cursor: null, contended: [] };
+  if (budget <= 0) return { rows: [], cursor: null, contended: [], waitTimedOut };
   const keyed = limits.keyed === true;
   const picked = await tx.query(
     pickCandidatesSql(budget, c.hashes.length, keyed, c.by),
@@ -195,9 +267,9 @@ async function claimLimited(
     });
   }
   chosen = chosen.slice(0, budget);
-  if (chosen.length === 0) return { rows: [], cursor, contended };
+  if (chosen.length === 0) return { rows: [], cursor, contended, waitTimedOut };
   const rows = await tx.query(CLAIM_IDS_SQL, [c.owner, chosen.map((p) => p.id as string)], 'ratchet_claim_ids');
   const started = rows.filter((r) => r.state === 'running').length;
   if (limits.rate && started > 0) await tx.query(RECORD_RATE_SQL, [c.toolClass, started], 'ratchet_record_rate');
-  return { rows, cursor, contended };
+  return { rows, cursor, contended, waitTimedOut };
 }

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { contendedKeyWait } from '../../src/store/claim.js';
 import { AGE_SHARE } from '../../src/store/claim.sql.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
@@ -41,6 +42,19 @@ describe('expired leases before the due backlog (PostgreSQL)', () => {
       [rows.map((r) => r.id)],
     );
     return rows.map((r) => r.id);
+  }
+
+  /** Polls until a backend of this database waits for an advisory lock (its pid) or `stopped()`; never queries once stopped. */
+  async function waitingForKey(stopped: () => boolean): Promise<number | null> {
+    while (!stopped()) {
+      const [w] = await db.query<{ pid: number }>(
+        `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1`,
+      );
+      if (w) return w.pid;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return null;
   }
 
   it.each([
@@ -96,6 +110,9 @@ describe('expired leases before the due backlog (PostgreSQL)', () => {
     const holder = new pg.Client({ connectionString: db.url });
     await holder.connect();
     let claiming: ReturnType<Store['claim']> | null = null;
+    let stop = false;
+    const waitBefore = contendedKeyWait.lockTimeoutMs;
+    contendedKeyWait.lockTimeoutMs = 60_000; // the claim made again waits for the busy key until it is released below
     try {
       await holder.query('BEGIN');
       await holder.query(`SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || $1, 0))`, ['busy']);
@@ -103,14 +120,10 @@ describe('expired leases before the due backlog (PostgreSQL)', () => {
       // The claim either finishes or waits for the busy key (made again for it): either way, by then the expired
       // lease is claimed and committed, visible to everyone, and the busy key's stages are untouched.
       const settled = claiming.then(() => 'done' as const);
-      const waiting = (async () => {
-        for (;;) {
-          const [w] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`);
-          if (w!.n > 0) return 'waiting' as const;
-          await new Promise((r) => setTimeout(r, 20));
-        }
-      })();
+      const waiting = waitingForKey(() => stop);
       await Promise.race([settled, waiting]);
+      stop = true; // the poll ends before the database is dropped
+      await waiting;
       const rows = await db.query<{ id: string; state: string; owner: string; key: string }>(
         `SELECT id::text AS id, state, owner_id AS owner, concurrency_key AS key FROM ratchet.stages WHERE tool_class = $1 ORDER BY id`,
         [c],
@@ -118,12 +131,96 @@ describe('expired leases before the due backlog (PostgreSQL)', () => {
       expect(rows.find((r) => r.id === dead)).toMatchObject({ state: 'running', owner: 'B' });
       expect(rows.filter((r) => r.key === 'busy').map((r) => r.state)).toEqual(['queued', 'queued', 'queued']);
     } finally {
+      stop = true;
       await holder.query('COMMIT').catch(() => {});
       await holder.end();
     }
     // Once the key is free, the claim made again for it takes its stages; the key's limit holds.
-    const got = await claiming!;
+    const got = await claiming!.finally(() => {
+      contendedKeyWait.lockTimeoutMs = waitBefore;
+    });
     expect(got.map((s) => s.id)).toContain(dead);
     expect(got).toHaveLength(4);
+  });
+
+  /**
+   * Key `${c}_busy` with 3 due stages, an expired lease under key `${c}_free`, and another claimer holding the busy key's
+   * lock. (Concurrency keys are counted across classes: each test has keys of its own.)
+   */
+  async function busyKeyHeld(c: string): Promise<{ dead: string; holder: pg.Client }> {
+    await insertQueuedStages(store.db, 3, c, { priority: 100, concurrencyKey: `${c}_busy`, concurrencyLimit: 5 });
+    const [dead] = await expiredLeases(c, 1, { concurrencyKey: `${c}_free`, concurrencyLimit: 5 });
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    await holder.query('BEGIN');
+    await holder.query(`SELECT pg_advisory_xact_lock(hashtextextended('ratchet:key:' || $1, 0))`, [`${c}_busy`]);
+    return { dead: dead!, holder };
+  }
+
+  /** The live leases of `owner` in class `c`: compared with what the claim returned, nothing leased is left unreturned. */
+  async function leasedTo(c: string, owner: string): Promise<string[]> {
+    const rows = await db.query<{ id: string }>(
+      `SELECT id::text AS id FROM ratchet.stages WHERE tool_class = $1 AND state = 'running' AND owner_id = $2 ORDER BY id`,
+      [c, owner],
+    );
+    return rows.map((r) => r.id);
+  }
+
+  it('a claim made again that cannot get the busy key within its lock timeout returns the leases already committed', async () => {
+    const c = 'expired_first_busy_timeout';
+    const { dead, holder } = await busyKeyHeld(c);
+    const waitBefore = contendedKeyWait.lockTimeoutMs;
+    contendedKeyWait.lockTimeoutMs = 100;
+    try {
+      // The holder keeps the key past the lock timeout of every claim made again.
+      const got = await store.claim({ owner: 'B', toolClass: c, limit: 5, definitions: ['h'], limits: { keyed: true } });
+      expect(got.map((s) => s.id)).toEqual([dead]);
+      expect(await leasedTo(c, 'B')).toEqual([dead]);
+      const busy = await db.query<{ state: string }>(`SELECT state FROM ratchet.stages WHERE concurrency_key = $1`, [`${c}_busy`]);
+      expect(busy.map((r) => r.state)).toEqual(['queued', 'queued', 'queued']);
+    } finally {
+      contendedKeyWait.lockTimeoutMs = waitBefore;
+      await holder.query('COMMIT').catch(() => {});
+      await holder.end();
+    }
+    // The key free, the next claim takes its stages.
+    const next = await store.claim({ owner: 'B', toolClass: c, limit: 5, definitions: ['h'], limits: { keyed: true } });
+    expect(next).toHaveLength(3);
+  });
+
+  it('a claim made again whose connection is killed while it waits for the busy key returns the leases already committed', async () => {
+    const c = 'expired_first_busy_killed';
+    const { dead, holder } = await busyKeyHeld(c);
+    const waitBefore = contendedKeyWait.lockTimeoutMs;
+    contendedKeyWait.lockTimeoutMs = 60_000; // the claim made again waits until its backend is killed
+    let stop = false;
+    try {
+      const claiming = store.claim({ owner: 'B', toolClass: c, limit: 5, definitions: ['h'], limits: { keyed: true } });
+      const settledEarly = claiming.then(
+        () => 'settled' as const,
+        () => 'settled' as const,
+      );
+      const waiting = waitingForKey(() => stop);
+      const first = await Promise.race([settledEarly, waiting]);
+      stop = true;
+      const pid = await waiting;
+      expect(first, 'the claim made again waits for the busy key').not.toBe('settled');
+      expect(pid).not.toBeNull();
+      // A PostgreSQL restart or a reset link, for this one backend: the claim made again fails mid-wait.
+      await db.query('SELECT pg_terminate_backend($1)', [pid]);
+      const got = await claiming;
+      expect(got.map((s) => s.id)).toEqual([dead]);
+      expect(await leasedTo(c, 'B')).toEqual([dead]);
+      const busy = await db.query<{ state: string }>(`SELECT state FROM ratchet.stages WHERE concurrency_key = $1`, [`${c}_busy`]);
+      expect(busy.map((r) => r.state)).toEqual(['queued', 'queued', 'queued']);
+    } finally {
+      stop = true;
+      contendedKeyWait.lockTimeoutMs = waitBefore;
+      await holder.query('COMMIT').catch(() => {});
+      await holder.end();
+    }
+    // The killed connection was dropped from the pool: the next claim works and takes the busy key's stages.
+    const next = await store.claim({ owner: 'B', toolClass: c, limit: 5, definitions: ['h'], limits: { keyed: true } });
+    expect(next).toHaveLength(3);
   });
 });
