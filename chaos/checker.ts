@@ -1,5 +1,5 @@
 import { canTransition, TERMINAL_RUN_STATES } from '../src/planner/states.js';
-import type { CheckConfig, FaultKind, History, StageLogRow } from './history.js';
+import type { CheckConfig, FaultKind, FaultRecord, History, StageLogRow } from './history.js';
 import { checkGraph, type GraphStats } from './checker-graph.js';
 import { checkWaits, type WaitStats } from './checker-waits.js';
 import { reclaimSamples, type ReclaimSample } from './reclaim.js';
@@ -133,6 +133,17 @@ const INITIAL = { stage: ['pending', 'queued'], run: ['queued'] } as const;
 const MAX_EVIDENCE = 5;
 type LedgerRowLike = History['ledger'][number];
 const iso = (t: number | null) => (t === null ? 'null' : new Date(t).toISOString());
+/** Guard verdicts after which the guard holds the request's fence for its key (src/receiver/fence-guard.ts). */
+const RECORDS_FENCE = new Set(['applied', 'not_stored']);
+/** What a late lower fence may be answered: refused on its fence, or the done effect's stored answer. */
+const REFUSED_LATE = new Set(['stale_fence', 'replayed']);
+
+/** The held request of a late_request fault: its fields, or (older histories) its detail `<key> fence <n> released late...`. */
+export function lateRequestOf(f: FaultRecord): { key: string; fence: string } | null {
+  if (f.key !== undefined && f.fence !== undefined) return { key: f.key, fence: f.fence };
+  const m = /^(\S+) fence (\d+) released late/.exec(f.detail ?? '');
+  return m ? { key: m[1]!, fence: m[2]! } : null;
+}
 
 export function quantile(sorted: number[], q: number): number | null {
   if (sorted.length === 0) return null;
@@ -338,22 +349,54 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     }
   }
 
-  // --- stale_write (receiver): no effect applied with a fence lower than one the guard admitted
-  // before for its key. Only an applied request is an admission the guard recorded (a 409
-  // in_progress or stale_fence answer records nothing).
+  // --- stale_write (receiver): no effect applied with a fence lower than one the guard recorded
+  // before for its key. The guard records the fence of every request it admits: one applied,
+  // and one whose handler answered 5xx (not_stored: the effect undone, the fence kept, the key
+  // open; the late request's setup). A 409 in_progress or stale_fence answer, a replay, records nothing.
   let staleWrites = 0;
-  const highestSeen = new Map<string, { fence: bigint; seq: number }>();
-  for (const l of [...h.ledger].sort((a, b) => a.seq - b.seq)) {
+  const highestSeen = new Map<string, { fence: bigint; seq: number; verdict: string }>();
+  const ledgerInOrder = [...h.ledger].sort((a, b) => a.seq - b.seq);
+  for (const l of ledgerInOrder) {
     const f = BigInt(l.fence);
     const seen = highestSeen.get(l.key);
     if (l.verdict === 'applied' && seen !== undefined && f < seen.fence) {
       staleWrites++;
-      add('stale_write', `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was admitted (request ${seen.seq})`, {
-        applied: l,
-        requests: h.ledger.filter((x) => x.key === l.key),
-      });
+      add(
+        'stale_write',
+        `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was admitted (request ${seen.seq}, ${seen.verdict})`,
+        { applied: l, requests: h.ledger.filter((x) => x.key === l.key) },
+      );
     }
-    if (l.verdict === 'applied' && (seen === undefined || f > seen.fence)) highestSeen.set(l.key, { fence: f, seq: l.seq });
+    if (RECORDS_FENCE.has(l.verdict) && (seen === undefined || f > seen.fence))
+      highestSeen.set(l.key, { fence: f, seq: l.seq, verdict: l.verdict });
+  }
+  // Each late_request fault: the held request (its key, its lower fence) arrived after a higher
+  // fence was admitted for its key, and every such arrival was refused (stale_fence, or the
+  // stored answer replayed once the effect was done); anything else is a stale write.
+  for (const fault of h.faults) {
+    if (fault.kind !== 'late_request') continue;
+    const held = lateRequestOf(fault);
+    if (held === null) {
+      add('stale_write', `late_request fault at ${iso(fault.at)} does not name its held request`, { fault });
+      continue;
+    }
+    const rows = ledgerInOrder.filter((l) => l.key === held.key);
+    const admitted = rows.find((l) => RECORDS_FENCE.has(l.verdict) && BigInt(l.fence) > BigInt(held.fence));
+    const late = admitted ? rows.filter((l) => l.fence === held.fence && l.seq > admitted.seq) : [];
+    const wrong = late.filter((l) => !REFUSED_LATE.has(l.verdict));
+    if (!admitted || late.length === 0 || wrong.length > 0) {
+      if (wrong.some((l) => l.verdict === 'applied' || l.verdict === 'not_stored')) staleWrites++;
+      add(
+        'stale_write',
+        !admitted
+          ? `late_request ${held.key}: no higher fence than ${held.fence} was admitted for the key`
+          : late.length === 0
+            ? `late_request ${held.key}: the held request (fence ${held.fence}) never arrived after fence ${admitted.fence} was admitted`
+            : `late_request ${held.key}: the late fence ${held.fence} was answered ${wrong.map((l) => l.verdict).join(', ')} ` +
+              `after fence ${admitted.fence} was admitted (request ${admitted.seq}), not refused`,
+        { fault, admitted: admitted ?? null, late, requests: rows.slice(0, MAX_EVIDENCE * 2) },
+      );
+    }
   }
 
   // --- stale_engine_write: every write of a stage's owner on its running fence (extend, finish,

@@ -37,6 +37,8 @@ const MAX_FLOODS = 2;
 const FLOOD_BEFORE = 0.5;
 /** Longest a planned fault waits for its turn (a free slot, a free worker, no global fault) before it is given up. */
 const TURN_WAIT_MS = 20_000;
+/** Verdicts of a late request that judged its fence (refused it, replayed the done effect, or wrongly admitted it). */
+const LATE_JUDGED = ['stale_fence', 'replayed', 'applied', 'not_stored'];
 /** The extra pause / partition past the lease (sigstop, pg_blackhole): at most this long. */
 export const PAST_LEASE_MAX_MS = 3000;
 
@@ -289,9 +291,18 @@ export class FaultInjector {
         );
         return false;
       }
+      // Judged on its fence or not at all: the guard was down (error) or another request of the
+      // key held it (in_progress). Such a try proves nothing either way; it is tried again.
+      if (!LATE_JUDGED.includes(arrived.verdict)) {
+        this.d.log(`fault late_request #${f.k} on ${w.name}: ${req.key} fence ${req.fence} answered ${arrived.verdict} (not counted)`);
+        return false;
+      }
+      // Counted whatever the verdict: the checker requires stale_fence (or replayed) of every one.
       return this.record('late_request', at, {
         worker: w.name,
         owner: w.owner,
+        key: req.key,
+        fence: req.fence,
         detail: `${req.key} fence ${req.fence} released late: ${arrived.verdict}`,
       });
     } finally {

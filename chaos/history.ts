@@ -167,6 +167,11 @@ export interface FaultRecord {
   worker?: string;
   owner?: string;
   detail?: string;
+  /** late_request: the held request's idempotency key and (lower) fence. */
+  key?: string;
+  fence?: string;
+  /** cancel: the run it was sent for. */
+  runId?: string;
 }
 
 export interface CheckConfig {
