@@ -1,4 +1,4 @@
-import { canTransition, TERMINAL_RUN_STATES } from '../src/planner/states.js';
+import { canTransition, TERMINAL_RUN_STATES, TERMINAL_STAGE_STATES } from '../src/planner/states.js';
 import type { CheckConfig, FaultKind, FaultRecord, History, StageLogRow } from './history.js';
 import { checkGraph, type GraphStats } from './checker-graph.js';
 import { checkWaits, type WaitStats } from './checker-waits.js';
@@ -163,6 +163,28 @@ function isNonOwnerWrite(r: StageLogRow): boolean {
   // lease_expired_at_startup (extend.sql.ts): lease_until moved to just before now, state kept.
   if (r.newState === 'running' && r.newLeaseUntil !== null && r.newLeaseUntil < r.txAt) return true;
   return false;
+}
+
+/**
+ * Cancels of the driver (their run: the fault's runId, or older histories the first word of its
+ * detail) whose run's cancel transaction also cancelled a stage that had not ended: a cancel
+ * that hit work still to run, not an already-ended run.
+ */
+export function cancelsWithStagesLeft(h: History): number {
+  const ran = new Set(h.faults.filter((f) => f.kind === 'cancel').map((f) => f.runId ?? (f.detail ?? '').split(' ')[0]));
+  const cancelTx = new Map<string, string>();
+  for (const r of h.runLog)
+    if (ran.has(r.runId) && r.newState === 'cancelled' && r.oldState !== 'cancelled') cancelTx.set(r.runId, r.txid);
+  const hit = new Set<string>();
+  for (const r of h.stageLog)
+    if (
+      r.newState === 'cancelled' &&
+      r.oldState !== null &&
+      !(TERMINAL_STAGE_STATES as string[]).includes(r.oldState) &&
+      cancelTx.get(r.runId) === r.txid
+    )
+      hit.add(r.runId);
+  return hit.size;
 }
 
 export function check(h: History, cfg: CheckConfig): CheckResult {
@@ -658,6 +680,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     if (cov.faultKinds.includes('rolling_deploy') && v1FinishedAfterDeploy === 0)
       gaps.push('no version-1 run finished after the rolling deploy began');
     if (cov.staleFence && !h.ledger.some((l) => l.verdict === 'stale_fence')) gaps.push('the receiver never answered stale_fence');
+    if (cov.faultKinds.includes('cancel') && cancelsWithStagesLeft(h) === 0)
+      gaps.push('no cancel hit a run that still had stages to run (its cancel cancelled none)');
     if (cov.graph) {
       const g = graph.stats;
       if (g.joinClaims.fanIn === 0) gaps.push('no claim of a stage waiting for several stages (a join) was checked');

@@ -894,6 +894,41 @@ describe('chaos invariant checker', () => {
     expect(check(full, c).violations.map((v) => v.message)).toEqual(['1 injection(s) failed: sigstop: ESRCH']);
   });
 
+  it('coverage: a cancel must hit a run that still had stages to run (its cancel transaction cancelled one)', () => {
+    const c: CheckConfig = {
+      ...cfg,
+      coverage: { faultKinds: ['cancel'], floodKey: 'flood', floodKeyLimit: 0, staleFence: false, classLimits: false },
+    };
+    // The cancel's gaps (this history has no flood to measure waits in either).
+    const gaps = (h: History) =>
+      check(h, c)
+        .violations.filter((v) => v.invariant === 'coverage' && v.message.includes('cancel'))
+        .map((v) => v.message);
+    // Run r3: one stage queued, cancelled by the driver's cancel (run and stage in one transaction).
+    const withCancel = (stageOld: string) => {
+      const h = clean();
+      h.stageLog.push(
+        stageRow({ stageId: 's3', runId: 'r3', op: 'insert', newState: 'queued', at: T0 + 3000 }),
+        ...(stageOld === 'succeeded'
+          ? [stageRow({ stageId: 's3', runId: 'r3', oldState: 'queued', newState: 'succeeded', at: T0 + 3050 })]
+          : []),
+      );
+      h.runLog.push({ id: ++seq, at: T0 + 3100, txAt: T0 + 3100, txid: 'cx', op: 'update', runId: 'r3', workflow: 'w', oldState: 'queued', newState: 'cancelled' });
+      if (stageOld !== 'succeeded')
+        h.stageLog.push(stageRow({ stageId: 's3', runId: 'r3', txid: 'cx', oldState: stageOld, newState: 'cancelled', at: T0 + 3100 }));
+      h.faults.push({ kind: 'cancel', at: T0 + 3090, endAt: T0 + 3110, runId: 'r3', detail: 'r3 {}' });
+      return h;
+    };
+    expect(gaps(withCancel('queued'))).toEqual([]);
+    // Its only stage had ended (its run cancelled with nothing left to run): the cancel proved nothing.
+    expect(gaps(withCancel('succeeded'))).toEqual(['no cancel hit a run that still had stages to run (its cancel cancelled none)']);
+    // No cancel at all.
+    expect(gaps(clean())).toEqual([
+      'no cancel fault was injected',
+      'no cancel hit a run that still had stages to run (its cancel cancelled none)',
+    ]);
+  });
+
   it('a recorded history (seed 13, 45 s, trimmed to 11 runs: a late request, reclaims, a cancel, a flood, a rolling deploy) passes', () => {
     // Real rows, kept as a regression fixture: made with trimHistory (chaos/history.ts) from `--history`.
     const saved = JSON.parse(readFileSync(new URL('./fixtures/seed-13-late-request.json', import.meta.url), 'utf8')) as {
