@@ -3,7 +3,7 @@ import type { CheckConfig, FaultKind, FaultRecord, History, StageLogRow } from '
 import { checkGraph, type GraphStats } from './checker-graph.js';
 import { checkWaits, type WaitStats } from './checker-waits.js';
 import { reclaimSamples, type ReclaimSample } from './reclaim.js';
-import { byStage, isClaim, type LeaseInterval, leaseIntervals, overLimit } from './leases.js';
+import { byStage, isClaim, type LeaseInterval, leaseIntervals, overLimit, stageOfFence as stagesOfFences } from './leases.js';
 
 export { type LeaseInterval, leaseIntervals } from './leases.js';
 
@@ -173,8 +173,7 @@ function isNonOwnerWrite(r: StageLogRow): boolean {
 export function cancelsWithStagesLeft(h: History): number {
   const ran = new Set(h.faults.filter((f) => f.kind === 'cancel').map((f) => f.runId ?? (f.detail ?? '').split(' ')[0]));
   const cancelTx = new Map<string, string>();
-  for (const r of h.runLog)
-    if (ran.has(r.runId) && r.newState === 'cancelled' && r.oldState !== 'cancelled') cancelTx.set(r.runId, r.txid);
+  for (const r of h.runLog) if (ran.has(r.runId) && r.newState === 'cancelled' && r.oldState !== 'cancelled') cancelTx.set(r.runId, r.txid);
   const hit = new Set<string>();
   for (const r of h.stageLog)
     if (
@@ -191,7 +190,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   const violations: Violation[] = [];
   const add = (invariant: Invariant, message: string, evidence: unknown) => violations.push({ invariant, message, evidence });
   const runs = new Map(h.runs.map((r) => [r.id, r]));
-  const stagesByRun = byStage(h.stageLog);
+  /** The trigger log's rows grouped by stage, in write order. */
+  const rowsByStage = byStage(h.stageLog);
 
   // --- lost_run, duplicate_run
   const accepted = h.submits.filter((s) => s.runId !== null);
@@ -316,8 +316,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   }
   // --- effect_per_stage, missing_effect: each request and effect mapped to its stage by its
   // fence (fences are unique, fence_order checks it), never through the tool's own output.
-  const stageOfFence = new Map<string, string>();
-  for (const r of h.stageLog) if (r.newFence !== null && !stageOfFence.has(r.newFence)) stageOfFence.set(r.newFence, r.stageId);
+  const stageOfFence = stagesOfFences(h.stageLog);
   const perStage = new Map<string, { keys: Set<string>; applied: LedgerRowLike[]; effects: typeof h.effects; requests: LedgerRowLike[] }>();
   const stageEntry = (id: string) => {
     let e = perStage.get(id);
@@ -441,12 +440,12 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
 
   // --- fence_order, illegal_transition, claim_before_lease_end
   const fenceOwner = new Map<string, string>();
-  for (const [stageId, rows] of stagesByRun) {
+  for (const [stageId, rows] of rowsByStage) {
     let highest: bigint | null = null;
     let prev: StageLogRow | null = null;
     for (const r of rows) {
       if (r.op === 'insert') {
-        if (!(INITIAL.stage as readonly string[]).includes(r.newState) && r.newState !== 'running') {
+        if (!(INITIAL.stage as readonly string[]).includes(r.newState)) {
           add('illegal_transition', `stage ${stageId} inserted as ${r.newState}`, { row: r });
         }
       } else if (r.oldState !== r.newState && !canTransition('stage', r.oldState ?? '', r.newState)) {
@@ -548,7 +547,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   // Waits of un-keyed stages (no tenant's backlog can hold them): the machine's own queueing at each moment.
   const unkeyed: { due: number; wait: number }[] = [];
   const keyed: { stageId: string; due: { at: number; row: StageLogRow }; claim: StageLogRow }[] = [];
-  for (const [stageId, rows] of stagesByRun) {
+  for (const [stageId, rows] of rowsByStage) {
     let due: { at: number; row: StageLogRow } | null = null;
     for (const r of rows) {
       if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued'))
@@ -703,7 +702,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     const s = runs.get(id)?.state ?? 'unknown';
     runsByState[s] = (runsByState[s] ?? 0) + 1;
   }
-  const samples = reclaimSamples(h, intervals, stagesByRun, cfg.defaultLeaseMs ?? 0);
+  const samples = reclaimSamples(h, intervals, rowsByStage, cfg.defaultLeaseMs ?? 0);
   const reclaim = samples.map((x) => x.ms);
   const verdicts: Record<string, number> = {};
   for (const l of h.ledger) verdicts[l.verdict] = (verdicts[l.verdict] ?? 0) + 1;

@@ -3,6 +3,7 @@ import type { RatchetClient } from '../src/client/index.js';
 import type { FaultRecord, SubmitRecord } from './history.js';
 import type { Prng } from './prng.js';
 import { MAP_ITEMS_MAX, SIGNAL_NAME } from './workflows/_flows.js';
+import { sleep } from './sleep.js';
 
 /**
  * The soak's client side: a steady stream of submits over the HTTP API, with duplicate
@@ -149,7 +150,6 @@ export interface DriverOptions {
   log: (line: string) => void;
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 /** Most requests the driver has in the air at once. */
 const MAX_IN_FLIGHT = 64;
 const SUBMIT_TRIES = 10;

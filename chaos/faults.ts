@@ -5,6 +5,7 @@ import type { PrivatePostgres } from './postgres.js';
 import type { Prng } from './prng.js';
 import type { ChaosReceiver } from './receiver.js';
 import { BLOCK_MS, type ChaosWorker, type WorkerPool } from './workers.js';
+import { sleep } from './sleep.js';
 
 /**
  * The fault injector: at random moments from the seed, one of the faults of issue 13, at most
@@ -117,8 +118,6 @@ export interface InjectorDeps {
   /** The version new workers run (2 once the rolling deploy began). */
   version: { current: 1 | 2 };
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Idempotency key and fence of the first whole HTTP request in `bytes` (a held request), or null. */
 export function heldRequest(bytes: Buffer): { key: string; fence: string } | null {
@@ -340,8 +339,8 @@ export class FaultInjector {
 
   /**
    * Runs the planned faults (each at its planned moment, or later when it must wait for its
-   * turn: at most MAX_ACTIVE at once; nothing is skipped for timing) and the rolling deploy at
-   * its planned moment. An injection that throws is recorded as `injection_failed` (the soak fails).
+   * turn: at most MAX_ACTIVE at once, a slot waited for until an active fault ends; nothing is
+   * skipped for timing) and the rolling deploy at its planned moment. An injection that throws is recorded as `injection_failed` (the soak fails).
    */
   async run(startedAt: number, plan: { faults: PlannedFault[]; deployAtMs: number }): Promise<void> {
     const deploy = (async () => {
@@ -350,8 +349,16 @@ export class FaultInjector {
     })().catch((err: unknown) => this.failed('rolling_deploy', err));
     for (const f of plan.faults) {
       await sleep(Math.max(0, startedAt + f.atMs - Date.now()));
-      for (const until = Date.now() + TURN_WAIT_MS; this.active.size >= MAX_ACTIVE && Date.now() < until; ) await sleep(100);
-      if (GLOBAL.includes(f.kind)) while (this.globalActive) await sleep(100);
+      // A free slot: wait for an active fault to end (each is bounded in time by its own waits,
+      // TURN_WAIT_MS and the like, so this wait is too; at most 10 × MAX_ACTIVE rounds for the count).
+      for (let i = 0; this.active.size >= MAX_ACTIVE && i < 10 * MAX_ACTIVE; i++) await Promise.race(this.active);
+      if (this.active.size >= MAX_ACTIVE) {
+        this.failed(f.kind, new Error(`no free slot of ${MAX_ACTIVE} active faults`));
+        continue;
+      }
+      // A global fault waits for the other's end here, bounded; globalTurn (in inject) waits again, bounded, and throws.
+      if (GLOBAL.includes(f.kind))
+        for (const until = Date.now() + TURN_WAIT_MS; this.globalActive && Date.now() < until; ) await sleep(100);
       // A fault the moment did not allow (no free worker, no request in time) is tried again, twice at most.
       const attempt = async () => {
         for (let i = 0; i < 3; i++) if ((await this.inject(f)) !== false) return;

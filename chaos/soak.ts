@@ -17,6 +17,7 @@ import { WorkerPool } from './workers.js';
 import { MAP_MAX_PARALLEL, TENANT_LIMIT } from './workflows/_flows.js';
 import { CHAOS_LIMITED_CONCURRENCY, EFFECT_TOOLS } from './workflows/_tools.js';
 import { fileURLToPath } from 'node:url';
+import { sleep } from './sleep.js';
 
 export interface SoakOptions {
   durationS: number;
@@ -67,6 +68,8 @@ const SLACK_MS = 10_000;
 /** The driver's actions the soak must have exercised (as fault kinds of the history). */
 const DRIVER_KINDS = ['duplicate_submit', 'cancel', 'retry'] as const satisfies FaultKind[];
 /** A failed run is retried by the driver's next round (every 2-4 s): a flaky run submitted this long before the end has failed and been retried. */
+/** Every fault kind the driver records (its actions through the API), none of them a fault of the machine. */
+const DRIVER_ACTIONS: FaultKind[] = [...DRIVER_KINDS, 'approve', 'reject', 'signal'];
 const RETRY_MARGIN_MS = 15_000;
 
 /**
@@ -105,7 +108,6 @@ export const SOAK_CONFIG: CheckConfig = {
   },
 };
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const toMs = (v: string | null) => (v === null ? null : Date.parse(v));
 
 /** Numbers from pg arrive as text for bigint; the log queries cast to float8, so they are numbers. */
@@ -205,7 +207,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
     );
     await Promise.all([driver.stream(startedAt, until, submitPlan), driver.retries(until), injector.run(startedAt, faultPlan)]);
     await driver.settle(60_000);
-    const lastFaultEndAt = Math.max(until, ...faults.map((f) => f.endAt));
+    // The terminal bound's clock starts after the injector's last fault; the driver's own actions
+    // (a duplicate submit, cancel, retry, approval, signal) are the workload, not faults.
+    const lastFaultEndAt = Math.max(until, ...faults.filter((f) => !DRIVER_ACTIONS.includes(f.kind)).map((f) => f.endAt));
     log(`faults over (${faults.length}); draining`);
 
     // Drain: wait (bounded) until every accepted run is terminal, read from the database.

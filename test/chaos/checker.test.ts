@@ -497,6 +497,25 @@ describe('chaos invariant checker', () => {
       newState: 'running',
     });
     expect(only(run, 'illegal_transition')[0]!.message).toBe('run r1: succeeded -> running');
+    // No writer inserts a stage already running (a claim moves a queued one): an insert as running is illegal.
+    const inserted = clean();
+    inserted.stageLog.push(
+      stageRow({
+        stageId: 's7',
+        runId: 'r1',
+        op: 'insert',
+        newState: 'running',
+        at: T0 + 20,
+        newFence: '70',
+        newOwner: 'w1',
+        newLeaseUntil: T0 + 3020,
+      }),
+    );
+    expect(
+      check(inserted, cfg)
+        .violations.filter((v) => v.invariant === 'illegal_transition')
+        .map((v) => v.message),
+    ).toEqual(['stage s7 inserted as running']);
   });
 
   it('claim_before_lease_end: a reclaim while the old lease was live by the database clock', () => {
@@ -913,7 +932,17 @@ describe('chaos invariant checker', () => {
           ? [stageRow({ stageId: 's3', runId: 'r3', oldState: 'queued', newState: 'succeeded', at: T0 + 3050 })]
           : []),
       );
-      h.runLog.push({ id: ++seq, at: T0 + 3100, txAt: T0 + 3100, txid: 'cx', op: 'update', runId: 'r3', workflow: 'w', oldState: 'queued', newState: 'cancelled' });
+      h.runLog.push({
+        id: ++seq,
+        at: T0 + 3100,
+        txAt: T0 + 3100,
+        txid: 'cx',
+        op: 'update',
+        runId: 'r3',
+        workflow: 'w',
+        oldState: 'queued',
+        newState: 'cancelled',
+      });
       if (stageOld !== 'succeeded')
         h.stageLog.push(stageRow({ stageId: 's3', runId: 'r3', txid: 'cx', oldState: stageOld, newState: 'cancelled', at: T0 + 3100 }));
       h.faults.push({ kind: 'cancel', at: T0 + 3090, endAt: T0 + 3110, runId: 'r3', detail: 'r3 {}' });
