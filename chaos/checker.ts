@@ -156,6 +156,9 @@ function summary(values: number[]) {
   return { count: s.length, p50: quantile(s, 0.5), p99: quantile(s, 0.99), max: s.length ? s[s.length - 1]! : null };
 }
 
+/** The process of an owner id (`<worker name>:<pid>:<random>`) or a writer (`<name>` or `<name>:<label>`). */
+const processOf = (id: string) => id.split(':')[0]!;
+
 /** Writes on a running stage's fence that are not its owner's: cancels, the startup expiry, the exhausted-attempts sweep. */
 function isNonOwnerWrite(r: StageLogRow): boolean {
   if (r.newState === 'cancelled') return true;
@@ -459,6 +462,19 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
           add('fence_order', `fence ${r.newFence} handed to stages ${other} and ${stageId}`, { row: r });
         fenceOwner.set(r.newFence, stageId);
         if (highest === null || f > highest) highest = f;
+      }
+      // A live lease taken from its owner by requeueing it: running -> queued by another process
+      // (the trigger log's writer) before the lease ended; the claim that follows reclaims from
+      // queued, which the check below does not see.
+      if (r.op === 'update' && r.oldState === 'running' && r.newState === 'queued' && r.writer != null && r.oldOwner !== null) {
+        const live = r.oldLeaseUntil === null || r.oldLeaseUntil > r.txAt;
+        if (live && processOf(r.writer) !== processOf(r.oldOwner))
+          add(
+            'claim_before_lease_end',
+            `stage ${stageId}: fence ${r.oldFence} (owner ${r.oldOwner}) requeued at ${iso(r.txAt)} by ${r.writer}, ` +
+              `its lease live until ${iso(r.oldLeaseUntil)}`,
+            { row: r, previous: prev },
+          );
       }
       if (isClaim(r) && r.oldState === 'running' && r.op === 'update') {
         if (r.oldLeaseUntil === null || r.oldLeaseUntil >= r.txAt) {

@@ -13,7 +13,7 @@ import { INSTALL_HISTORY_SQL, READ_EVENTS_SQL, READ_RUN_LOG_SQL, READ_STAGE_LOG_
 import { startPrivatePostgres } from './postgres.js';
 import { Prng } from './prng.js';
 import { startReceiver } from './receiver.js';
-import { WorkerPool } from './workers.js';
+import { WorkerPool, withApplicationName } from './workers.js';
 import { MAP_MAX_PARALLEL, TENANT_LIMIT } from './workflows/_flows.js';
 import { CHAOS_LIMITED_CONCURRENCY, EFFECT_TOOLS } from './workflows/_tools.js';
 import { fileURLToPath } from 'node:url';
@@ -37,6 +37,8 @@ export interface SoakOutcome {
   workerLogs: string;
 }
 
+/** The API process's application_name (the trigger log's writer of its rows; a worker's is its name). */
+export const API_WRITER = 'chaos-api';
 /** The workers' poll period (chaos/worker-process.ts): the longest a due stage waits for a free worker to look. */
 export const POLL_MS = 200;
 /** The workers' sweep period (src/worker/worker.ts default): how often expired leases are re-sent to the transport. */
@@ -154,7 +156,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
 
     const token = randomBytes(16).toString('hex');
     const api: Child = spawnTs('chaos/api-process.ts', [], {
-      DATABASE_URL: dbUrl,
+      DATABASE_URL: withApplicationName(dbUrl, API_WRITER),
       WORKFLOWS_DIR: fileURLToPath(new URL('./workflows/v2', import.meta.url)),
       API_TOKEN: token,
     });
@@ -293,6 +295,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       itemIndex: r.item_index as number | null,
       groupSeq: r.group_seq as number | null,
       leaseMs: r.lease_ms as number | null,
+      writer: r.writer as string | null,
     }));
     const runLog = rowsOf((await history.query(READ_RUN_LOG_SQL)).rows, (r) => ({
       id: r.id as number,

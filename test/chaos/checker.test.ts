@@ -560,6 +560,64 @@ describe('chaos invariant checker', () => {
     expect(check(h, cfg).violations).toEqual([]);
   });
 
+  it('claim_before_lease_end: a live lease requeued by another process than its owner (the trigger log names the writer)', () => {
+    const requeued = (writer: string | undefined, leaseUntil = T0 + 3010) => {
+      const h = clean();
+      const life = h.stageLog.filter((r) => r.stageId === 's1');
+      for (const r of life) {
+        if (r.newOwner === 'w1') r.newOwner = 'w1:7:ab';
+        if (r.oldOwner === 'w1') r.oldOwner = 'w1:7:ab';
+      }
+      // s1 claimed at T0+10 (lease to T0+3010); instead of its extension and finish, requeued at T0+500 and claimed by w2.
+      h.stageLog = h.stageLog.filter((r) => r.stageId !== 's1' || r.oldState !== 'running');
+      const base = { stageId: 's1', runId: 'r1', oldOwner: 'w1:7:ab', oldFence: '11', attempt: 1 };
+      h.stageLog.push(
+        stageRow({
+          ...base,
+          oldState: 'running',
+          newState: 'queued',
+          at: T0 + 500,
+          oldLeaseUntil: leaseUntil,
+          newFence: '11',
+          ...(writer ? { writer } : {}),
+        }),
+        stageRow({
+          ...base,
+          oldState: 'queued',
+          newState: 'running',
+          at: T0 + 600,
+          oldOwner: null,
+          newFence: '31',
+          newOwner: 'w2:8:cd',
+          newLeaseUntil: T0 + 3600,
+          attempt: 2,
+        }),
+        stageRow({
+          ...base,
+          oldState: 'running',
+          newState: 'succeeded',
+          at: T0 + 1400,
+          oldOwner: 'w2:8:cd',
+          oldFence: '31',
+          newFence: '31',
+          newOwner: 'w2:8:cd',
+          oldLeaseUntil: T0 + 3600,
+          newLeaseUntil: T0 + 3600,
+          attempt: 2,
+        }),
+      );
+      h.stageLog.sort((a, b) => a.id - b.id);
+      return h;
+    };
+    const v = check(requeued('w2'), cfg).violations.filter((x) => x.invariant === 'claim_before_lease_end');
+    expect(v.map((x) => x.message)).toEqual([
+      `stage s1: fence 11 (owner w1:7:ab) requeued at ${new Date(T0 + 500).toISOString()} by w2, its lease live until ${new Date(T0 + 3010).toISOString()}`,
+    ]);
+    // Its owner requeueing it (a retry's backoff), a lease already over, or an older history without writers: not this check's.
+    for (const h of [requeued('w1'), requeued('w1:claim'), requeued('w2', T0 + 400), requeued(undefined)])
+      expect(check(h, cfg).violations.filter((x) => x.invariant === 'claim_before_lease_end')).toEqual([]);
+  });
+
   it('claim_after_cancel: a stage of a cancelled run claimed after the cancel committed', () => {
     const h = clean();
     h.runs.push({ id: 'r3', workflow: 'w', state: 'cancelled', createdAt: T0, finishedAt: T0 + 100 });
