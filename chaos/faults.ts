@@ -280,7 +280,13 @@ export class FaultInjector {
       w.child.proc.kill('SIGSTOP'); // no heartbeat: the lease lapses and another worker reclaims
       const answered = await this.d.receiver.failNextAbove(req.key, req.fence, 20_000);
       w.rxProxy.setMode('pass'); // the late request arrives now
-      const late = () => this.d.receiver.ledger.find((l) => l.key === req!.key && l.fence === req!.fence && l.answeredAt !== null);
+      // The held request's arrival after the higher fence's admission (what the checker judges).
+      const ledger = this.d.receiver.ledger;
+      const admitted = ledger.find((l) => l.key === req!.key && l.verdict === 'not_stored' && BigInt(l.fence) > BigInt(req!.fence));
+      const late = () =>
+        ledger.find(
+          (l) => l.key === req!.key && l.fence === req!.fence && l.answeredAt !== null && admitted !== undefined && l.seq > admitted.seq,
+        );
       for (const until = Date.now() + 5000; !late() && Date.now() < until; ) await sleep(50);
       w.child.proc.kill('SIGCONT');
       const arrived = late();
