@@ -1,4 +1,5 @@
 import type { CheckConfig, History } from './history.js';
+import { stageOfFence as stagesOfFences } from './leases.js';
 
 /**
  * The invariants approval gates add (issue 10), over the recorded history:
@@ -23,8 +24,7 @@ export function checkWaits(
   const violations: { invariant: WaitInvariant; message: string; evidence: unknown }[] = [];
   const gatedTools = new Set(cfg.gatedTools ?? []);
   const gated = new Set(h.stageLog.filter((r) => gatedTools.has(r.tool)).map((r) => r.stageId));
-  const stageOfFence = new Map<string, string>();
-  for (const r of h.stageLog) if (r.newFence !== null && !stageOfFence.has(r.newFence)) stageOfFence.set(r.newFence, r.stageId);
+  const stageOfFence = stagesOfFences(h.stageLog);
   const granted = new Map<string, number[]>();
   let rejections = 0;
   let signals = 0;

@@ -1,9 +1,9 @@
-import { canTransition, TERMINAL_RUN_STATES } from '../src/planner/states.js';
-import type { CheckConfig, FaultKind, History, StageLogRow } from './history.js';
+import { canTransition, TERMINAL_RUN_STATES, TERMINAL_STAGE_STATES } from '../src/planner/states.js';
+import type { CheckConfig, FaultKind, FaultRecord, History, StageLogRow } from './history.js';
 import { checkGraph, type GraphStats } from './checker-graph.js';
 import { checkWaits, type WaitStats } from './checker-waits.js';
 import { reclaimSamples, type ReclaimSample } from './reclaim.js';
-import { byStage, isClaim, type LeaseInterval, leaseIntervals, overLimit } from './leases.js';
+import { byStage, isClaim, type LeaseInterval, leaseIntervals, overLimit, stageOfFence as stagesOfFences } from './leases.js';
 
 export { type LeaseInterval, leaseIntervals } from './leases.js';
 
@@ -133,6 +133,17 @@ const INITIAL = { stage: ['pending', 'queued'], run: ['queued'] } as const;
 const MAX_EVIDENCE = 5;
 type LedgerRowLike = History['ledger'][number];
 const iso = (t: number | null) => (t === null ? 'null' : new Date(t).toISOString());
+/** Guard verdicts after which the guard holds the request's fence for its key (src/receiver/fence-guard.ts). */
+const RECORDS_FENCE = new Set(['applied', 'not_stored']);
+/** What a late lower fence may be answered: refused on its fence, or the done effect's stored answer. */
+const REFUSED_LATE = new Set(['stale_fence', 'replayed']);
+
+/** The held request of a late_request fault: its fields, or (older histories) its detail `<key> fence <n> released late...`. */
+export function lateRequestOf(f: FaultRecord): { key: string; fence: string } | null {
+  if (f.key !== undefined && f.fence !== undefined) return { key: f.key, fence: f.fence };
+  const m = /^(\S+) fence (\d+) released late/.exec(f.detail ?? '');
+  return m ? { key: m[1]!, fence: m[2]! } : null;
+}
 
 export function quantile(sorted: number[], q: number): number | null {
   if (sorted.length === 0) return null;
@@ -145,6 +156,9 @@ function summary(values: number[]) {
   return { count: s.length, p50: quantile(s, 0.5), p99: quantile(s, 0.99), max: s.length ? s[s.length - 1]! : null };
 }
 
+/** The process of an owner id (`<worker name>:<pid>:<random>`) or a writer (`<name>` or `<name>:<label>`). */
+const processOf = (id: string) => id.split(':')[0]!;
+
 /** Writes on a running stage's fence that are not its owner's: cancels, the startup expiry, the exhausted-attempts sweep. */
 function isNonOwnerWrite(r: StageLogRow): boolean {
   if (r.newState === 'cancelled') return true;
@@ -154,11 +168,33 @@ function isNonOwnerWrite(r: StageLogRow): boolean {
   return false;
 }
 
+/**
+ * Cancels of the driver (their run: the fault's runId, or older histories the first word of its
+ * detail) whose run's cancel transaction also cancelled a stage that had not ended: a cancel
+ * that hit work still to run, not an already-ended run.
+ */
+export function cancelsWithStagesLeft(h: History): number {
+  const ran = new Set(h.faults.filter((f) => f.kind === 'cancel').map((f) => f.runId ?? (f.detail ?? '').split(' ')[0]));
+  const cancelTx = new Map<string, string>();
+  for (const r of h.runLog) if (ran.has(r.runId) && r.newState === 'cancelled' && r.oldState !== 'cancelled') cancelTx.set(r.runId, r.txid);
+  const hit = new Set<string>();
+  for (const r of h.stageLog)
+    if (
+      r.newState === 'cancelled' &&
+      r.oldState !== null &&
+      !(TERMINAL_STAGE_STATES as string[]).includes(r.oldState) &&
+      cancelTx.get(r.runId) === r.txid
+    )
+      hit.add(r.runId);
+  return hit.size;
+}
+
 export function check(h: History, cfg: CheckConfig): CheckResult {
   const violations: Violation[] = [];
   const add = (invariant: Invariant, message: string, evidence: unknown) => violations.push({ invariant, message, evidence });
   const runs = new Map(h.runs.map((r) => [r.id, r]));
-  const stagesByRun = byStage(h.stageLog);
+  /** The trigger log's rows grouped by stage, in write order. */
+  const rowsByStage = byStage(h.stageLog);
 
   // --- lost_run, duplicate_run
   const accepted = h.submits.filter((s) => s.runId !== null);
@@ -283,8 +319,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   }
   // --- effect_per_stage, missing_effect: each request and effect mapped to its stage by its
   // fence (fences are unique, fence_order checks it), never through the tool's own output.
-  const stageOfFence = new Map<string, string>();
-  for (const r of h.stageLog) if (r.newFence !== null && !stageOfFence.has(r.newFence)) stageOfFence.set(r.newFence, r.stageId);
+  const stageOfFence = stagesOfFences(h.stageLog);
   const perStage = new Map<string, { keys: Set<string>; applied: LedgerRowLike[]; effects: typeof h.effects; requests: LedgerRowLike[] }>();
   const stageEntry = (id: string) => {
     let e = perStage.get(id);
@@ -338,22 +373,54 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     }
   }
 
-  // --- stale_write (receiver): no effect applied with a fence lower than one the guard admitted
-  // before for its key. Only an applied request is an admission the guard recorded (a 409
-  // in_progress or stale_fence answer records nothing).
+  // --- stale_write (receiver): no effect applied with a fence lower than one the guard recorded
+  // before for its key. The guard records the fence of every request it admits: one applied,
+  // and one whose handler answered 5xx (not_stored: the effect undone, the fence kept, the key
+  // open; the late request's setup). A 409 in_progress or stale_fence answer, a replay, records nothing.
   let staleWrites = 0;
-  const highestSeen = new Map<string, { fence: bigint; seq: number }>();
-  for (const l of [...h.ledger].sort((a, b) => a.seq - b.seq)) {
+  const highestSeen = new Map<string, { fence: bigint; seq: number; verdict: string }>();
+  const ledgerInOrder = [...h.ledger].sort((a, b) => a.seq - b.seq);
+  for (const l of ledgerInOrder) {
     const f = BigInt(l.fence);
     const seen = highestSeen.get(l.key);
     if (l.verdict === 'applied' && seen !== undefined && f < seen.fence) {
       staleWrites++;
-      add('stale_write', `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was admitted (request ${seen.seq})`, {
-        applied: l,
-        requests: h.ledger.filter((x) => x.key === l.key),
-      });
+      add(
+        'stale_write',
+        `key ${l.key}: fence ${l.fence} applied after fence ${seen.fence} was admitted (request ${seen.seq}, ${seen.verdict})`,
+        { applied: l, requests: h.ledger.filter((x) => x.key === l.key) },
+      );
     }
-    if (l.verdict === 'applied' && (seen === undefined || f > seen.fence)) highestSeen.set(l.key, { fence: f, seq: l.seq });
+    if (RECORDS_FENCE.has(l.verdict) && (seen === undefined || f > seen.fence))
+      highestSeen.set(l.key, { fence: f, seq: l.seq, verdict: l.verdict });
+  }
+  // Each late_request fault: the held request (its key, its lower fence) arrived after a higher
+  // fence was admitted for its key, and every such arrival was refused (stale_fence, or the
+  // stored answer replayed once the effect was done); anything else is a stale write.
+  for (const fault of h.faults) {
+    if (fault.kind !== 'late_request') continue;
+    const held = lateRequestOf(fault);
+    if (held === null) {
+      add('stale_write', `late_request fault at ${iso(fault.at)} does not name its held request`, { fault });
+      continue;
+    }
+    const rows = ledgerInOrder.filter((l) => l.key === held.key);
+    const admitted = rows.find((l) => RECORDS_FENCE.has(l.verdict) && BigInt(l.fence) > BigInt(held.fence));
+    const late = admitted ? rows.filter((l) => l.fence === held.fence && l.seq > admitted.seq) : [];
+    const wrong = late.filter((l) => !REFUSED_LATE.has(l.verdict));
+    if (!admitted || late.length === 0 || wrong.length > 0) {
+      if (wrong.some((l) => l.verdict === 'applied' || l.verdict === 'not_stored')) staleWrites++;
+      add(
+        'stale_write',
+        !admitted
+          ? `late_request ${held.key}: no higher fence than ${held.fence} was admitted for the key`
+          : late.length === 0
+            ? `late_request ${held.key}: the held request (fence ${held.fence}) never arrived after fence ${admitted.fence} was admitted`
+            : `late_request ${held.key}: the late fence ${held.fence} was answered ${wrong.map((l) => l.verdict).join(', ')} ` +
+              `after fence ${admitted.fence} was admitted (request ${admitted.seq}), not refused`,
+        { fault, admitted: admitted ?? null, late, requests: rows.slice(0, MAX_EVIDENCE * 2) },
+      );
+    }
   }
 
   // --- stale_engine_write: every write of a stage's owner on its running fence (extend, finish,
@@ -376,12 +443,12 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
 
   // --- fence_order, illegal_transition, claim_before_lease_end
   const fenceOwner = new Map<string, string>();
-  for (const [stageId, rows] of stagesByRun) {
+  for (const [stageId, rows] of rowsByStage) {
     let highest: bigint | null = null;
     let prev: StageLogRow | null = null;
     for (const r of rows) {
       if (r.op === 'insert') {
-        if (!(INITIAL.stage as readonly string[]).includes(r.newState) && r.newState !== 'running') {
+        if (!(INITIAL.stage as readonly string[]).includes(r.newState)) {
           add('illegal_transition', `stage ${stageId} inserted as ${r.newState}`, { row: r });
         }
       } else if (r.oldState !== r.newState && !canTransition('stage', r.oldState ?? '', r.newState)) {
@@ -395,6 +462,19 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
           add('fence_order', `fence ${r.newFence} handed to stages ${other} and ${stageId}`, { row: r });
         fenceOwner.set(r.newFence, stageId);
         if (highest === null || f > highest) highest = f;
+      }
+      // A live lease taken from its owner by requeueing it: running -> queued by another process
+      // (the trigger log's writer) before the lease ended; the claim that follows reclaims from
+      // queued, which the check below does not see.
+      if (r.op === 'update' && r.oldState === 'running' && r.newState === 'queued' && r.writer != null && r.oldOwner !== null) {
+        const live = r.oldLeaseUntil === null || r.oldLeaseUntil > r.txAt;
+        if (live && processOf(r.writer) !== processOf(r.oldOwner))
+          add(
+            'claim_before_lease_end',
+            `stage ${stageId}: fence ${r.oldFence} (owner ${r.oldOwner}) requeued at ${iso(r.txAt)} by ${r.writer}, ` +
+              `its lease live until ${iso(r.oldLeaseUntil)}`,
+            { row: r, previous: prev },
+          );
       }
       if (isClaim(r) && r.oldState === 'running' && r.op === 'update') {
         if (r.oldLeaseUntil === null || r.oldLeaseUntil >= r.txAt) {
@@ -483,7 +563,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
   // Waits of un-keyed stages (no tenant's backlog can hold them): the machine's own queueing at each moment.
   const unkeyed: { due: number; wait: number }[] = [];
   const keyed: { stageId: string; due: { at: number; row: StageLogRow }; claim: StageLogRow }[] = [];
-  for (const [stageId, rows] of stagesByRun) {
+  for (const [stageId, rows] of rowsByStage) {
     let due: { at: number; row: StageLogRow } | null = null;
     for (const r of rows) {
       if (r.newState === 'queued' && (r.op === 'insert' || r.oldState !== 'queued'))
@@ -615,6 +695,8 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     if (cov.faultKinds.includes('rolling_deploy') && v1FinishedAfterDeploy === 0)
       gaps.push('no version-1 run finished after the rolling deploy began');
     if (cov.staleFence && !h.ledger.some((l) => l.verdict === 'stale_fence')) gaps.push('the receiver never answered stale_fence');
+    if (cov.faultKinds.includes('cancel') && cancelsWithStagesLeft(h) === 0)
+      gaps.push('no cancel hit a run that still had stages to run (its cancel cancelled none)');
     if (cov.graph) {
       const g = graph.stats;
       if (g.joinClaims.fanIn === 0) gaps.push('no claim of a stage waiting for several stages (a join) was checked');
@@ -636,7 +718,7 @@ export function check(h: History, cfg: CheckConfig): CheckResult {
     const s = runs.get(id)?.state ?? 'unknown';
     runsByState[s] = (runsByState[s] ?? 0) + 1;
   }
-  const samples = reclaimSamples(h, intervals, stagesByRun, cfg.defaultLeaseMs ?? 0);
+  const samples = reclaimSamples(h, intervals, rowsByStage, cfg.defaultLeaseMs ?? 0);
   const reclaim = samples.map((x) => x.ms);
   const verdicts: Record<string, number> = {};
   for (const l of h.ledger) verdicts[l.verdict] = (verdicts[l.verdict] ?? 0) + 1;

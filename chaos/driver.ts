@@ -3,6 +3,7 @@ import type { RatchetClient } from '../src/client/index.js';
 import type { FaultRecord, SubmitRecord } from './history.js';
 import type { Prng } from './prng.js';
 import { MAP_ITEMS_MAX, SIGNAL_NAME } from './workflows/_flows.js';
+import { sleep } from './sleep.js';
 
 /**
  * The soak's client side: a steady stream of submits over the HTTP API, with duplicate
@@ -98,7 +99,16 @@ export function planSubmit(rng: Prng, seed: number, id: string, atMs: number, on
   };
 }
 
-/** The stream's submits for `durationMs` at `rate` per second: submit i from rng.fork('submit-' + i). */
+/** The driver's actions every soak plans early: within this long (or the first half of a shorter soak). */
+export const ENSURE_WITHIN_MS = 60_000;
+
+/**
+ * The stream's submits for `durationMs` at `rate` per second: submit i from rng.fork('submit-' + i).
+ * Then, from rng.fork('ensure'), what the draws may have left out of the first ENSURE_WITHIN_MS:
+ * a cancel soon after the answer of a three-stage run (so it hits stages still to run), a
+ * duplicate submit, and a flaky run (its deliberate failure is what the driver retries). A
+ * stream that has them already is left as drawn.
+ */
 export function planStream(rng: Prng, seed: number, durationMs: number, rate: number): PlannedSubmit[] {
   const gap = 1000 / rate;
   const out: PlannedSubmit[] = [];
@@ -108,6 +118,22 @@ export function planStream(rng: Prng, seed: number, durationMs: number, rate: nu
     atMs += gap * (0.5 + f.next());
     if (atMs >= durationMs) break;
     out.push(planSubmit(f, seed, String(i), Math.round(atMs)));
+  }
+  const early = out.filter((p) => p.atMs < Math.min(ENSURE_WITHIN_MS, durationMs / 2));
+  const e = rng.fork('ensure');
+  // Pipelines only: their input is every other plain workflow's ({ n, work }), and three stages leave work to cancel.
+  const pipelines = () => early.filter((p) => p.workflow === 'chaos_pipeline' && p.cancelAfterMs === null && p.againAfterMs === null);
+  if (!early.some((p) => p.workflow === 'chaos_pipeline' && p.cancelAfterMs !== null && p.cancelAfterMs <= 500)) {
+    const p = pipelines().length ? e.pick(pipelines()) : null;
+    if (p) p.cancelAfterMs = e.int(0, 500);
+  }
+  if (!early.some((p) => p.againAfterMs !== null || p.twiceAtOnce)) {
+    const p = pipelines().length ? e.pick(pipelines()) : null;
+    if (p) p.againAfterMs = e.int(0, 2000);
+  }
+  if (!early.some((p) => p.workflow === 'chaos_flaky')) {
+    const p = pipelines().length ? e.pick(pipelines()) : null;
+    if (p) p.workflow = 'chaos_flaky';
   }
   return out;
 }
@@ -124,7 +150,6 @@ export interface DriverOptions {
   log: (line: string) => void;
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 /** Most requests the driver has in the air at once. */
 const MAX_IN_FLIGHT = 64;
 const SUBMIT_TRIES = 10;
@@ -203,9 +228,9 @@ export class Driver {
       const at = Date.now();
       try {
         const res = await this.o.client.cancel(id);
-        this.o.faults.push({ kind: 'cancel', at, endAt: Date.now(), detail: `${id} ${JSON.stringify(res).slice(0, 200)}` });
+        this.o.faults.push({ kind: 'cancel', at, endAt: Date.now(), runId: id, detail: `${id} ${JSON.stringify(res).slice(0, 200)}` });
       } catch (err) {
-        this.o.faults.push({ kind: 'cancel', at, endAt: Date.now(), detail: `${id} refused: ${(err as Error).message}` });
+        this.o.faults.push({ kind: 'cancel', at, endAt: Date.now(), runId: id, detail: `${id} refused: ${(err as Error).message}` });
       }
     }
   }

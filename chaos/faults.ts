@@ -5,6 +5,7 @@ import type { PrivatePostgres } from './postgres.js';
 import type { Prng } from './prng.js';
 import type { ChaosReceiver } from './receiver.js';
 import { BLOCK_MS, type ChaosWorker, type WorkerPool } from './workers.js';
+import { sleep } from './sleep.js';
 
 /**
  * The fault injector: at random moments from the seed, one of the faults of issue 13, at most
@@ -37,6 +38,8 @@ const MAX_FLOODS = 2;
 const FLOOD_BEFORE = 0.5;
 /** Longest a planned fault waits for its turn (a free slot, a free worker, no global fault) before it is given up. */
 const TURN_WAIT_MS = 20_000;
+/** Verdicts of a late request that judged its fence (refused it, replayed the done effect, or wrongly admitted it). */
+const LATE_JUDGED = ['stale_fence', 'replayed', 'applied', 'not_stored'];
 /** The extra pause / partition past the lease (sigstop, pg_blackhole): at most this long. */
 export const PAST_LEASE_MAX_MS = 3000;
 
@@ -115,8 +118,6 @@ export interface InjectorDeps {
   /** The version new workers run (2 once the rolling deploy began). */
   version: { current: 1 | 2 };
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Idempotency key and fence of the first whole HTTP request in `bytes` (a held request), or null. */
 export function heldRequest(bytes: Buffer): { key: string; fence: string } | null {
@@ -214,9 +215,16 @@ export class FaultInjector {
       }
       case 'late_request':
         return this.lateRequest(f, w!, at);
-      case 'redis_flushall':
-        await redis.flushAll();
+      case 'redis_flushall': {
+        // Not while a Redis restart has it down (seed 30, 1800 s: 6 flushes refused, injection_failed).
+        await this.globalTurn();
+        try {
+          await redis.flushAll();
+        } finally {
+          this.globalActive = false;
+        }
         return this.record(kind, at);
+      }
       case 'redis_restart': {
         await this.globalTurn();
         try {
@@ -279,7 +287,13 @@ export class FaultInjector {
       w.child.proc.kill('SIGSTOP'); // no heartbeat: the lease lapses and another worker reclaims
       const answered = await this.d.receiver.failNextAbove(req.key, req.fence, 20_000);
       w.rxProxy.setMode('pass'); // the late request arrives now
-      const late = () => this.d.receiver.ledger.find((l) => l.key === req!.key && l.fence === req!.fence && l.answeredAt !== null);
+      // The held request's arrival after the higher fence's admission (what the checker judges).
+      const ledger = this.d.receiver.ledger;
+      const admitted = ledger.find((l) => l.key === req!.key && l.verdict === 'not_stored' && BigInt(l.fence) > BigInt(req!.fence));
+      const late = () =>
+        ledger.find(
+          (l) => l.key === req!.key && l.fence === req!.fence && l.answeredAt !== null && admitted !== undefined && l.seq > admitted.seq,
+        );
       for (const until = Date.now() + 5000; !late() && Date.now() < until; ) await sleep(50);
       w.child.proc.kill('SIGCONT');
       const arrived = late();
@@ -289,9 +303,18 @@ export class FaultInjector {
         );
         return false;
       }
+      // Judged on its fence or not at all: the guard was down (error) or another request of the
+      // key held it (in_progress). Such a try proves nothing either way; it is tried again.
+      if (!LATE_JUDGED.includes(arrived.verdict)) {
+        this.d.log(`fault late_request #${f.k} on ${w.name}: ${req.key} fence ${req.fence} answered ${arrived.verdict} (not counted)`);
+        return false;
+      }
+      // Counted whatever the verdict: the checker requires stale_fence (or replayed) of every one.
       return this.record('late_request', at, {
         worker: w.name,
         owner: w.owner,
+        key: req.key,
+        fence: req.fence,
         detail: `${req.key} fence ${req.fence} released late: ${arrived.verdict}`,
       });
     } finally {
@@ -329,8 +352,8 @@ export class FaultInjector {
 
   /**
    * Runs the planned faults (each at its planned moment, or later when it must wait for its
-   * turn: at most MAX_ACTIVE at once; nothing is skipped for timing) and the rolling deploy at
-   * its planned moment. An injection that throws is recorded as `injection_failed` (the soak fails).
+   * turn: at most MAX_ACTIVE at once, a slot waited for until an active fault ends; nothing is
+   * skipped for timing) and the rolling deploy at its planned moment. An injection that throws is recorded as `injection_failed` (the soak fails).
    */
   async run(startedAt: number, plan: { faults: PlannedFault[]; deployAtMs: number }): Promise<void> {
     const deploy = (async () => {
@@ -339,8 +362,16 @@ export class FaultInjector {
     })().catch((err: unknown) => this.failed('rolling_deploy', err));
     for (const f of plan.faults) {
       await sleep(Math.max(0, startedAt + f.atMs - Date.now()));
-      for (const until = Date.now() + TURN_WAIT_MS; this.active.size >= MAX_ACTIVE && Date.now() < until; ) await sleep(100);
-      if (GLOBAL.includes(f.kind)) while (this.globalActive) await sleep(100);
+      // A free slot: wait for an active fault to end (each is bounded in time by its own waits,
+      // TURN_WAIT_MS and the like, so this wait is too; at most 10 × MAX_ACTIVE rounds for the count).
+      for (let i = 0; this.active.size >= MAX_ACTIVE && i < 10 * MAX_ACTIVE; i++) await Promise.race(this.active);
+      if (this.active.size >= MAX_ACTIVE) {
+        this.failed(f.kind, new Error(`no free slot of ${MAX_ACTIVE} active faults`));
+        continue;
+      }
+      // A global fault waits for the other's end here, bounded; globalTurn (in inject) waits again, bounded, and throws.
+      if (GLOBAL.includes(f.kind))
+        for (const until = Date.now() + TURN_WAIT_MS; this.globalActive && Date.now() < until; ) await sleep(100);
       // A fault the moment did not allow (no free worker, no request in time) is tried again, twice at most.
       const attempt = async () => {
         for (let i = 0; i < 3; i++) if ((await this.inject(f)) !== false) return;

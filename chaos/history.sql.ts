@@ -1,8 +1,8 @@
 /**
  * The history recorder: triggers on ratchet.stages and ratchet.runs that copy every INSERT and
  * UPDATE (old and new state, fence, owner, lease end; the run graph's seq, step, deps, map item
- * index and group; a run's parent) into the `chaos` schema, with the writing
- * transaction's id, its start time (now(), the clock the lease statements read through
+ * index and group; a run's parent) into the `chaos` schema, with the writing connection's
+ * application_name (which process wrote), the writing transaction's id, its start time (now(), the clock the lease statements read through
  * ratchet.db_now(); the soak never moves the clock offset) and the write's wall time. One
  * sequence numbers the rows of both logs, so writes of a transaction can be ordered against
  * the other log's. Installed by the harness on its private database only (never a migration).
@@ -20,7 +20,9 @@ CREATE TABLE IF NOT EXISTS chaos.stage_log (
   concurrency_key text, concurrency_limit int,
   old_state text, new_state text NOT NULL, old_fence bigint, new_fence bigint, old_owner text, new_owner text,
   old_lease_until timestamptz, new_lease_until timestamptz, available_at timestamptz, attempt int NOT NULL,
-  error_code text, seq int, step text, deps int[], item_index int, group_seq int, lease_ms int
+  error_code text, seq int, step text, deps int[], item_index int, group_seq int, lease_ms int,
+  -- Who wrote: the writing connection's application_name (each soak worker's is its name, the API's chaos-api).
+  writer text DEFAULT current_setting('application_name', true)
 );
 CREATE TABLE IF NOT EXISTS chaos.run_log (
   id bigint PRIMARY KEY DEFAULT nextval('chaos.log_seq'),
@@ -62,7 +64,7 @@ SELECT id::float8 AS id, ${ms('at')} AS at, ${ms('tx_at')} AS tx_at, txid::text 
   run_id::text AS run_id,
   tool, tool_class, concurrency_key, concurrency_limit, old_state, new_state, old_fence::text AS old_fence, new_fence::text AS new_fence,
   old_owner, new_owner, ${ms('old_lease_until')} AS old_lease_until, ${ms('new_lease_until')} AS new_lease_until,
-  ${ms('available_at')} AS available_at, attempt, error_code, seq, step, deps, item_index, group_seq, lease_ms
+  ${ms('available_at')} AS available_at, attempt, error_code, seq, step, deps, item_index, group_seq, lease_ms, writer
 FROM chaos.stage_log ORDER BY id`;
 
 export const READ_RUN_LOG_SQL = `

@@ -54,6 +54,11 @@ export interface StageLogRow {
   groupSeq?: number | null;
   /** The stage's lease length (its class's; absent in histories recorded before it was logged). */
   leaseMs?: number | null;
+  /**
+   * The writing connection's application_name: a soak worker's name (its owner id begins with
+   * it), the API's `chaos-api` (absent in histories recorded before it was logged).
+   */
+  writer?: string | null;
 }
 
 export interface RunLogRow {
@@ -167,6 +172,11 @@ export interface FaultRecord {
   worker?: string;
   owner?: string;
   detail?: string;
+  /** late_request: the held request's idempotency key and (lower) fence. */
+  key?: string;
+  fence?: string;
+  /** cancel: the run it was sent for. */
+  runId?: string;
 }
 
 export interface CheckConfig {

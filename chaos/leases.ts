@@ -25,6 +25,13 @@ export interface LeaseInterval {
 export const isClaim = (r: StageLogRow): boolean =>
   r.newState === 'running' && r.newFence !== null && (r.oldState !== 'running' || r.oldFence !== r.newFence || r.op === 'insert');
 
+/** Each fence's stage, from the trigger log (a fence is handed to one stage: fence_order checks it). */
+export function stageOfFence(rows: StageLogRow[]): Map<string, string> {
+  const m = new Map<string, string>();
+  for (const r of rows) if (r.newFence !== null && !m.has(r.newFence)) m.set(r.newFence, r.stageId);
+  return m;
+}
+
 export function byStage(rows: StageLogRow[]): Map<string, StageLogRow[]> {
   const m = new Map<string, StageLogRow[]>();
   for (const r of [...rows].sort((a, b) => a.id - b.id)) {

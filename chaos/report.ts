@@ -31,7 +31,8 @@ export function reportJson(o: SoakOutcome) {
     reclaimAfterKillMs: {
       ...s.reclaimAfterKillMs,
       beyondLease: s.reclaimBeyondLeaseMs,
-      goalMet: s.reclaimBeyondLeaseMs.p99 === null || s.reclaimBeyondLeaseMs.p99 <= RECLAIM_GOAL_BEYOND_LEASE_MS,
+      /** null: no reclaim after a kill was measured (no sample to judge the goal by). */
+      goalMet: s.reclaimBeyondLeaseMs.p99 === null ? null : s.reclaimBeyondLeaseMs.p99 <= RECLAIM_GOAL_BEYOND_LEASE_MS,
     },
     reclaimBreakdown: s.reclaimBreakdown,
     tenantWaitMs: s.tenantWaitMs,
@@ -88,7 +89,7 @@ export function reportText(o: SoakOutcome): string {
       `max ${ms(j.reclaimAfterKillMs.max)} ` +
       `(${j.reclaimAfterKillMs.count} stages); past each stage's own lease p50 ${ms(j.reclaimAfterKillMs.beyondLease.p50)}, ` +
       `p99 ${ms(j.reclaimAfterKillMs.beyondLease.p99)} (goal p99 <= ${RECLAIM_GOAL_BEYOND_LEASE_MS} ms, i.e. lease + 1 s: ` +
-      `${j.reclaimAfterKillMs.goalMet ? 'met' : 'MISSED'}); ` +
+      `${j.reclaimAfterKillMs.goalMet === null ? 'no samples' : j.reclaimAfterKillMs.goalMet ? 'met' : 'MISSED'}); ` +
       `lease left after the kill p50 ${ms(j.reclaimBreakdown.leaseLeftMs.p50)}, max ${ms(j.reclaimBreakdown.leaseLeftMs.max)}; ` +
       `lease end -> reclaim p50 ${ms(j.reclaimBreakdown.afterLeaseMs.p50)}, p99 ${ms(j.reclaimBreakdown.afterLeaseMs.p99)}` +
       (j.reclaimBreakdown.slowest[0]

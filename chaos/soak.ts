@@ -6,17 +6,18 @@ import { openStore } from '../src/store/index.js';
 import { spawnTs, type Child } from '../test/helpers/child.js';
 import { startPrivateRedis } from '../test/helpers/redis-server.js';
 import { check, type CheckResult } from './checker.js';
-import { agentScript, Driver, FLOOD_TENANT, planStream } from './driver.js';
+import { agentScript, Driver, FLOOD_TENANT, type PlannedSubmit, planStream } from './driver.js';
 import { FaultInjector, LEASE_MS, planFaults, RANDOM_FAULTS } from './faults.js';
-import type { CheckConfig, FaultRecord, History, RunFinal, StageFinal } from './history.js';
+import type { CheckConfig, FaultKind, FaultRecord, History, RunFinal, StageFinal } from './history.js';
 import { INSTALL_HISTORY_SQL, READ_EVENTS_SQL, READ_RUN_LOG_SQL, READ_STAGE_LOG_SQL, READ_STAGES_SQL } from './history.sql.js';
 import { startPrivatePostgres } from './postgres.js';
 import { Prng } from './prng.js';
 import { startReceiver } from './receiver.js';
-import { WorkerPool } from './workers.js';
+import { WorkerPool, withApplicationName } from './workers.js';
 import { MAP_MAX_PARALLEL, TENANT_LIMIT } from './workflows/_flows.js';
 import { CHAOS_LIMITED_CONCURRENCY, EFFECT_TOOLS } from './workflows/_tools.js';
 import { fileURLToPath } from 'node:url';
+import { sleep } from './sleep.js';
 
 export interface SoakOptions {
   durationS: number;
@@ -36,6 +37,8 @@ export interface SoakOutcome {
   workerLogs: string;
 }
 
+/** The API process's application_name (the trigger log's writer of its rows; a worker's is its name). */
+export const API_WRITER = 'chaos-api';
 /** The workers' poll period (chaos/worker-process.ts): the longest a due stage waits for a free worker to look. */
 export const POLL_MS = 200;
 /** The workers' sweep period (src/worker/worker.ts default): how often expired leases are re-sent to the transport. */
@@ -64,6 +67,27 @@ const SLACK_MS = 10_000;
  *   key held by a worker a fault stopped; the key's lock held by a partitioned backend is freed
  *   by the partition's reset, LEASE_MS + PAST_LEASE_MAX_MS at most, inside that) plus a poll.
  */
+/** The driver's actions the soak must have exercised (as fault kinds of the history). */
+const DRIVER_KINDS = ['duplicate_submit', 'cancel', 'retry'] as const satisfies FaultKind[];
+/** A failed run is retried by the driver's next round (every 2-4 s): a flaky run submitted this long before the end has failed and been retried. */
+/** Every fault kind the driver records (its actions through the API), none of them a fault of the machine. */
+const DRIVER_ACTIONS: FaultKind[] = [...DRIVER_KINDS, 'approve', 'reject', 'signal'];
+const RETRY_MARGIN_MS = 15_000;
+
+/**
+ * The fault kinds a soak must have injected: those its plan holds (a short soak plans fewer
+ * than every kind): each planned random fault's kind, the rolling deploy, and of the driver's
+ * a duplicate submit, a cancel, and a retry (of a flaky run planned early enough to have failed).
+ */
+export function plannedKinds(faults: { kind: FaultKind }[], deployAtMs: number, submits: PlannedSubmit[], durationMs: number): FaultKind[] {
+  const kinds = new Set<FaultKind>(faults.map((f) => f.kind));
+  if (deployAtMs < durationMs) kinds.add('rolling_deploy');
+  if (submits.some((p) => p.twiceAtOnce || p.againAfterMs !== null)) kinds.add('duplicate_submit');
+  if (submits.some((p) => p.cancelAfterMs !== null)) kinds.add('cancel');
+  if (submits.some((p) => p.workflow === 'chaos_flaky' && p.atMs < durationMs - RETRY_MARGIN_MS)) kinds.add('retry');
+  return (SOAK_CONFIG.coverage?.faultKinds ?? []).filter((k) => kinds.has(k));
+}
+
 export const SOAK_CONFIG: CheckConfig = {
   terminalBoundMs: LEASE_MS + SWEEP_MS + MAX_STAGES * (WORK_MAX_MS + BACKOFF_MAX_MS) + MAX_CONTROL_CLAIMS * HEALTHY_POLL_MS + SLACK_MS,
   tenantWaitBoundMs: LEASE_MS + SWEEP_MS + POLL_MS + 2000,
@@ -78,7 +102,7 @@ export const SOAK_CONFIG: CheckConfig = {
   deliberateFailure: ['fails on purpose', 'approval_rejected', 'approval_timeout'],
   gatedTools: ['chaos_gated_effect'],
   coverage: {
-    faultKinds: [...RANDOM_FAULTS, 'rolling_deploy'],
+    faultKinds: [...RANDOM_FAULTS, 'rolling_deploy', ...DRIVER_KINDS],
     floodKey: FLOOD_TENANT,
     floodKeyLimit: TENANT_LIMIT,
     staleFence: true,
@@ -86,7 +110,6 @@ export const SOAK_CONFIG: CheckConfig = {
   },
 };
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const toMs = (v: string | null) => (v === null ? null : Date.parse(v));
 
 /** Numbers from pg arrive as text for bigint; the log queries cast to float8, so they are numbers. */
@@ -133,7 +156,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
 
     const token = randomBytes(16).toString('hex');
     const api: Child = spawnTs('chaos/api-process.ts', [], {
-      DATABASE_URL: dbUrl,
+      DATABASE_URL: withApplicationName(dbUrl, API_WRITER),
       WORKFLOWS_DIR: fileURLToPath(new URL('./workflows/v2', import.meta.url)),
       API_TOKEN: token,
     });
@@ -186,7 +209,9 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
     );
     await Promise.all([driver.stream(startedAt, until, submitPlan), driver.retries(until), injector.run(startedAt, faultPlan)]);
     await driver.settle(60_000);
-    const lastFaultEndAt = Math.max(until, ...faults.map((f) => f.endAt));
+    // The terminal bound's clock starts after the injector's last fault; the driver's own actions
+    // (a duplicate submit, cancel, retry, approval, signal) are the workload, not faults.
+    const lastFaultEndAt = Math.max(until, ...faults.filter((f) => !DRIVER_ACTIONS.includes(f.kind)).map((f) => f.endAt));
     log(`faults over (${faults.length}); draining`);
 
     // Drain: wait (bounded) until every accepted run is terminal, read from the database.
@@ -270,6 +295,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
       itemIndex: r.item_index as number | null,
       groupSeq: r.group_seq as number | null,
       leaseMs: r.lease_ms as number | null,
+      writer: r.writer as string | null,
     }));
     const runLog = rowsOf((await history.query(READ_RUN_LOG_SQL)).rows, (r) => ({
       id: r.id as number,
@@ -317,8 +343,12 @@ export async function runSoak(opts: SoakOptions): Promise<SoakOutcome> {
     };
     const workerLogs = pool.logs();
     // The class limit is required to be reached only in soaks of 120 s and more (see coverage.classLimits).
-    const config: CheckConfig =
-      options.durationS >= 120 ? SOAK_CONFIG : { ...SOAK_CONFIG, coverage: { ...SOAK_CONFIG.coverage!, classLimits: false } };
+    // Fault kinds: those the seed planned for this duration (all of them from about a minute on).
+    const faultKinds = plannedKinds(faultPlan.faults, faultPlan.deployAtMs, submitPlan, durationMs);
+    const config: CheckConfig = {
+      ...SOAK_CONFIG,
+      coverage: { ...SOAK_CONFIG.coverage!, faultKinds, ...(options.durationS >= 120 ? {} : { classLimits: false }) },
+    };
     const result = check(h, config);
     return { options, history: h, result, config, workerLogs };
   } finally {

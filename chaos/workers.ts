@@ -72,7 +72,7 @@ export class WorkerPool {
     const pgProxy = await startTcpProxy({ target: { host: pg.hostname, port: Number(pg.port) } });
     const rxProxy = await startTcpProxy({ target: { host: rx.hostname, port: Number(rx.port) } });
     const child = spawnTs('chaos/worker-process.ts', [name], {
-      DATABASE_URL: pgProxy.url(this.targets.pgUrl),
+      DATABASE_URL: withApplicationName(pgProxy.url(this.targets.pgUrl), name),
       RECEIVER_URL: rxProxy.url(this.targets.receiverUrl).replace(/\/$/, ''),
       REDIS_URL: this.targets.redisUrl,
       OPENAI_BASE_URL: this.targets.modelUrl,
@@ -149,4 +149,15 @@ export class WorkerPool {
     this.live.length = 0;
     process.off('exit', this.onExit);
   }
+}
+
+/**
+ * `url` with application_name=`name`: the worker's every connection names it (node-postgres lets
+ * the connection string's application_name win over the store's own), so the trigger log
+ * (chaos/history.sql.ts) records which worker wrote each row.
+ */
+export function withApplicationName(url: string, name: string): string {
+  const u = new URL(url);
+  u.searchParams.set('application_name', name);
+  return u.toString();
 }

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { planStream } from '../../chaos/driver.js';
+import { ENSURE_WITHIN_MS, planStream } from '../../chaos/driver.js';
 import { heldRequest, planFaults, RANDOM_FAULTS } from '../../chaos/faults.js';
 import { Prng } from '../../chaos/prng.js';
+import { plannedKinds, SOAK_CONFIG } from '../../chaos/soak.js';
 
 /** The seed's plan (chaos/prng.ts): the same seed plans the same faults and submits; items do not shift each other. */
 describe('chaos plan', () => {
@@ -34,6 +35,28 @@ describe('chaos plan', () => {
     const short = planFaults(new Prng(5).fork('faults'), 60_000).faults;
     const long = planFaults(new Prng(5).fork('faults'), 600_000).faults;
     expect(long.slice(0, short.length)).toEqual(short);
+  });
+
+  it('every seed plans an early cancel of a pipeline, a duplicate submit and a flaky run; coverage asks only the kinds planned', () => {
+    for (const seed of [1, 7, 13, 30, 99]) {
+      const submits = planStream(new Prng(seed).fork('driver').fork('stream'), seed, 180_000, 3);
+      const early = submits.filter((p) => p.atMs < ENSURE_WITHIN_MS);
+      expect(early.some((p) => p.workflow === 'chaos_pipeline' && p.cancelAfterMs !== null && p.cancelAfterMs <= 500)).toBe(true);
+      expect(early.some((p) => p.againAfterMs !== null || p.twiceAtOnce)).toBe(true);
+      expect(early.some((p) => p.workflow === 'chaos_flaky')).toBe(true);
+    }
+    const kinds = (seed: number, durationMs: number) => {
+      const { faults, deployAtMs } = planFaults(new Prng(seed).fork('faults'), durationMs);
+      return plannedKinds(faults, deployAtMs, planStream(new Prng(seed).fork('driver').fork('stream'), seed, durationMs, 3), durationMs);
+    };
+    // The CI soak (seed 13, 180 s) is asked for every kind, the driver's included.
+    expect(new Set(kinds(13, 180_000))).toEqual(new Set(SOAK_CONFIG.coverage!.faultKinds));
+    expect(SOAK_CONFIG.coverage!.faultKinds).toEqual(expect.arrayContaining(['retry', 'cancel', 'duplicate_submit']));
+    // A 20 s soak plans fewer kinds and is asked only for those.
+    const short = kinds(13, 20_000);
+    expect(short.length).toBeLessThan(SOAK_CONFIG.coverage!.faultKinds.length);
+    const planned = new Set(planFaults(new Prng(13).fork('faults'), 20_000).faults.map((f) => f.kind));
+    for (const k of RANDOM_FAULTS) expect(short.includes(k)).toBe(planned.has(k));
   });
 
   it('heldRequest: the key and fence of a held effect request, nothing for a partial or other request', () => {

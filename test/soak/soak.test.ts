@@ -15,7 +15,7 @@ export const CI_SOAK = { seed: 13, durationS: 180 };
 /** Seeds that found a bug: seed 1 (40 s) killed the receiver when its database connection died between statements. */
 export const REGRESSION_SEEDS = [{ seed: 1, durationS: 40 }];
 
-/** Every fault kind the soak must have injected (chaos/faults.ts RANDOM_FAULTS, the deploy, the driver's). */
+/** Every fault kind the CI soak must have injected (chaos/faults.ts RANDOM_FAULTS, the deploy, the driver's: chaos/soak.ts plannedKinds plans them all at 180 s). */
 const EVERY_KIND = [
   'sigkill',
   'sigstop',
@@ -30,6 +30,7 @@ const EVERY_KIND = [
   'rolling_deploy',
   'duplicate_submit',
   'cancel',
+  'retry',
 ];
 /** How long past its duration a soak may take (start, drain, check) before it is stopped. */
 const OVERRUN_S = 200;
