@@ -25,7 +25,6 @@ const worker = ratchet.worker({
   graceMs: Number(process.env.GRACE_MS ?? 3000),
 });
 await worker.start();
-process.stdout.write(`${JSON.stringify({ ready: true, owner: worker.owner })}\n`);
 
 let blocks = 0;
 process.on('SIGUSR2', () => {
@@ -45,3 +44,6 @@ process.on('SIGTERM', () => {
       () => process.exit(1),
     );
 });
+// Ready only once its signal handlers are in place: a SIGUSR2 sent on the ready line before its handler
+// existed took the default action and killed the worker (2 loop_block injections failed in a 30-minute soak).
+process.stdout.write(`${JSON.stringify({ ready: true, owner: worker.owner })}\n`);
