@@ -1,15 +1,12 @@
-import { UnknownRunError } from '../errors.js';
-import { TERMINAL_RUN_STATES, type RunState } from '../planner/states.js';
+import { InvalidInputError, UnknownRunError } from '../errors.js';
+import { TERMINAL_EVENT_TYPES, TERMINAL_RUN_STATES, type RunState } from '../planner/states.js';
 import type { Queryable } from '../store/db.js';
 import type { EventRow } from '../store/runs.js';
 import { endCheck, eventPosition, readStreamBatch, STREAM_START, type StreamPosition } from '../store/stream.js';
-import { InvalidInputError } from '../errors.js';
 import type { EventHub } from './hub.js';
 import type { TokenDelta } from './tokens.js';
 
-/** The events that end a run; its stream ends with one (unless the run was retried after it). */
-export const TERMINAL_EVENT_TYPES = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'] as const;
-const isTerminalEvent = (type: string) => (TERMINAL_EVENT_TYPES as readonly string[]).includes(type);
+const isTerminalEvent = (type: string) => TERMINAL_EVENT_TYPES.includes(type);
 const isTerminalState = (state: string) => TERMINAL_RUN_STATES.includes(state as RunState);
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
@@ -62,7 +59,7 @@ export async function openRunStream(
 }
 
 /** Stream order: (tx, id) as numbers (xid8 and bigint, as decimal text). */
-export function comparePositions(a: StreamPosition, b: StreamPosition): number {
+function comparePositions(a: StreamPosition, b: StreamPosition): number {
   if (a.tx !== b.tx) return BigInt(a.tx) < BigInt(b.tx) ? -1 : 1;
   if (a.id === b.id) return 0;
   return BigInt(a.id) < BigInt(b.id) ? -1 : 1;
