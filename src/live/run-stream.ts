@@ -44,15 +44,18 @@ export async function openRunStream(
   if (opts.afterEventId !== undefined) {
     const p = await eventPosition(db, runId, opts.afterEventId);
     if (!p) {
-      if (!(await endCheck(db, runId, STREAM_START))) throw new UnknownRunError(runId);
+      const start = STREAM_START;
+      if (!(await hub.shared(`end ${runId} ${start.tx} ${start.id}`, () => endCheck(db, runId, start)))) throw new UnknownRunError(runId);
       throw new InvalidInputError(`event ${opts.afterEventId} is not an event of run ${runId}`, 'Last-Event-ID');
     }
     position = p;
   }
-  const before = await endCheck(db, runId, position);
+  // Opens arriving together (a page of watchers reconnecting) share these reads (hub.shared, single flight).
+  const at = position;
+  const before = await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at));
   if (!before) throw new UnknownRunError(runId);
   if (isTerminalState(before.state) && !before.retriedAfter) {
-    const rest = await readStreamBatch(db, runId, position, 1);
+    const rest = await hub.shared(`rest ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, 1));
     if (rest.events.length === 0 && !rest.heldBack) return null;
   }
   return streamRun(db, hub, runId, position, opts, before);
