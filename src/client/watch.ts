@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ApiError, errorBodySchema } from '../api/errors.js';
 import { eventSchema, type RunJson } from '../api/schemas.js';
-import { TERMINAL_RUN_STATES } from '../planner/states.js';
+import { TERMINAL_EVENT_TYPES, TERMINAL_RUN_STATES } from '../planner/states.js';
 import { parseInput } from '../store/validate.js';
 import type { Clock } from './clock.js';
 import type { HttpOptions } from './http.js';
@@ -20,7 +20,7 @@ export interface TokenJson {
 }
 
 /** Event types that end a run (its stream ends with one). */
-export const TERMINAL_EVENTS = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'];
+export const TERMINAL_EVENTS = TERMINAL_EVENT_TYPES;
 
 export const watchOptionsSchema = z
   .object({

@@ -18,6 +18,7 @@ ${message ? html`<p class="error" role="alert">${message}</p>` : ''}
 
 export interface ListView {
   runs: RunSummaryRow[];
+  /** The next page's cursor: of the runs, or (awaiting-approval view) of the approvals. */
   nextCursor: string | null;
   state: string;
   workflow: string;
@@ -58,13 +59,13 @@ export function listPage(v: ListView): Html {
   if (awaiting) {
     return html`<h1>Runs awaiting approval</h1>${filters}
 ${v.awaitingApproval.length === 0 ? html`<p class="muted" id="no-approvals">Nothing awaits a decision.</p>` : approvalRows(v.awaitingApproval)}
-${v.moreAwaiting ? html`<p class="muted">The oldest ${v.awaitingApproval.length} are shown; decide these first.</p>` : ''}`;
+${v.moreAwaiting && v.nextCursor ? html`<nav class="pager"><a rel="next" href="/${qs({ state: v.state, workflow: v.workflow, cursor: v.nextCursor })}">More awaiting approval →</a></nav>` : ''}`;
   }
   return html`<h1>Runs</h1>${filters}
 <section class="approvals"><h2>Awaiting approval</h2>${
     v.awaitingApproval.length === 0
       ? html`<p class="muted">Nothing awaits a decision.</p>`
-      : html`${approvalRows(v.awaitingApproval)}${v.moreAwaiting ? html`<p><a href="/?state=${AWAITING_APPROVAL}">all that await approval →</a></p>` : ''}`
+      : html`${approvalRows(v.awaitingApproval)}${v.moreAwaiting ? html`<p><a href="/${qs({ state: AWAITING_APPROVAL, workflow: v.workflow })}">all that await approval →</a></p>` : ''}`
   }</section>
 <table class="runs"><thead><tr><th>Run</th><th>Workflow</th><th>State</th><th>Created</th><th>Finished</th><th>Error</th></tr></thead><tbody>
 ${

@@ -5,14 +5,14 @@ import type { Logger } from 'pino';
 import type { RunService } from '../api/service.js';
 import { streamHandler } from '../api/stream-route.js';
 import type { Ratchet } from '../engine.js';
-import { UnknownRunError } from '../errors.js';
+import { InvalidInputError, UnknownRunError } from '../errors.js';
 import type { EventHub } from '../live/hub.js';
 import { RUN_STATES, type RunState } from '../planner/states.js';
 import { DASHBOARD_CSS, DASHBOARD_JS } from './assets.js';
 import { html, layout } from './html.js';
 import { AWAITING_APPROVAL, listPage, loginPage, runPage, runPanel } from './pages.js';
 import { createWaitService } from '../api/wait-service.js';
-import { listPendingApprovals, waitsOf, type PendingApproval } from '../store/approvals.js';
+import { pendingApprovalsPage, waitsOf } from '../store/approvals.js';
 import { runUsage } from '../store/usage.js';
 import { createDashboardSession, fromElsewhere, SESSION_COOKIE, SESSION_MAX_AGE_S } from './session.js';
 
@@ -118,39 +118,58 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const workflow = (c.req.query('workflow') ?? '').trim();
     const cursor = c.req.query('cursor') || undefined;
     const awaiting = state === AWAITING_APPROVAL;
-    // What awaits a person: the oldest first (waits_open_approval_idx), one bounded read.
-    const want = awaiting ? APPROVALS_LISTED : APPROVALS_ON_LIST;
-    const pending = (await listPendingApprovals(opts.ratchet.store.db, { limit: want + 1 }).catch(() => [] as PendingApproval[])).filter(
-      (a) => !workflow || a.workflow === workflow,
-    );
-    const approvals = { awaitingApproval: pending.slice(0, want), moreAwaiting: pending.length > want };
-    if (awaiting) {
-      return page(
-        c,
-        'Awaiting approval',
-        listPage({ runs: [], nextCursor: null, state, workflow, workflows: opts.ratchet.registry.list().map((w) => w.name), ...approvals }),
-      );
-    }
-    const page1 = await opts.ratchet
-      .listRuns({
+    const workflows = opts.ratchet.registry.list().map((w) => w.name);
+    try {
+      // What awaits a person: the oldest first (waits_open_approval_idx), one bounded read narrowed to
+      // the workflow in SQL; the awaiting view pages on with its own cursor.
+      const pending = await pendingApprovalsPage(opts.ratchet.store.db, {
+        ...(workflow ? { workflow } : {}),
+        ...(awaiting && cursor ? { cursor } : {}),
+        limit: awaiting ? APPROVALS_LISTED : APPROVALS_ON_LIST,
+      });
+      const approvals = { awaitingApproval: pending.approvals, moreAwaiting: pending.nextCursor !== null };
+      if (awaiting) {
+        return page(
+          c,
+          'Awaiting approval',
+          listPage({ runs: [], nextCursor: pending.nextCursor, state, workflow, workflows, ...approvals }),
+        );
+      }
+      const page1 = await opts.ratchet.listRuns({
         ...(RUN_STATES.includes(state as RunState) ? { states: [state as RunState] } : {}),
         ...(workflow ? { workflow } : {}),
         ...(cursor ? { cursor } : {}),
         limit: DASHBOARD_PAGE_SIZE,
-      })
-      .catch(() => ({ runs: [], nextCursor: null }));
-    return page(
-      c,
-      'Runs',
-      listPage({
-        runs: page1.runs,
-        nextCursor: page1.nextCursor,
-        state: RUN_STATES.includes(state as RunState) ? state : '',
-        workflow,
-        workflows: opts.ratchet.registry.list().map((w) => w.name),
-        ...approvals,
-      }),
-    );
+      });
+      return page(
+        c,
+        'Runs',
+        listPage({
+          runs: page1.runs,
+          nextCursor: page1.nextCursor,
+          state: RUN_STATES.includes(state as RunState) ? state : '',
+          workflow,
+          workflows,
+          ...approvals,
+        }),
+      );
+    } catch (err) {
+      // A bad cursor is the caller's (400, said so); anything else (the database down) is ours: never an empty "No runs." page.
+      if (err instanceof InvalidInputError)
+        return page(
+          c,
+          'Bad request',
+          html`<h1>Bad request</h1><p class="err" id="error">${err.message}</p><p><a href="/">← runs</a></p>`,
+          400,
+        );
+      opts.logger.error({ event: 'dashboard_list_failed', err }, 'dashboard list failed');
+      return page(
+        c,
+        'Error',
+        html`<h1>Could not list runs</h1><p class="err" id="error">The server could not read the runs (see its log); try again.</p><p><a href="/">← runs</a></p>`,
+        500,
+      );
+    }
   });
 
   const loadRun = async (id: string) => {

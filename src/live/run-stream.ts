@@ -1,15 +1,12 @@
-import { UnknownRunError } from '../errors.js';
-import { TERMINAL_RUN_STATES, type RunState } from '../planner/states.js';
+import { InvalidInputError, UnknownRunError } from '../errors.js';
+import { TERMINAL_EVENT_TYPES, TERMINAL_RUN_STATES, type RunState } from '../planner/states.js';
 import type { Queryable } from '../store/db.js';
 import type { EventRow } from '../store/runs.js';
 import { endCheck, eventPosition, readStreamBatch, STREAM_START, type StreamPosition } from '../store/stream.js';
-import { InvalidInputError } from '../errors.js';
 import type { EventHub } from './hub.js';
 import type { TokenDelta } from './tokens.js';
 
-/** The events that end a run; its stream ends with one (unless the run was retried after it). */
-export const TERMINAL_EVENT_TYPES = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'] as const;
-const isTerminalEvent = (type: string) => (TERMINAL_EVENT_TYPES as readonly string[]).includes(type);
+const isTerminalEvent = (type: string) => TERMINAL_EVENT_TYPES.includes(type);
 const isTerminalState = (state: string) => TERMINAL_RUN_STATES.includes(state as RunState);
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
@@ -47,22 +44,25 @@ export async function openRunStream(
   if (opts.afterEventId !== undefined) {
     const p = await eventPosition(db, runId, opts.afterEventId);
     if (!p) {
-      if (!(await endCheck(db, runId, STREAM_START))) throw new UnknownRunError(runId);
+      const start = STREAM_START;
+      if (!(await hub.shared(`end ${runId} ${start.tx} ${start.id}`, () => endCheck(db, runId, start)))) throw new UnknownRunError(runId);
       throw new InvalidInputError(`event ${opts.afterEventId} is not an event of run ${runId}`, 'Last-Event-ID');
     }
     position = p;
   }
-  const before = await endCheck(db, runId, position);
+  // Opens arriving together (a page of watchers reconnecting) share these reads (hub.shared, single flight).
+  const at = position;
+  const before = await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at));
   if (!before) throw new UnknownRunError(runId);
   if (isTerminalState(before.state) && !before.retriedAfter) {
-    const rest = await readStreamBatch(db, runId, position, 1);
+    const rest = await hub.shared(`rest ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, 1));
     if (rest.events.length === 0 && !rest.heldBack) return null;
   }
   return streamRun(db, hub, runId, position, opts, before);
 }
 
 /** Stream order: (tx, id) as numbers (xid8 and bigint, as decimal text). */
-export function comparePositions(a: StreamPosition, b: StreamPosition): number {
+function comparePositions(a: StreamPosition, b: StreamPosition): number {
   if (a.tx !== b.tx) return BigInt(a.tx) < BigInt(b.tx) ? -1 : 1;
   if (a.id === b.id) return 0;
   return BigInt(a.id) < BigInt(b.id) ? -1 : 1;
@@ -77,6 +77,8 @@ const FEED_KEEP = 64;
 interface Follower {
   /** The absolute index (RunFeed.first based) of the next buffered event this watcher takes; null: not joined. */
   next: number | null;
+  /** Waiting ahead of the feed's head for its read (join said 'ahead'). */
+  ahead?: boolean;
   wake(): void;
   fail(err: Error): void;
 }
@@ -98,8 +100,16 @@ class RunFeed {
   buffer: StreamedEvent[] = [];
   /** The absolute index of buffer[0]. */
   first = 0;
-  /** Terminal events whose run was found ended (and not retried) when the feed read them. */
-  readonly ended = new WeakSet<StreamedEvent>();
+  /**
+   * Terminal events whose run was found ended (and not retried) when the feed read them, with the
+   * count of notifications before that check: a watcher taking one after another notification (a
+   * run_retried the feed has not read yet) checks again (see endsHere).
+   */
+  readonly ended = new WeakMap<StreamedEvent, number>();
+  /** Notifications received for the run. */
+  private notes = 0;
+  /** A notification (or held-back retry) came while nobody wanted a read: read when a follower joins. */
+  private missed = false;
   readonly followers = new Set<Follower>();
   private reading = false;
   private again = false;
@@ -117,7 +127,10 @@ class RunFeed {
   ) {
     this.base = at;
     this.head = at;
-    this.unsubscribe = hub.subscribe(runId, () => this.pump());
+    this.unsubscribe = hub.subscribe(runId, () => {
+      this.notes++;
+      this.pump();
+    });
   }
 
   attach(f: Follower): void {
@@ -140,11 +153,13 @@ class RunFeed {
    * joined and no read is running ('joined'), else 'ahead': a read is asked for, wait for its wake.
    */
   join(f: Follower, at: StreamPosition): 'joined' | 'behind' | 'ahead' {
+    f.ahead = false;
     if (comparePositions(at, this.base) < 0) return 'behind';
     if (comparePositions(at, this.head) > 0) {
       let joined = false;
       for (const o of this.followers) if (o.next !== null) joined = true;
       if (joined || this.reading) {
+        f.ahead = true;
         this.pump();
         return 'ahead';
       }
@@ -153,12 +168,29 @@ class RunFeed {
       this.base = at;
       this.head = at;
       f.next = this.first;
-      return 'joined';
+    } else {
+      let i = this.buffer.length;
+      while (i > 0 && comparePositions(this.buffer[i - 1]!.position, at) > 0) i--;
+      f.next = this.first + i;
     }
-    let i = this.buffer.length;
-    while (i > 0 && comparePositions(this.buffer[i - 1]!.position, at) > 0) i--;
-    f.next = this.first + i;
+    // Notifications that came while nobody was joined were not read: read now, from here.
+    if (this.missed) this.pump();
     return 'joined';
+  }
+
+  /** Someone wants the feed to read: a joined follower, or one waiting ahead of the head. */
+  private wanted(): boolean {
+    for (const f of this.followers) if (f.next !== null || f.ahead) return true;
+    return false;
+  }
+
+  /**
+   * Whether a watcher taking terminal event `e` (marked in `ended`) may end on it without asking
+   * again: no notification came since the feed's check and no read is running (a run_retried
+   * committed since would come with one, before the feed reads it).
+   */
+  settled(e: StreamedEvent): boolean {
+    return !this.reading && this.ended.get(e) === this.notes;
   }
 
   /** The buffered events follower `f` has not taken yet (and takes them); null when it fell out of the window. */
@@ -175,6 +207,13 @@ class RunFeed {
   /** Reads after the head (single flight: a wake during a read reads once more after it), then wakes every follower. */
   pump(): void {
     if (this.closed) return;
+    // Nobody at the head (the first watcher still replaying the history on its own): reading now
+    // would read that history for nobody. The first follower to join reads from where it stands.
+    if (!this.wanted()) {
+      this.missed = true;
+      return;
+    }
+    this.missed = false;
     if (this.reading) {
       this.again = true;
       return;
@@ -187,12 +226,14 @@ class RunFeed {
     try {
       do {
         this.again = false;
+        this.missed = false;
         const batch = await readStreamBatch(this.db, this.runId, this.head, BATCH);
         for (const e of batch.events) {
           if (e.type === 'run_retried') for (const old of this.buffer) this.ended.delete(old);
           if (isTerminalEvent(e.type)) {
+            const notes = this.notes;
             const now = await endCheck(this.db, this.runId, e.position);
-            if (now && isTerminalState(now.state) && !now.retriedAfter) this.ended.add(e);
+            if (now && isTerminalState(now.state) && !now.retriedAfter) this.ended.set(e, notes);
           }
           this.buffer.push(e);
           this.head = e.position;
@@ -212,6 +253,10 @@ class RunFeed {
           this.heldBackMs = HELD_BACK_FIRST_MS;
         }
         for (const f of this.followers) f.wake();
+        if (this.again && !this.wanted()) {
+          this.again = false;
+          this.missed = true;
+        }
       } while (this.again && !this.closed);
     } catch (err) {
       for (const f of this.followers) f.fail(err as Error);
@@ -319,12 +364,20 @@ async function* streamRun(
           for (const e of shared) {
             position = e.position;
             yield { kind: 'event', event: e };
-            if (isTerminalEvent(e.type) && feed.ended.has(e)) return;
+            if (isTerminalEvent(e.type) && feed.ended.has(e)) {
+              if (feed.settled(e)) return;
+              // A notification since the feed's check (or a read running): a run_retried may be
+              // committed and not read yet. Ask again, once for all the run's watchers.
+              const at2 = e.position;
+              const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
+              if (now && isTerminalState(now.state) && !now.retriedAfter) return;
+            }
           }
         } else if (place === 'ahead') {
           // Ahead of the feed, which is reading: its read wakes this watcher.
         } else {
           follower.next = null; // an own read moves past what the feed would hand this watcher
+          follower.ahead = false;
           const at = position;
           const before = !checkEnd
             ? null

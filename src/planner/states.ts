@@ -67,6 +67,8 @@ export const STAGE_STATES = Object.keys(STAGE_TRANSITIONS) as StageState[];
 export const RUN_STATES = Object.keys(RUN_TRANSITIONS) as RunState[];
 /** Terminal for watchers: `failed` may still be retried explicitly, but nothing moves it on its own. */
 export const TERMINAL_RUN_STATES: RunState[] = ['succeeded', 'failed', 'cancelled', 'expired'];
+/** The events that end a run (its stream ends with one, unless the run was retried after it). */
+export const TERMINAL_EVENT_TYPES: readonly string[] = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'];
 export const TERMINAL_STAGE_STATES: StageState[] = ['succeeded', 'failed', 'cancelled', 'skipped'];
 /** States of a stage that waits holding no lease and costing no worker (issue 10; child runs and map items too). */
 export const WAIT_STAGE_STATES: StageState[] = ['waiting', 'awaiting_approval'];

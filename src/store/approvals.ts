@@ -1,4 +1,4 @@
-import { AlreadyDecidedError, NotAwaitingApprovalError } from '../errors.js';
+import { AlreadyDecidedError, InvalidInputError, NotAwaitingApprovalError } from '../errors.js';
 import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
 import type { StageWait } from '../planner/waits.js';
@@ -216,24 +216,80 @@ export interface PendingApproval {
  * nobody can decide on it (lockRun refuses).
  */
 export async function listPendingApprovals(q: Queryable, opts: { runId?: string; limit?: number } = {}): Promise<PendingApproval[]> {
+  return (await pendingApprovalRows(q, { ...opts, limit: opts.limit ?? 100 })).map((r) => r.approval);
+}
+
+/**
+ * A page of listPendingApprovals narrowed to workflow `workflow` (in SQL: the page holds `limit` of
+ * its approvals however many of other workflows are older), after `cursor` (a nextCursor this gave
+ * out; InvalidInputError when it is not one). nextCursor: null on the last page.
+ */
+export async function pendingApprovalsPage(
+  q: Queryable,
+  opts: { workflow?: string; cursor?: string; limit: number },
+): Promise<{ approvals: PendingApproval[]; nextCursor: string | null }> {
+  const after = opts.cursor === undefined ? undefined : decodeApprovalCursor(opts.cursor);
+  const rows = await pendingApprovalRows(q, {
+    ...(opts.workflow ? { workflow: opts.workflow } : {}),
+    ...(after ? { after } : {}),
+    limit: opts.limit + 1,
+  });
+  const page = rows.slice(0, opts.limit);
+  const last = page[page.length - 1];
+  return {
+    approvals: page.map((r) => r.approval),
+    nextCursor:
+      rows.length > opts.limit && last ? Buffer.from(JSON.stringify([last.since, last.approval.stageId])).toString('base64url') : null,
+  };
+}
+
+function decodeApprovalCursor(cursor: string): { since: string; stageId: string } {
+  try {
+    const v: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (
+      Array.isArray(v) &&
+      v.length === 2 &&
+      typeof v[0] === 'string' &&
+      /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$/.test(v[0]) &&
+      typeof v[1] === 'string' &&
+      /^\d{1,19}$/.test(v[1])
+    )
+      return { since: v[0], stageId: v[1] };
+  } catch {
+    // not JSON: refused below
+  }
+  throw new InvalidInputError('not a cursor this server gave out (pass nextCursor back as it is)', 'cursor');
+}
+
+async function pendingApprovalRows(
+  q: Queryable,
+  opts: { runId?: string; workflow?: string; after?: { since: string; stageId: string }; limit: number },
+): Promise<{ approval: PendingApproval; since: string }[]> {
+  // since_key: w.since in UTC to the microsecond (a Date would round it), the cursor's half with stage_id.
   const rows = await q.query(
-    `SELECT w.run_id::text AS run_id, r.workflow, w.stage_id::text AS stage_id, s.seq, s.name, s.tool, s.input, w.since, w.wait_until
+    `SELECT w.run_id::text AS run_id, r.workflow, w.stage_id::text AS stage_id, s.seq, s.name, s.tool, s.input, w.since, w.wait_until,
+       to_char(w.since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS since_key
      FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id JOIN ratchet.runs r ON r.id = w.run_id
      WHERE w.kind = 'approval' AND w.ended_at IS NULL AND s.state = 'awaiting_approval' AND r.state IN (${RUN_ACTIVE})
        AND ($1::uuid IS NULL OR w.run_id = $1::uuid)
+       AND ($3::text IS NULL OR r.workflow = $3::text)
+       AND ($4::timestamp IS NULL OR (w.since, w.stage_id) > ($4::timestamp AT TIME ZONE 'UTC', $5::bigint))
      ORDER BY w.since, w.stage_id LIMIT $2`,
-    [opts.runId ?? null, opts.limit ?? 100],
+    [opts.runId ?? null, opts.limit, opts.workflow ?? null, opts.after?.since ?? null, opts.after?.stageId ?? null],
   );
   return rows.map((r) => ({
-    runId: r.run_id as string,
-    workflow: r.workflow as string,
-    stageId: r.stage_id as string,
-    seq: r.seq as number,
-    name: r.name as string,
-    tool: r.tool as string,
-    input: r.input ?? null,
-    since: r.since as Date,
-    timeoutAt: (r.wait_until as Date | null) ?? null,
+    since: r.since_key as string,
+    approval: {
+      runId: r.run_id as string,
+      workflow: r.workflow as string,
+      stageId: r.stage_id as string,
+      seq: r.seq as number,
+      name: r.name as string,
+      tool: r.tool as string,
+      input: r.input ?? null,
+      since: r.since as Date,
+      timeoutAt: (r.wait_until as Date | null) ?? null,
+    },
   }));
 }
 

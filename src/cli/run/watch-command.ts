@@ -8,6 +8,7 @@ import { createRatchet } from '../../engine.js';
 import { InvalidInputError } from '../../errors.js';
 import { createEventHub } from '../../live/hub.js';
 import { openRunStream } from '../../live/run-stream.js';
+import { TERMINAL_EVENT_TYPES } from '../../planner/states.js';
 import { errorText } from '../api/format.js';
 import { bearerToken, cliLogger, serverUrl, storeTarget, type GlobalOptions } from '../api/options.js';
 import { EXIT } from '../exit-codes.js';
@@ -52,11 +53,7 @@ async function* fromStore(
         if (item.kind !== 'event') continue;
         const e = eventToJson(item.event);
         last = e.id;
-        terminal = ['run_succeeded', 'run_failed', 'run_cancelled', 'run_expired'].includes(e.type)
-          ? e.type
-          : e.type === 'run_retried'
-            ? null
-            : terminal;
+        terminal = TERMINAL_EVENT_TYPES.includes(e.type) ? e.type : e.type === 'run_retried' ? null : terminal;
         yield e;
       }
     }
