@@ -11,7 +11,7 @@ const ROUNDS = 15;
 
 /**
  * Three worker processes (real child processes, each with its own sweeper every 50 ms) race for
- * the same ticks: the database clock jumps a minute at a time, so each tick becomes due for all
+ * the same ticks: the database clock jumps to just past the next minute, so each tick becomes due for all
  * three in the same instant. Each tick makes exactly one run, and the workers run them all.
  */
 describe('three worker processes racing for the same ticks', () => {
@@ -44,7 +44,10 @@ describe('three worker processes racing for the same ticks', () => {
     const tickCount = async () =>
       (await db.query(`SELECT count(*)::int AS n FROM ratchet.schedule_ticks WHERE schedule = 'minutely'`))[0]!.n as number;
     for (let round = 1; round <= ROUNDS; round++) {
-      await r.store.clock.advance(60_000);
+      // To 1 s past the next minute: each round crosses exactly one minute. A flat 60 s jump plus the real seconds a
+      // round takes under load crossed two minutes once in a full run, and catchUp 'none' fires only the latest of them.
+      const now = (await r.store.clock.now()).getTime();
+      await r.store.clock.advance(Math.floor(now / 60_000) * 60_000 + 61_000 - now);
       await until(`tick ${round}`, async () => (await tickCount()) >= round, 20_000).catch((err: Error) => {
         throw new Error(`${err.message}; worker logs: ${workers.map((w) => w.stderr().slice(-1500)).join('\n')}`);
       });
