@@ -287,13 +287,22 @@ describe('wait against the real server', () => {
   });
 
   it('many runs with one client: their first reads are spread, each ends with its own outcome', async () => {
-    const clock = fakeClock();
+    // Fake time, but each sleep also lets 50 real ms pass, and the deadline is an hour: on a loaded machine the runs
+    // once took longer in real time than the 5 fake minutes' ~15 instant polls each (client_deadline_exceeded).
+    const fake = fakeClock();
+    const clock = {
+      ...fake,
+      sleep: async (ms: number) => {
+        await fake.sleep(ms);
+        await new Promise((r) => setTimeout(r, 50));
+      },
+    };
     let n = 0;
     const randoms = [0.1, 0.5, 0.9];
     const client = createClient({ baseUrl: api.server.url, token: TOKEN, clock, random: () => randoms[n++ % 3]! });
     const ids = [];
     for (let i = 0; i < 3; i++) ids.push((await client.submit('echo', { key: `w-many-${i}` })).id);
-    const outs = await client.waitAll(ids, { deadline: '5m', jitter: 0 });
+    const outs = await client.waitAll(ids, { deadline: '1h', jitter: 0 });
     expect(outs.map((o) => o.outcome)).toEqual(['succeeded', 'succeeded', 'succeeded']);
     expect(clock.sleeps.slice(0, 3)).toEqual([100, 500, 900]); // the first reads, staggered over the first interval
   });
