@@ -1,8 +1,9 @@
-import { AlreadyDecidedError, InvalidInputError, NotAwaitingApprovalError } from '../errors.js';
+import { AlreadyDecidedError, NotAwaitingApprovalError } from '../errors.js';
 import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
 import type { StageWait } from '../planner/waits.js';
 import { settleEnded, type Settled } from './waits-settle.js';
+import { decodeCursor, encodeCursor } from './list-runs.js';
 import { RUN_ACTIVE } from './lease-common.sql.js';
 
 /**
@@ -222,13 +223,14 @@ export async function listPendingApprovals(q: Queryable, opts: { runId?: string;
 /**
  * A page of listPendingApprovals narrowed to workflow `workflow` (in SQL: the page holds `limit` of
  * its approvals however many of other workflows are older), after `cursor` (a nextCursor this gave
- * out; InvalidInputError when it is not one). nextCursor: null on the last page.
+ * out; an InvalidInputError when it is not one). nextCursor: null on the last page.
  */
 export async function pendingApprovalsPage(
   q: Queryable,
   opts: { workflow?: string; cursor?: string; limit: number },
 ): Promise<{ approvals: PendingApproval[]; nextCursor: string | null }> {
-  const after = opts.cursor === undefined ? undefined : decodeApprovalCursor(opts.cursor);
+  const cursor = opts.cursor === undefined ? undefined : decodeCursor(opts.cursor, 'cursor', '\\d{1,19}');
+  const after = cursor && { since: cursor.createdAt, stageId: cursor.id };
   const rows = await pendingApprovalRows(q, {
     ...(opts.workflow ? { workflow: opts.workflow } : {}),
     ...(after ? { after } : {}),
@@ -239,26 +241,8 @@ export async function pendingApprovalsPage(
   return {
     approvals: page.map((r) => r.approval),
     nextCursor:
-      rows.length > opts.limit && last ? Buffer.from(JSON.stringify([last.since, last.approval.stageId])).toString('base64url') : null,
+      rows.length > opts.limit && last ? encodeCursor(last.since, last.approval.stageId) : null,
   };
-}
-
-function decodeApprovalCursor(cursor: string): { since: string; stageId: string } {
-  try {
-    const v: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (
-      Array.isArray(v) &&
-      v.length === 2 &&
-      typeof v[0] === 'string' &&
-      /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}$/.test(v[0]) &&
-      typeof v[1] === 'string' &&
-      /^\d{1,19}$/.test(v[1])
-    )
-      return { since: v[0], stageId: v[1] };
-  } catch {
-    // not JSON: refused below
-  }
-  throw new InvalidInputError('not a cursor this server gave out (pass nextCursor back as it is)', 'cursor');
 }
 
 async function pendingApprovalRows(
@@ -268,12 +252,12 @@ async function pendingApprovalRows(
   // since_key: w.since in UTC to the microsecond (a Date would round it), the cursor's half with stage_id.
   const rows = await q.query(
     `SELECT w.run_id::text AS run_id, r.workflow, w.stage_id::text AS stage_id, s.seq, s.name, s.tool, s.input, w.since, w.wait_until,
-       to_char(w.since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS since_key
+       to_char(w.since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS since_key
      FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id JOIN ratchet.runs r ON r.id = w.run_id
      WHERE w.kind = 'approval' AND w.ended_at IS NULL AND s.state = 'awaiting_approval' AND r.state IN (${RUN_ACTIVE})
        AND ($1::uuid IS NULL OR w.run_id = $1::uuid)
        AND ($3::text IS NULL OR r.workflow = $3::text)
-       AND ($4::timestamp IS NULL OR (w.since, w.stage_id) > ($4::timestamp AT TIME ZONE 'UTC', $5::bigint))
+       AND ($4::timestamptz IS NULL OR (w.since, w.stage_id) > ($4::timestamptz, $5::bigint))
      ORDER BY w.since, w.stage_id LIMIT $2`,
     [opts.runId ?? null, opts.limit, opts.workflow ?? null, opts.after?.since ?? null, opts.after?.stageId ?? null],
   );

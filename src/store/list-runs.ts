@@ -43,14 +43,17 @@ export interface RunPage {
   nextCursor: string | null;
 }
 
-/** The cursor is opaque to callers: base64url of "<created_at to the microsecond>|<id>". */
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+
+/** A keyset cursor, opaque to callers: base64url of "<a time in UTC to the microsecond, Z>|<id>" (runs, approvals). */
 export function encodeCursor(createdAt: string, id: string): string {
   return Buffer.from(`${createdAt}|${id}`, 'utf8').toString('base64url');
 }
 
-export function decodeCursor(cursor: string, path = 'cursor'): { createdAt: string; id: string } {
+/** Reads an encodeCursor cursor whose id matches `idPattern` (a run's uuid by default); InvalidInputError otherwise. */
+export function decodeCursor(cursor: string, path = 'cursor', idPattern = UUID): { createdAt: string; id: string } {
   const text = Buffer.from(cursor, 'base64url').toString('utf8');
-  const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i.exec(text);
+  const m = new RegExp(`^(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z)\\|(${idPattern})$`, 'i').exec(text);
   // The shape is right; the date must be one too (no February 30th, no year 0): PostgreSQL would refuse it.
   const ms = m ? `${m[1]!.slice(0, 23)}Z` : '';
   const at = new Date(ms);
