@@ -240,8 +240,7 @@ export async function pendingApprovalsPage(
   const last = page[page.length - 1];
   return {
     approvals: page.map((r) => r.approval),
-    nextCursor:
-      rows.length > opts.limit && last ? encodeCursor(last.since, last.approval.stageId) : null,
+    nextCursor: rows.length > opts.limit && last ? encodeCursor(last.since, last.approval.stageId) : null,
   };
 }
 
