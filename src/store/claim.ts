@@ -1,7 +1,7 @@
 import { cancelFailedLeftovers } from './leftovers.js';
 import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
-import { DatabaseUnavailableError } from './db-errors.js';
+import { transactionOn } from './transaction-on.js';
 import {
   AGE_SHARE,
   CLAIM_IDS_SQL,
@@ -133,28 +133,6 @@ export const contendedKeyWait = { lockTimeoutMs: 200 };
 /** lock_not_available: a lock wait ran past lock_timeout. */
 const LOCK_NOT_AVAILABLE = '55P03';
 const codeOf = (err: unknown): unknown => (err instanceof Error ? (err as { code?: unknown }).code : undefined);
-
-/**
- * BEGIN … COMMIT on one connection (db.transaction's rules): rolled back when `fn` throws; a
- * connection that cannot roll back is reported unavailable, so withConnection destroys it.
- */
-async function transactionOn<T>(conn: Queryable, fn: (tx: Queryable) => Promise<T>): Promise<T> {
-  await conn.query('BEGIN');
-  try {
-    const out = await fn(conn);
-    await conn.query('COMMIT');
-    return out;
-  } catch (err) {
-    if (!(err instanceof DatabaseUnavailableError)) {
-      try {
-        await conn.query('ROLLBACK');
-      } catch {
-        throw new DatabaseUnavailableError(err);
-      }
-    }
-    throw err;
-  }
-}
 
 /**
  * The limited claim's transactions; the key cursor moves only once one committed (a rolled-back

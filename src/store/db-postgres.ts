@@ -2,6 +2,7 @@ import pg from 'pg';
 import { DatabaseUnavailableError, isConnectionError } from './db-errors.js';
 import { StatementTimeLimitError, withTimeLimit, type Db, type DbSession, type QueryOptions, type Queryable, type Row } from './db.js';
 import { createPgListener } from './listener.js';
+import { transactionOn } from './transaction-on.js';
 import { migratePostgres } from './migrate.js';
 
 export interface PostgresOptions {
@@ -126,52 +127,28 @@ export function createPostgresDb(opts: PostgresOptions): Db {
     }
   };
 
+  async function withConnection<T>(fn: (conn: Queryable) => Promise<T>): Promise<T> {
+    const client = await connect();
+    let broken = false;
+    try {
+      return await fn(wrap(client));
+    } catch (err) {
+      broken = err instanceof DatabaseUnavailableError;
+      throw err;
+    } finally {
+      client.release(broken ? true : undefined);
+    }
+  }
+
   return {
     kind: 'postgres',
-    async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts?: QueryOptions): Promise<R[]> {
-      const client = await connect();
-      let broken = false;
-      try {
-        return await wrap(client).query<R>(text, params, name, opts);
-      } catch (err) {
-        broken = err instanceof DatabaseUnavailableError;
-        throw err;
-      } finally {
-        client.release(broken ? true : undefined);
-      }
+    query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts?: QueryOptions): Promise<R[]> {
+      return withConnection((conn) => conn.query<R>(text, params, name, opts));
     },
-    async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
-      const client = await connect();
-      const tx = wrap(client);
-      let broken = false;
-      try {
-        await tx.query('BEGIN');
-        const out = await fn(tx);
-        await tx.query('COMMIT');
-        return out;
-      } catch (err) {
-        broken = err instanceof DatabaseUnavailableError;
-        if (!broken)
-          await client.query('ROLLBACK').catch(() => {
-            broken = true;
-          });
-        throw err;
-      } finally {
-        client.release(broken ? true : undefined);
-      }
+    transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+      return withConnection((conn) => transactionOn(conn, fn));
     },
-    async withConnection<T>(fn: (conn: Queryable) => Promise<T>): Promise<T> {
-      const client = await connect();
-      let broken = false;
-      try {
-        return await fn(wrap(client));
-      } catch (err) {
-        broken = err instanceof DatabaseUnavailableError;
-        throw err;
-      } finally {
-        client.release(broken ? true : undefined);
-      }
-    },
+    withConnection,
     session(label: string) {
       // Server side, a statement whose client gave up may still wait (on a lock, say): it is
       // cancelled after the pool's answer limit, so an abandoned one cannot linger.
