@@ -39,8 +39,8 @@ describe('db.transaction (PostgreSQL)', () => {
     const boom = new Error('body failed');
     const err = await db
       .transaction(async (tx) => {
-        const [{ pid }] = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-        await tdb.query('SELECT pg_terminate_backend($1)', [pid]);
+        const [me] = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+        await tdb.query('SELECT pg_terminate_backend($1)', [me?.pid]);
         throw boom;
       })
       .catch((e: unknown) => e);
