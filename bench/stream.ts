@@ -171,6 +171,7 @@ interface Sample {
   stagesPerS: number;
   /** The engine process's CPU from the gate's release to the last watcher's end (or the run's end, unwatched). */
   engineCpuMs: number;
+  engineSysMs: number;
   watcherCpuMs: number;
   events: number;
   /** Every watcher got every event of the run once, in stream order (true when unwatched). */
@@ -266,6 +267,7 @@ async function watchersBench(): Promise<void> {
           ms,
           stagesPerS: (cfg.stages * 1000) / ms,
           engineCpuMs: (cpu.user + cpu.system) / 1000,
+          engineSysMs: cpu.system / 1000,
           watcherCpuMs: (v.process?.cpuMs() ?? 0) - watcherCpu0,
           events,
           everyEvent,
@@ -290,7 +292,7 @@ async function watchersBench(): Promise<void> {
           const v = variants[(i + j) % variants.length]!;
           const s = await runOnce(v, `${v.name}-${i}`);
           if (i > 0) samples.get(v.name)!.push(s);
-          parts.push(`${v.name} ${round(s.stagesPerS, 1)} stages/s, engine ${round(s.engineCpuMs)} ms CPU`);
+          parts.push(`${v.name} ${round(s.stagesPerS, 1)} stages/s, engine ${round(s.engineCpuMs)} ms CPU (sys ${round(s.engineSysMs)})`);
         }
         log(`round ${i}${i === 0 ? ' (warm-up)' : ''}: ${parts.join('; ')}`);
       }
