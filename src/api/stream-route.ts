@@ -28,17 +28,33 @@ function messageOf(e: StreamedEvent): string {
   return m;
 }
 /**
- * The bytes of one chunk of events, encoded once: the watchers that took the same events from
- * the run's feed hold the same array (RunFeed.take), so 50 watchers of one read cost one encoding.
+ * A piece of the response body, and the same in HTTP/1.1 chunked framing (size line, bytes, CRLF),
+ * made once for every watcher that sends it.
  */
-const chunkBytes = new WeakMap<readonly StreamedEvent[], Buffer>();
-function bytesOf(events: readonly StreamedEvent[]): Buffer {
-  let b = chunkBytes.get(events);
-  if (b === undefined) {
-    b = Buffer.from(events.length === 1 ? messageOf(events[0]!) : events.map(messageOf).join(''));
-    chunkBytes.set(events, b);
+interface Frame {
+  body: Buffer;
+  framed: Buffer;
+}
+const CRLF = Buffer.from('\r\n', 'latin1');
+const frame = (body: Buffer): Frame => ({
+  body,
+  framed: Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`, 'latin1'), body, CRLF]),
+});
+const HEARTBEAT = frame(Buffer.from(': heartbeat\n\n'));
+/**
+ * One chunk of events, encoded and framed once: the watchers that took the same events from the
+ * run's feed hold the same array (RunFeed.take), so 50 watchers of one read cost one encoding.
+ */
+const chunkFrames = new WeakMap<readonly StreamedEvent[], Frame>();
+function frameOf(c: StreamChunk): Frame {
+  if (c.kind === 'heartbeat') return HEARTBEAT;
+  if (c.kind === 'token') return frame(Buffer.from(tokenMessage(c.token)));
+  let f = chunkFrames.get(c.events);
+  if (f === undefined) {
+    f = frame(Buffer.from(c.events.length === 1 ? messageOf(c.events[0]!) : c.events.map(messageOf).join('')));
+    chunkFrames.set(c.events, f);
   }
-  return b;
+  return f;
 }
 /**
  * A streamed piece of a model answer: its own SSE event type (`token`) and NO `id:` field, so a
@@ -46,15 +62,16 @@ function bytesOf(events: readonly StreamedEvent[]): Buffer {
  */
 const tokenMessage = (t: TokenDelta) =>
   `event: token\ndata: ${JSON.stringify({ stageId: t.stageId, fence: t.fence, attempt: t.attempt, index: t.index, text: t.text })}\n\n`;
-const HEARTBEAT = ': heartbeat\n\n';
-const payloadOf = (c: StreamChunk): Buffer | string =>
-  c.kind === 'heartbeat' ? HEARTBEAT : c.kind === 'token' ? tokenMessage(c.token) : bytesOf(c.events);
+const textOf = (c: StreamChunk): string =>
+  c.kind === 'heartbeat' ? ': heartbeat\n\n' : c.kind === 'token' ? tokenMessage(c.token) : c.events.map(messageOf).join('');
 
 /**
- * Writes the stream straight to Node's response (no web-stream layers between: with 50
- * watchers every read is 50 writes), one write per chunk (a read's events together: one syscall
- * per watcher per read), waiting for 'drain' when a watcher reads slowly, so a slow watcher holds
- * only its own stream back.
+ * Writes the stream straight to Node's response (no web-stream layers between), one write per
+ * chunk (a read's events together: one syscall per watcher per read), waiting for 'drain' when a
+ * watcher reads slowly, so a slow watcher holds only its own stream back. Once the head is out
+ * with chunked framing, a chunk goes to the socket already framed (the response's own framing cost
+ * as much CPU per write as the syscall, times 50 watchers per read); otherwise (an HTTP/1.0
+ * client, no socket yet) through the response. The response still ends the body (out.end).
  */
 async function pipeToNode(out: ServerResponse, stream: AsyncGenerator<StreamChunk, void>, ac: AbortController): Promise<void> {
   out.on('close', () => ac.abort());
@@ -68,7 +85,11 @@ async function pipeToNode(out: ServerResponse, stream: AsyncGenerator<StreamChun
   try {
     for await (const chunk of stream) {
       if (ac.signal.aborted) break;
-      if (!out.write(payloadOf(chunk))) await once(out, 'drain', { signal: ac.signal }).catch(() => {});
+      const f = frameOf(chunk);
+      const socket = out.socket;
+      if (socket && out.headersSent && out.chunkedEncoding) {
+        if (!socket.write(f.framed)) await once(socket, 'drain', { signal: ac.signal }).catch(() => {});
+      } else if (!out.write(f.body)) await once(out, 'drain', { signal: ac.signal }).catch(() => {});
     }
   } finally {
     ac.abort();
@@ -123,7 +144,7 @@ export function streamHandler(opts: StreamRouteOptions) {
       try {
         for await (const chunk of stream) {
           if (sse.aborted || sse.closed) break;
-          await sse.write(chunk.kind === 'events' ? chunk.events.map(messageOf).join('') : (payloadOf(chunk) as string));
+          await sse.write(textOf(chunk));
         }
       } catch (err) {
         if (!ac.signal.aborted) {
