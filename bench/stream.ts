@@ -1,12 +1,17 @@
 /**
  * Live-stream benchmark (not a test): `npm run bench:stream -- [--watchers N] [--runs R] [--stages S] [--throughput-runs T]
- *   [--only watchers|notify|throughput] [--pg-url URL]`; `npm run bench -- --stream` runs part 1 as a section of the engine bench.
+ *   [--only watchers|notify|throughput] [--pg-url URL] [--watcher-priorities 19,0]`; `npm run bench -- --stream` runs part 1 as a
+ *   section of the engine bench.
  * stdout: one JSON line per figure, {"bench":"stream","metric","variant","value","unit","info"}; stderr: progress.
  * One process runs the engine, a worker (in-process wake-ups) and the task API on PostgreSQL, like `ratchet serve`
  * beside a worker; the watchers are another process (bench/stream-watchers.ts) so their CPU is not counted as the engine's.
- *   1. Do watchers slow a run? R runs of a gate stage then S no-op stages, each watched by 0 and then by N server-sent
- *      event streams (all connected before the gate opens): the time from the gate's release to the run's end, per stage,
- *      p50 over the runs; and every watcher got every event (fewest / most events per watcher).
+ *   1. Do watchers slow a run? Rounds of runs of a gate stage then S no-op stages (R rounds after a warm-up), each
+ *      round one run watched by 0 and one by N server-sent event streams per watcher priority (--watcher-priorities,
+ *      default 19,0: the watchers' process niced, then at the engine's own priority), all connected before the gate
+ *      opens. Per variant: the run's stages/s from the gate stage's finish to the run's end (database clock) and its
+ *      ratio to the unwatched run of the same round; the engine process's CPU per run (gate release to the last
+ *      watcher's end) and the difference per event per watcher (us); the watchers' own CPU; the database reads and
+ *      notifications; and whether every watcher got every event of the run once, in stream order.
  *   2. Does pg_notify cost throughput? The events trigger notifies once per statement per run, and PostgreSQL takes a
  *      global lock when a transaction that notified commits, so such commits go one at a time. T runs of 10 no-op stages
  *      at once (worker concurrency 8), stages/s from the first claim to the last finish, with the trigger enabled and
@@ -25,13 +30,19 @@ import { defineTool, defineToolClass, defineWorkflow } from '../src/definitions/
 import { createRatchet, type Ratchet } from '../src/engine.js';
 import { silentLogger } from '../src/logger.js';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createDb, dropDb, emit, log, percentile, pgbenchTps, round } from './lib.js';
 
 const { values: argv } = parseArgs({
   options: {
     watchers: { type: 'string', default: '50' },
+    /**
+     * Part 1: the nice values of the watchers' process, one variant each (the first is the headline,
+     * `<N>_watchers`; the others `<N>_watchers_nice<k>`). Default 19,0: niced, and the same priority
+     * as the engine (the watchers then take CPU the engine would have had on 2 cores).
+     */
+    'watcher-priorities': { type: 'string', default: '19,0' },
     runs: { type: 'string', default: '5' },
     stages: { type: 'string', default: '30' },
     'throughput-runs': { type: 'string', default: '300' },
@@ -91,34 +102,103 @@ async function withEngine<T>(name: string, fn: (r: Ratchet, url: string, dbUrl: 
   }
 }
 
-const until = async (what: string, fn: () => Promise<boolean>, ms = 120_000) => {
+const until = async (what: string, fn: () => Promise<boolean>, ms = 120_000, everyMs = 5) => {
   const end = Date.now() + ms;
   while (!(await fn())) {
     if (Date.now() > end) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, everyMs));
   }
 };
 
-async function watchersBench(): Promise<void> {
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./stream-watchers.ts', import.meta.url))], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
+/**
+ * A watchers' process (bench/stream-watchers.ts). On this 2-core machine it would compete with the
+ * engine and PostgreSQL for the cores, which in production it does not (watchers are browsers and
+ * services elsewhere), so it runs under `nice -n <nice>`: the engine's and PostgreSQL's runnable
+ * threads go first and the engine's figures are what the server pays. With more than 2 cores it is
+ * also pinned (taskset) to the last core, so it takes at most that one.
+ */
+function startWatchers(nice: number) {
+  const script = [process.execPath, '--import', 'tsx', fileURLToPath(new URL('./stream-watchers.ts', import.meta.url))];
+  const pin = cpus().length > 2 ? ['taskset', '-c', String(cpus().length - 1)] : [];
+  const argv = [...pin, ...(nice !== 0 ? ['nice', '-n', String(nice)] : []), ...script];
+  // taskset and nice exec the next program: the pid stays the watchers' (for /proc below).
+  const child = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'inherit'] });
+  const how = `${pin.length > 0 ? `pinned to core ${cpus().length - 1} (taskset), ` : 'not pinned (2 cores or fewer), '}nice ${nice}`;
   const lines = createInterface({ input: child.stdout });
-  // utime + stime of the watchers' process from /proc (clock ticks of 10 ms); 0 where /proc is missing.
-  const watcherCpuMs = (): number => {
-    try {
-      const f = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      return (Number(f[11]) + Number(f[12])) * 10;
-    } catch {
-      return 0;
-    }
-  };
   const waiting = new Map<string, (words: string[]) => void>();
   lines.on('line', (l) => {
     const words = l.split(' ');
+    if (words[0] === 'error') log(`watchers: ${l}`);
     waiting.get(`${words[0]} ${words[1]}`)?.(words);
   });
   const expect = (kind: string, runId: string) => new Promise<string[]>((resolve) => waiting.set(`${kind} ${runId}`, resolve));
+  return {
+    how,
+    /** utime + stime of the watchers' process from /proc (clock ticks of 10 ms); 0 where /proc is missing. */
+    cpuMs(): number {
+      try {
+        const f = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+        return (Number(f[11]) + Number(f[12])) * 10;
+      } catch {
+        return 0;
+      }
+    },
+    /** Opens n streams of the run; `open` settles when each has its first event, `done` when all have ended. */
+    watch(url: string, runId: string, n: number) {
+      const open = expect('open', runId);
+      const done = expect('done', runId).then(([, , lo, hi, same, ids]) => ({
+        fewest: Number(lo),
+        most: Number(hi),
+        same: same === '1',
+        ids: ids ?? '',
+      }));
+      child.stdin.write(`watch ${url} ${TOKEN} ${runId} ${n}\n`);
+      return { open, done };
+    },
+    kill: () => child.kill(),
+  };
+}
+type Watchers = ReturnType<typeof startWatchers>;
+
+interface Variant {
+  /** 0_watchers, N_watchers (the watchers niced: the headline) and N_watchers_nice<k> for the other priorities. */
+  name: string;
+  watchers: number;
+  process: Watchers | null;
+}
+interface Sample {
+  ms: number;
+  stagesPerS: number;
+  /** The engine process's CPU from the gate's release to the last watcher's end (or the run's end, unwatched). */
+  engineCpuMs: number;
+  engineSysMs: number;
+  watcherCpuMs: number;
+  events: number;
+  /** Every watcher got every event of the run once, in stream order (true when unwatched). */
+  everyEvent: boolean;
+  fewest: number | null;
+  streamReads: number;
+  endChecks: number;
+  notifications: number;
+  /** Reads of the events table in the whole run, watchers' opening included (pg_stat_user_tables). */
+  eventReads: number;
+}
+
+async function watchersBench(): Promise<void> {
+  const priorities = argv['watcher-priorities']
+    .split(',')
+    .filter(Boolean)
+    .map((v) => Number(v));
+  if (priorities.length === 0 || priorities.some((v) => !Number.isInteger(v) || v < 0 || v > 19))
+    throw new Error('--watcher-priorities: nice values 0..19, comma-separated (the first is the headline)');
+  const variants: Variant[] = [{ name: '0_watchers', watchers: 0, process: null }];
+  for (const [k, nice] of priorities.entries())
+    variants.push({
+      name: k === 0 ? `${cfg.watchers}_watchers` : `${cfg.watchers}_watchers_nice${nice}`,
+      watchers: cfg.watchers,
+      process: startWatchers(nice),
+    });
+  for (const v of variants) if (v.process) log(`${v.name}: the watchers' process ${v.process.how}`);
   try {
     await withEngine('bench_stream_watchers', async (ratchet, url, dbUrl) => {
       await ratchet.worker({ pollIntervalMs: 50, concurrency: 4 }).start();
@@ -131,8 +211,7 @@ async function watchersBench(): Promise<void> {
         return Number(r?.n ?? 0);
       };
       // The stream's own statements, counted where the server sends them (the store's queryable, which the
-      // stream route uses), and the notifications of the watched run (a LISTEN of our own): reads per
-      // notification, from the gate's release to the last watcher's end.
+      // stream route uses), and the notifications of the watched run (a LISTEN of our own).
       const streamStatements = new Map<string, number>();
       const db = ratchet.store.db as { query: (...a: unknown[]) => Promise<unknown[]> };
       const query = db.query.bind(db);
@@ -149,104 +228,164 @@ async function watchersBench(): Promise<void> {
       listen.on('notification', (m) => notes.set(m.payload ?? '', (notes.get(m.payload ?? '') ?? 0) + 1));
       await listen.connect();
       await listen.query('LISTEN ratchet_events');
-      for (const n of [0, cfg.watchers]) {
-        const reads0 = await eventReads();
-        const timedReads: number[] = [];
-        const timedEndChecks: number[] = [];
-        const notifications: number[] = [];
-        const perStage: number[] = [];
-        const stagesPerS: number[] = [];
-        const cpuMs: number[] = [];
-        const watcherCpuMsRuns: number[] = [];
-        let fewest = Infinity;
-        let most = 0;
-        for (let i = 0; i < cfg.runs + 1; i++) {
-          // the first run warms up and is not counted
-          const key = `w${n}-${i}`;
-          const { id } = await ratchet.submit('watched', { key });
-          let done: Promise<string[]> | null = null;
-          if (n > 0) {
-            const open = expect('open', id);
-            done = expect('done', id);
-            child.stdin.write(`watch ${url} ${TOKEN} ${id} ${n}\n`);
-            await open;
-          }
-          await until('the gate', async () => gates.has(key));
-          const t0 = performance.now();
-          const reads0Run = stmt('ratchet_stream_events');
-          const checks0Run = stmt('ratchet_stream_end_check');
-          const notes0 = notes.get(id) ?? 0;
-          const cpu0 = process.cpuUsage();
-          const watcherCpu0 = watcherCpuMs();
-          gates.get(key)!();
-          await until(
-            'the run to end',
-            async () => (await ratchet.store.db.query(`SELECT 1 FROM ratchet.runs WHERE id = $1 AND state = 'succeeded'`, [id])).length > 0,
-          );
-          const ms = performance.now() - t0;
-          const cpu = process.cpuUsage(cpu0);
-          let watcherCpu = watcherCpuMs() - watcherCpu0;
-          if (done) {
-            const [, , lo, hi] = await done;
-            fewest = Math.min(fewest, Number(lo));
-            most = Math.max(most, Number(hi));
-            const [{ n: count }] = (await ratchet.store.db.query(`SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1`, [
-              id,
-            ])) as [{ n: number }];
-            if (Number(lo) !== count) log(`a watcher of ${id} got ${lo} events of ${count}`);
-            watcherCpu = watcherCpuMs() - watcherCpu0;
-          }
-          if (i > 0) {
-            timedReads.push(stmt('ratchet_stream_events') - reads0Run);
-            timedEndChecks.push(stmt('ratchet_stream_end_check') - checks0Run);
-            notifications.push((notes.get(id) ?? 0) - notes0);
-            cpuMs.push((cpu.user + cpu.system) / 1000);
-            watcherCpuMsRuns.push(watcherCpu);
-            perStage.push(ms / cfg.stages);
-            stagesPerS.push((cfg.stages * 1000) / ms);
-          }
-          log(`${n} watchers: run ${i} took ${round(ms)} ms for ${cfg.stages} stages`);
+
+      let reads = await eventReads();
+      const runOnce = async (v: Variant, key: string): Promise<Sample> => {
+        const { id } = await ratchet.submit('watched', { key });
+        const streams = v.process?.watch(url, id, v.watchers) ?? null;
+        if (streams) await streams.open;
+        await until('the gate', async () => gates.has(key));
+        const reads0 = stmt('ratchet_stream_events');
+        const checks0 = stmt('ratchet_stream_end_check');
+        const notes0 = notes.get(id) ?? 0;
+        const watcherCpu0 = v.process?.cpuMs() ?? 0;
+        const cpu0 = process.cpuUsage();
+        gates.get(key)!();
+        // Polled every 20 ms, in every variant alike; the run's time itself comes from the database.
+        await until(
+          'the run to end',
+          async () => (await ratchet.store.db.query(`SELECT 1 FROM ratchet.runs WHERE id = $1 AND state = 'succeeded'`, [id])).length > 0,
+          120_000,
+          20,
+        );
+        // From the gate stage's finish to the run's end (database clock): the 30 no-op stages.
+        const [{ ms }] = (await ratchet.store.db.query(
+          `SELECT extract(epoch FROM r.finished_at - s.finished_at)::float8 * 1000 AS ms
+           FROM ratchet.runs r JOIN ratchet.stages s ON s.run_id = r.id AND s.tool = 'gate' WHERE r.id = $1`,
+          [id],
+        )) as [{ ms: number }];
+        const got = streams ? await streams.done : null;
+        const cpu = process.cpuUsage(cpu0);
+        const [{ n: events, ids }] = (await ratchet.store.db.query(
+          `SELECT count(*)::int AS n, string_agg(id::text, ',' ORDER BY coalesce(tx, '0'::xid8), id) AS ids FROM ratchet.events WHERE run_id = $1`,
+          [id],
+        )) as [{ n: number; ids: string }];
+        const everyEvent = got === null || (got.same && got.fewest === events && got.most === events && got.ids === ids);
+        if (!everyEvent)
+          log(`${v.name}: the watchers of ${id} got ${got?.fewest}..${got?.most} of ${events} events (same order: ${got?.same})`);
+        const sample: Sample = {
+          ms,
+          stagesPerS: (cfg.stages * 1000) / ms,
+          engineCpuMs: (cpu.user + cpu.system) / 1000,
+          engineSysMs: cpu.system / 1000,
+          watcherCpuMs: (v.process?.cpuMs() ?? 0) - watcherCpu0,
+          events,
+          everyEvent,
+          fewest: got?.fewest ?? null,
+          streamReads: stmt('ratchet_stream_events') - reads0,
+          endChecks: stmt('ratchet_stream_end_check') - checks0,
+          notifications: (notes.get(id) ?? 0) - notes0,
+          eventReads: 0,
+        };
+        const now = await eventReads(); // also lets the watchers' process finish before the next run
+        sample.eventReads = now - reads;
+        reads = now;
+        return sample;
+      };
+
+      // Rounds of one run per variant (order rotated each round), so a change in the machine's load
+      // falls on every variant alike; round 0 warms up and is not counted.
+      const samples = new Map<string, Sample[]>(variants.map((v) => [v.name, []]));
+      for (let i = 0; i <= cfg.runs; i++) {
+        const parts: string[] = [];
+        for (let j = 0; j < variants.length; j++) {
+          const v = variants[(i + j) % variants.length]!;
+          const s = await runOnce(v, `${v.name}-${i}`);
+          if (i > 0) samples.get(v.name)!.push(s);
+          parts.push(`${v.name} ${round(s.stagesPerS, 1)} stages/s, engine ${round(s.engineCpuMs)} ms CPU (sys ${round(s.engineSysMs)})`);
         }
+        log(`round ${i}${i === 0 ? ' (warm-up)' : ''}: ${parts.join('; ')}`);
+      }
+      await listen.end();
+
+      const med = (xs: number[]) => percentile(xs, 50)!;
+      const base = samples.get('0_watchers')!;
+      const summary: string[] = [];
+      for (const v of variants) {
+        const ss = samples.get(v.name)!;
+        const stagesPerS = ss.map((s) => s.stagesPerS);
+        const cpu = ss.map((s) => s.engineCpuMs);
         emit('stream', {
           metric: 'stage_ms_p50',
-          variant: `${n}_watchers`,
-          value: round(percentile(perStage, 50)!),
+          variant: v.name,
+          value: round(
+            percentile(
+              ss.map((s) => s.ms / cfg.stages),
+              50,
+            )!,
+          ),
           unit: 'ms',
-          info: {
-            runs: cfg.runs,
-            stages: cfg.stages,
-            perStage: perStage.map((v) => round(v)),
-            ...(n > 0 ? { eventsPerWatcherMin: fewest, eventsPerWatcherMax: most } : {}),
-          },
+          info: { runs: cfg.runs, stages: cfg.stages, perStage: ss.map((s) => round(s.ms / cfg.stages)) },
         });
-        const eventReadsPerRun = ((await eventReads()) - reads0) / (cfg.runs + 1);
-        // The same runs as a rate: the watched run's stages per second, median over the runs.
         emit('stream', {
           metric: 'run_stages_per_s',
-          variant: `${n}_watchers`,
-          value: round(percentile(stagesPerS, 50)!),
+          variant: v.name,
+          value: round(med(stagesPerS)),
           unit: 'stages/s',
           info: {
             runs: cfg.runs,
             stages: cfg.stages,
-            perRun: stagesPerS.map((v) => round(v)),
-            // CPU of this process (engine + worker + API, streams included) per run, ms: what the watchers cost the engine itself.
-            engineCpuMsPerRun: cpuMs.map((v) => round(v)),
-            eventReadsPerRun: round(eventReadsPerRun, 1),
-            // From the gate's release to the last watcher's end: the stream's reads and end checks, and the run's notifications.
-            streamReadsPerRun: timedReads,
-            streamEndChecksPerRun: timedEndChecks,
-            notificationsPerRun: notifications,
-            // CPU of the watchers' own process per run, ms (on a 2-core machine it competes with the engine for the cores).
-            watcherProcessCpuMsPerRun: watcherCpuMsRuns.map((v) => round(v)),
+            watchers: v.process?.how ?? 'none',
+            perRun: stagesPerS.map((x) => round(x)),
+            // CPU of this process (engine + worker + API, streams included) per run, ms: what the server pays.
+            engineCpuMsPerRun: cpu.map((x) => round(x)),
+            engineCpuMsMedian: round(med(cpu)),
+            eventsPerRun: med(ss.map((s) => s.events)),
+            everyWatcherGotEveryEventInOrder: ss.every((s) => s.everyEvent),
+            eventReadsPerRun: ss.map((s) => s.eventReads),
+            // From the gate's release to the last watcher's end: the streams' reads and end checks, and the run's notifications.
+            streamReadsPerRun: ss.map((s) => s.streamReads),
+            streamEndChecksPerRun: ss.map((s) => s.endChecks),
+            notificationsPerRun: ss.map((s) => s.notifications),
+            // CPU of the watchers' own process per run, ms (the clients: elsewhere in production).
+            watcherProcessCpuMsPerRun: ss.map((s) => round(s.watcherCpuMs)),
             loadavg1: round(loadavg()[0]!, 2),
           },
         });
+        if (v.watchers === 0) {
+          summary.push(`  ${v.name}: ${round(med(stagesPerS), 1)} stages/s, engine CPU ${round(med(cpu))} ms/run (median)`);
+          continue;
+        }
+        // Round by round against the unwatched run of the same round, then the median of those.
+        const ratios = ss.map((s, k) => s.stagesPerS / base[k]!.stagesPerS);
+        const added = ss.map((s, k) => s.engineCpuMs - base[k]!.engineCpuMs);
+        const deliveries = med(ss.map((s) => s.events)) * v.watchers;
+        const usPerEventPerWatcher = (med(cpu) - med(base.map((s) => s.engineCpuMs))) * (1000 / deliveries);
+        emit('stream', {
+          metric: 'watched_over_unwatched',
+          variant: v.name,
+          value: round(med(ratios), 3),
+          unit: 'x',
+          info: { perRound: ratios.map((x) => round(x, 3)), ofMedians: round(med(stagesPerS) / med(base.map((s) => s.stagesPerS)), 3) },
+        });
+        emit('stream', {
+          metric: 'engine_cpu_us_per_event_per_watcher',
+          variant: v.name,
+          value: round(usPerEventPerWatcher, 1),
+          unit: 'us',
+          info: {
+            engineCpuMsMedian: { unwatched: round(med(base.map((s) => s.engineCpuMs))), watched: round(med(cpu)) },
+            addedMsPerRound: added.map((x) => round(x)),
+            eventsPerRun: deliveries / v.watchers,
+            watchers: v.watchers,
+          },
+        });
+        summary.push(
+          `  ${v.name} (${v.process!.how}): ${round(med(stagesPerS), 1)} stages/s = ${round(med(ratios), 3)}x the unwatched run of the same round ` +
+            `(median; per round ${ratios.map((x) => round(x, 2)).join(' ')}); engine CPU ${round(med(cpu))} ms/run, ` +
+            `+${round(usPerEventPerWatcher, 1)} us per event per watcher; watchers' own process ${round(med(ss.map((s) => s.watcherCpuMs)))} ms/run; ` +
+            `every watcher got all ${deliveries / v.watchers} events once, in order: ${ss.every((s) => s.everyEvent) ? 'yes' : 'NO'}; ` +
+            `stream reads ${med(ss.map((s) => s.streamReads))} for ${med(ss.map((s) => s.notifications))} notifications per run`,
+        );
       }
-      await listen.end();
+      log(
+        `stream watchers, ${cfg.runs} rounds of ${cfg.stages} stages (load average ${loadavg()
+          .map((x) => round(x, 2))
+          .join(' ')}):\n${summary.join('\n')}`,
+      );
     });
   } finally {
-    child.kill();
+    for (const v of variants) v.process?.kill();
   }
 }
 

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ApiError, errorBodySchema } from '../api/errors.js';
 import { eventSchema, type RunJson } from '../api/schemas.js';
-import { TERMINAL_EVENT_TYPES, TERMINAL_RUN_STATES } from '../planner/states.js';
+import { TERMINAL_EVENT_TYPES } from '../planner/states.js';
 import { parseInput } from '../store/validate.js';
 import type { Clock } from './clock.js';
 import type { HttpOptions } from './http.js';
@@ -245,13 +245,23 @@ export async function* watchRunEvents(
   }
   const w = await polling;
   if (w.outcome === 'client_deadline_exceeded') return end(w.reason === 'aborted' ? 'aborted' : 'client_deadline_exceeded', 'poll');
-  if (TERMINAL_RUN_STATES.includes(w.state!)) {
+  // The run is over, and its terminal event committed with that state. But a read in stream
+  // order may still hold it back: it takes only events older than the oldest transaction running
+  // anywhere on the database server (another database's included), and answers a held-back page
+  // like the last one (no next cursor). So read until the terminal event has come.
+  let pauseMs = 10;
+  for (;;) {
     await drain();
     while (queue.length > 0) {
       const e = queue.shift()!;
       if (TERMINAL_EVENTS.includes(e.type)) terminal = e.type;
+      else if (e.type === 'run_retried') terminal = null;
       yield e;
     }
+    if (terminal !== null) return end('ended', 'poll');
+    const stop = stopped();
+    if (stop) return end(stop, 'poll');
+    await clock.sleep(Math.min(pauseMs, Math.max(0, deadlineAt - clock.now())), o.signal);
+    pauseMs = Math.min(pauseMs * 2, 1000);
   }
-  return end('ended', 'poll');
 }

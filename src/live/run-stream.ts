@@ -17,6 +17,15 @@ const HELD_BACK_MAX_MS = 250;
 
 export type StreamedEvent = EventRow & { position: StreamPosition };
 export type StreamItem = { kind: 'event'; event: StreamedEvent } | { kind: 'heartbeat' } | { kind: 'token'; token: TokenDelta };
+/**
+ * The stream as the server sends it (openRunStreamChunks): the events of one read together, so a
+ * watcher costs one hop and one write per read, not per event. The array is shared by the
+ * watchers that took the same events (the feed hands them the same one): read it, never change it.
+ */
+export type StreamChunk =
+  | { kind: 'events'; events: readonly StreamedEvent[] }
+  | { kind: 'heartbeat' }
+  | { kind: 'token'; token: TokenDelta };
 /** Streamed pieces waiting for a slow watcher, at most: older ones are dropped (they are best effort). */
 const MAX_PENDING_TOKENS = 1000;
 
@@ -29,10 +38,10 @@ export interface RunStreamOptions {
 }
 
 /**
- * Opens run `runId`'s stream (see streamRun), or null when there is nothing left to send: the
- * run is over and the resume point is at or after its end. Throws UnknownRunError for an unknown
- * run and InvalidInputError (path Last-Event-ID) for a resume id that is not one of its events,
- * before anything is sent.
+ * Opens run `runId`'s stream (see streamRun), one item per event, or null when there is nothing
+ * left to send: the run is over and the resume point is at or after its end. Throws
+ * UnknownRunError for an unknown run and InvalidInputError (path Last-Event-ID) for a resume id
+ * that is not one of its events, before anything is sent.
  */
 export async function openRunStream(
   db: Queryable,
@@ -40,6 +49,25 @@ export async function openRunStream(
   runId: string,
   opts: RunStreamOptions = {},
 ): Promise<AsyncGenerator<StreamItem, void> | null> {
+  const chunks = await openRunStreamChunks(db, hub, runId, opts);
+  return chunks && eachEvent(chunks);
+}
+
+/** One item per event (a for-await loop closes `chunks` when its consumer stops early). */
+async function* eachEvent(chunks: AsyncGenerator<StreamChunk, void>): AsyncGenerator<StreamItem, void> {
+  for await (const c of chunks) {
+    if (c.kind === 'events') for (const event of c.events) yield { kind: 'event', event };
+    else yield c;
+  }
+}
+
+/** openRunStream with the events of one read in one item (what the SSE route sends: one write per read). */
+export async function openRunStreamChunks(
+  db: Queryable,
+  hub: EventHub,
+  runId: string,
+  opts: RunStreamOptions = {},
+): Promise<AsyncGenerator<StreamChunk, void> | null> {
   let position = STREAM_START;
   if (opts.afterEventId !== undefined) {
     const p = await eventPosition(db, runId, opts.afterEventId);
@@ -70,6 +98,8 @@ function comparePositions(a: StreamPosition, b: StreamPosition): number {
 
 /** Events a shared feed keeps behind its slowest follower, at most (older ones: followers read them themselves). */
 const FEED_MAX = 2000;
+/** Followers a feed wakes per turn of the event loop after a read (see RunFeed.wakeFollowers). */
+const WAKE_SLICE = 10;
 /** Events a shared feed keeps however far its followers are, so a watcher reconnecting near the head joins at once. */
 const FEED_KEEP = 64;
 
@@ -193,16 +223,26 @@ class RunFeed {
     return !this.reading && this.ended.get(e) === this.notes;
   }
 
-  /** The buffered events follower `f` has not taken yet (and takes them); null when it fell out of the window. */
-  take(f: Follower): StreamedEvent[] | null {
+  /**
+   * The buffered events follower `f` has not taken yet (and takes them); null when it fell out of
+   * the window. Followers taking the same events get the same array (indexes are absolute and
+   * never reused, so (from, to) names the same events for as long as they are buffered).
+   */
+  take(f: Follower): readonly StreamedEvent[] | null {
     if (f.next === null || f.next < this.first) {
       f.next = null;
       return null;
     }
-    const out = this.buffer.slice(f.next - this.first);
-    f.next = this.first + this.buffer.length;
-    return out;
+    const from = f.next;
+    const to = this.first + this.buffer.length;
+    f.next = to;
+    const last = this.lastTake;
+    if (last && last.from === from && last.to === to) return last.events;
+    const events = this.buffer.slice(from - this.first);
+    this.lastTake = { from, to, events };
+    return events;
   }
+  private lastTake: { from: number; to: number; events: readonly StreamedEvent[] } | null = null;
 
   /** Reads after the head (single flight: a wake during a read reads once more after it), then wakes every follower. */
   pump(): void {
@@ -252,7 +292,7 @@ class RunFeed {
         } else {
           this.heldBackMs = HELD_BACK_FIRST_MS;
         }
-        for (const f of this.followers) f.wake();
+        this.wakeFollowers();
         if (this.again && !this.wanted()) {
           this.again = false;
           this.missed = true;
@@ -263,6 +303,38 @@ class RunFeed {
     } finally {
       this.reading = false;
     }
+  }
+
+  /** Followers woken but not yet (see wakeFollowers), in order. */
+  private readonly toWake = new Set<Follower>();
+  private waking = false;
+
+  /**
+   * Wakes every follower after a read, WAKE_SLICE per turn of the event loop: each wake ends in
+   * that watcher's socket write (a syscall, tens of µs on a busy machine), and 50 of them in one
+   * go would hold up for milliseconds whatever else the process does (a worker's next stage, in
+   * `ratchet dev` or a serve beside a worker). Between slices, I/O that came in is handled first.
+   * A follower woken late takes the same events (the feed keeps them until it has) and more if
+   * another read came meanwhile.
+   */
+  private wakeFollowers(): void {
+    for (const f of this.followers) this.toWake.add(f);
+    if (this.waking) return;
+    this.waking = true;
+    const step = () => {
+      let n = 0;
+      for (const f of this.toWake) {
+        if (n++ === WAKE_SLICE) break;
+        this.toWake.delete(f);
+        f.wake();
+      }
+      if (this.toWake.size > 0 && !this.closed) setImmediate(step);
+      else {
+        this.toWake.clear();
+        this.waking = false;
+      }
+    };
+    step();
   }
 
   /** Drops the events every joined follower has taken (keeping the last FEED_KEEP), and beyond FEED_MAX whatever the followers. */
@@ -311,7 +383,7 @@ async function* streamRun(
   opts: RunStreamOptions,
   /** openRunStream's end check at `start`: the first read's, not asked again. */
   opened: { state: string; retriedAfter: boolean },
-): AsyncGenerator<StreamItem, void> {
+): AsyncGenerator<StreamChunk, void> {
   let openedCheck: typeof opened | null = opened;
   const heartbeatMs = opts.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
   let position = start;
@@ -352,7 +424,7 @@ async function* streamRun(
       if (dirty) {
         dirty = false;
         let place: 'joined' | 'behind' | 'ahead' = 'behind';
-        let shared: StreamedEvent[] | null = null;
+        let shared: readonly StreamedEvent[] | null = null;
         if (!checkEnd) {
           place = follower.next !== null ? 'joined' : feed.join(follower, position);
           if (place === 'joined') {
@@ -361,17 +433,25 @@ async function* streamRun(
           }
         }
         if (shared) {
-          for (const e of shared) {
+          // The taken events in one chunk (the feed's own array), cut after each terminal event the
+          // feed found ended: the stream may end there.
+          let from = 0;
+          for (let k = 0; k < shared.length; k++) {
+            const e = shared[k]!;
+            if (!(isTerminalEvent(e.type) && feed.ended.has(e))) continue;
             position = e.position;
-            yield { kind: 'event', event: e };
-            if (isTerminalEvent(e.type) && feed.ended.has(e)) {
-              if (feed.settled(e)) return;
-              // A notification since the feed's check (or a read running): a run_retried may be
-              // committed and not read yet. Ask again, once for all the run's watchers.
-              const at2 = e.position;
-              const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
-              if (now && isTerminalState(now.state) && !now.retriedAfter) return;
-            }
+            yield { kind: 'events', events: from === 0 && k === shared.length - 1 ? shared : shared.slice(from, k + 1) };
+            from = k + 1;
+            if (feed.settled(e)) return;
+            // A notification since the feed's check (or a read running): a run_retried may be
+            // committed and not read yet. Ask again, once for all the run's watchers.
+            const at2 = e.position;
+            const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
+            if (now && isTerminalState(now.state) && !now.retriedAfter) return;
+          }
+          if (from < shared.length) {
+            position = shared[shared.length - 1]!.position;
+            yield { kind: 'events', events: from === 0 ? shared : shared.slice(from) };
           }
         } else if (place === 'ahead') {
           // Ahead of the feed, which is reading: its read wakes this watcher.
@@ -385,9 +465,15 @@ async function* streamRun(
           openedCheck = null;
           if (checkEnd && !before) throw new UnknownRunError(runId);
           const batch = await hub.shared(`read ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, BATCH));
-          for (const e of batch.events) {
+          // One chunk, cut after each terminal event: the stream may end there.
+          const events = batch.events;
+          let from = 0;
+          for (let k = 0; k < events.length; k++) {
+            const e = events[k]!;
+            if (!isTerminalEvent(e.type) && k < events.length - 1) continue;
             position = e.position;
-            yield { kind: 'event', event: e };
+            yield { kind: 'events', events: from === 0 && k === events.length - 1 ? events : events.slice(from, k + 1) };
+            from = k + 1;
             if (isTerminalEvent(e.type)) {
               const at2 = position;
               const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));

@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEventHub } from '../../src/live/hub.js';
+import { createSseParser } from '../../src/client/sse.js';
 import { openRunStream, type StreamItem } from '../../src/live/run-stream.js';
 import type { Queryable } from '../../src/store/db.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { callsOf, release } from './fixtures.js';
-import { startApi, until, type Api } from './helpers.js';
+import { startApi, TOKEN, until, type Api } from './helpers.js';
 
 /**
  * Many watchers of one run (PostgreSQL, LISTEN/NOTIFY): they share one read per notification
@@ -163,5 +164,56 @@ describe('many watchers of one run', () => {
     for (const w of open) expect(w.ended).toBe(true);
     offCount();
     await hub.close();
+  });
+
+  it('over HTTP (the events of one read in one write, encoded once for the watchers sharing them): every watcher gets every event once, in order', async () => {
+    const { id } = await api.client.submit('gate', { key: 'http-watchers' });
+    await until('the gate stage running', async () => callsOf('gate', 'http-watchers').length > 0);
+    const table = async () =>
+      (await db.query(`SELECT id::text AS id FROM ratchet.events WHERE run_id = $1 ORDER BY coalesce(tx, '0'::xid8), id`, [id])).map(
+        (r) => r.id as string,
+      );
+    const insert = async (n: number) =>
+      db.query(
+        `INSERT INTO ratchet.events (run_id, type, data) SELECT $1, 'heartbeat_ok', jsonb_build_object('n', $2::int, 'k', k) FROM generate_series(1, $3::int) k`,
+        [
+          id,
+          n,
+          1 + (n % 3), // one to three events per statement: reads of one and of several events
+        ],
+      );
+    const watch = async (after: string | undefined, slowMs: number) => {
+      const res = await fetch(`${api.server.url}/v1/runs/${id}/stream`, {
+        headers: { authorization: `Bearer ${TOKEN}`, ...(after ? { 'last-event-id': after } : {}) },
+      });
+      expect(res.status).toBe(200);
+      const w = { after, ids: [] as string[], types: [] as string[], done: Promise.resolve() };
+      const parser = createSseParser();
+      const decoder = new TextDecoder();
+      w.done = (async () => {
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+          for (const m of parser.push(decoder.decode(chunk, { stream: true }))) {
+            w.ids.push(m.id!);
+            w.types.push((JSON.parse(m.data) as { type: string }).type);
+          }
+          if (slowMs) await new Promise((r) => setTimeout(r, slowMs * Math.random()));
+        }
+      })();
+      return w;
+    };
+    const watchers = [];
+    for (let i = 0; i < 12; i++) watchers.push(await watch(undefined, i < 3 ? 20 : 0));
+    for (let n = 1; n <= 6; n++) await insert(n);
+    const sofar = await table();
+    for (let i = 0; i < 4; i++) watchers.push(await watch(undefined, i % 2 ? 10 : 0));
+    for (let i = 0; i < 4; i++) watchers.push(await watch(sofar[2 + i]!, i % 2 ? 0 : 10));
+    for (let n = 7; n <= 15; n++) await insert(n);
+    release('http-watchers');
+    await Promise.all(watchers.map((w) => w.done));
+    const all = await table();
+    for (const w of watchers) {
+      expect(w.ids).toEqual(w.after ? all.slice(all.indexOf(w.after) + 1) : all);
+      expect(w.types.at(-1)).toBe('run_succeeded');
+    }
   });
 });

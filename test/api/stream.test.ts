@@ -224,6 +224,52 @@ describe('client.watch', () => {
     expect(seen.map((e) => e.id)).toEqual((await allEvents(id)).map((e) => e.id));
   });
 
+  it('the poller fallback ends with the terminal event even when a read holds it back behind an older open transaction', async () => {
+    // A read in stream order takes only events older than the oldest transaction running on the
+    // server (other databases' too: a parallel test run has many), and a held-back page has no next
+    // cursor, like the last one. The run's state says it is over before its events can be read.
+    const pg = await import('pg');
+    const older = new pg.default.Client({ connectionString: db.url });
+    await older.connect();
+    await older.query('BEGIN');
+    await older.query('SELECT pg_current_xact_id()'); // older than every transaction of the run below
+    let id = '';
+    let runOver = false;
+    let readsAfter = 0;
+    const watching: typeof fetch = async (input, init) => {
+      const path = new URL(String(input)).pathname;
+      if (path.endsWith('/stream'))
+        return new Response(JSON.stringify({ error: { code: 'not_found', message: 'no route', path: null, details: {} } }), {
+          status: 404,
+          headers: { 'content-type': 'application/json' },
+        });
+      const res = await fetch(input, init);
+      if (path === `/v1/runs/${id}` && res.ok && ((await res.clone().json()) as { state: string }).state === 'succeeded') runOver = true;
+      else if (runOver && path === `/v1/runs/${id}/events`) readsAfter++;
+      return res;
+    };
+    const client = createClient({ baseUrl: api.server.url, token: TOKEN, fetch: watching });
+    ({ id } = await api.client.submit('echo', { key: 'poll-held-back' }));
+    const seen: EventJson[] = [];
+    const it = client.watch(id, { poll: { initialInterval: 20, maxInterval: 50, jitter: 0 } });
+    const reading = (async () => {
+      let r = await it.next();
+      while (!r.done) {
+        seen.push(r.value);
+        r = await it.next();
+      }
+      return r.value;
+    })();
+    // The poller has seen the run over and read its events (none yet: all held back) at least twice.
+    await until('reads of the events after the run ended', async () => readsAfter >= 2);
+    expect(seen).toEqual([]);
+    await older.query('COMMIT');
+    await older.end();
+    const end = await reading;
+    expect(end).toMatchObject({ outcome: 'ended', terminal: 'run_succeeded', via: 'poll' });
+    expect(seen.map((e) => e.id)).toEqual((await allEvents(id)).map((e) => e.id));
+  });
+
   it('the poller fallback reads in stream order: an event committing after a higher id is not skipped', async () => {
     const noStream: typeof fetch = async (input, init) =>
       String(input).endsWith('/stream')
