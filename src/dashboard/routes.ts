@@ -179,15 +179,13 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
    * the ones shown (counted for the page, which says so; only flagged for the panel's refreshes).
    */
   const loadRun = async (id: string, countEarlier: boolean) => {
+    const db = opts.ratchet.store.db;
+    // The events first, the run after: the run is never older than the events, so whatever it
+    // shows that the events do not is still to come on the stream, and refreshes the panel then.
+    const tail = await readStreamTail(db, id, EVENTS_SHOWN);
     const run = await opts.ratchet.store.getRun(id);
     if (!run) throw new UnknownRunError(id);
-    const db = opts.ratchet.store.db;
-    const [tail, explanation, usage, waits] = await Promise.all([
-      readStreamTail(db, id, EVENTS_SHOWN),
-      opts.ratchet.explain(id).catch(() => null),
-      runUsage(db, id),
-      waitsOf(db, id),
-    ]);
+    const [explanation, usage, waits] = await Promise.all([opts.ratchet.explain(id).catch(() => null), runUsage(db, id), waitsOf(db, id)]);
     const first = tail.events[0];
     const earlier = tail.earlier && first ? (countEarlier ? await countStreamBefore(db, id, first.position) : 1) : 0;
     return { run, events: tail.events, earlier, explanation, usage, waits };

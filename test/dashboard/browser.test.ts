@@ -176,9 +176,8 @@ describe('dashboard in a real browser', () => {
     const page = await openSignedIn(`/runs/${id}`);
     const lanes = page.locator('.timeline .lane');
     expect(await lanes.count()).toBe(4);
-    // The stream replays the finished run's history, and the panel is redrawn after it: wait for the redraw to settle.
+    // The page resumes the stream after its last event (nothing to replay): the run is over, no redraw comes.
     await expect.poll(() => page.textContent('#live')).toBe('finished');
-    await page.waitForTimeout(500);
     const box = async (seq: number) => {
       const bar = page.locator(`.lane[data-stage-seq="${seq}"] .bar[data-attempt="1"]`);
       expect(await bar.getAttribute('data-outcome')).toBe('succeeded');
@@ -280,7 +279,7 @@ describe('dashboard in a real browser', () => {
     const page = await openSignedIn(`/runs/${id}`);
     const failures: string[] = [];
     page.on('pageerror', (e) => failures.push(e.message));
-    // The replay ends with run_failed and the server ends the stream there: the page shows the run finished.
+    // The page rendered run_failed; its stream, opened after it, has nothing to send (204): the page shows the run finished.
     await expect.poll(() => page.locator('#events tr', { hasText: 'run_failed' }).count()).toBe(1);
     await expect.poll(() => page.textContent('#live')).toBe('finished');
     await page.evaluate(() => {

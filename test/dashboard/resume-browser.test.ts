@@ -28,7 +28,7 @@ interface StreamRecord {
 beforeAll(async () => {
   db = await createTestDatabase('dashboard_resume');
   api = await startApi({ databaseUrl: db.url, poolSize: 8, streamHeartbeatMs: 1000, workflows: apiWorkflows });
-  await api.ratchet.worker({ classes: ['quick', 'long', '$control'], pollIntervalMs: 50, concurrency: 4 }).start();
+  await api.ratchet.worker({ classes: ['quick', 'long'], pollIntervalMs: 50, concurrency: 4 }).start();
   browser = await launchBrowser();
   const page = await browser.context.newPage();
   await page.goto(`${api.server.url}/`);
@@ -74,9 +74,9 @@ async function openRunPage(id: string) {
 
 /** The run's event ids in stream order ((tx, id): the order the stream sends them). */
 const streamOrder = async (runId: string) =>
-  (await db.query(`SELECT id::text AS id FROM ratchet.events WHERE run_id = $1 ORDER BY coalesce(tx, '0'::xid8), id`, [runId])).map(
-    (r) => r.id as string,
-  );
+  (
+    await db.query(`SELECT e.id::text AS id FROM ratchet.events e WHERE e.run_id = $1 ORDER BY coalesce(e.tx, '0'::xid8), e.id`, [runId])
+  ).map((r) => r.id as string);
 
 async function connect(): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: db.url });
@@ -174,6 +174,7 @@ describe('dashboard run page: the stream resumes where the page is', () => {
     expect(shown).toEqual(order.slice(-(EVENTS_SHOWN + 2)));
     expect(Number(await page.textContent('#events-earlier .count')) + shown.length).toBe(order.length);
     expect((await streams()).flatMap((s) => s.ids)).toEqual(order.slice(before.length));
+    await page.locator('#events-earlier').scrollIntoViewIfNeeded();
     await page.screenshot({ path: artefactPath('dashboard-resume-long.png') });
     expect(failures).toEqual([]);
     await page.close();
