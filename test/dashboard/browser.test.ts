@@ -180,7 +180,8 @@ describe('dashboard in a real browser', () => {
     await expect.poll(() => page.textContent('#live')).toBe('finished');
     const box = async (seq: number) => {
       const bar = page.locator(`.lane[data-stage-seq="${seq}"] .bar[data-attempt="1"]`);
-      expect(await bar.getAttribute('data-outcome')).toBe('succeeded');
+      // Polled: a transaction elsewhere in the cluster may hold the stream back as the page renders; its events come on the stream, and a redraw.
+      await expect.poll(() => bar.getAttribute('data-outcome')).toBe('succeeded');
       let b = await bar.boundingBox();
       for (let i = 0; b === null && i < 20; i++) b = await page.waitForTimeout(100).then(() => bar.boundingBox());
       return b!;
@@ -193,7 +194,7 @@ describe('dashboard in a real browser', () => {
     expect(await page.textContent('.lane[data-stage-seq="3"] .lane-label')).toContain('after 1, 2');
     // The child-run stage: handed back to wait for its child, the wait drawn, a link to the child's page.
     const childLane = page.locator('.lane[data-stage-seq="4"]');
-    expect(await childLane.locator('.wait[data-wait-kind="child"]').count()).toBe(1);
+    await expect.poll(() => childLane.locator('.wait[data-wait-kind="child"]').count()).toBe(1);
     expect(await childLane.locator('.bar').first().getAttribute('data-outcome')).toBe('waited');
     await page.screenshot({ path: artefactPath('dashboard-fanout.png'), fullPage: true });
     const child = (await api.client.get(id)).children?.[0];
@@ -226,11 +227,12 @@ describe('dashboard in a real browser', () => {
     await expect.poll(() => page.locator('#events tr', { hasText: 'run_succeeded' }).count()).toBe(1);
     expect(await page.locator('#events tr', { hasText: 'approval_granted' }).count()).toBe(1);
     await expect.poll(() => page.textContent('#live')).toBe('finished');
-    // The wait ended at the decision; a second attempt ran the approved call; the next stage ran.
+    // The wait ended at the decision; a second attempt ran the approved call; the next stage ran. (The
+    // panel is redrawn after the stream's last event, from the events the stream had sent: polled.)
+    await expect.poll(() => lane.locator('.mark.m-decision').count()).toBe(1);
+    await expect.poll(() => lane.locator('.bar[data-attempt="2"]').getAttribute('data-outcome')).toBe('succeeded');
     expect(await lane.locator('.wait[data-wait-kind="approval"]:not(.open)').count()).toBe(1);
-    expect(await lane.locator('.mark.m-decision').count()).toBe(1);
-    expect(await lane.locator('.bar[data-attempt="2"]').getAttribute('data-outcome')).toBe('succeeded');
-    expect(await page.locator('.lane[data-stage-seq="2"] .bar').getAttribute('data-outcome')).toBe('succeeded');
+    await expect.poll(() => page.locator('.lane[data-stage-seq="2"] .bar').getAttribute('data-outcome')).toBe('succeeded');
     expect(await page.locator('section.approval').count()).toBe(0);
     expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(7); // updated live, no reload
     await page.screenshot({ path: artefactPath('dashboard-approved.png'), fullPage: true });
