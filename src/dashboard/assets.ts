@@ -175,6 +175,9 @@ export const DASHBOARD_JS = String.raw`(() => {
       box.dataset.attempt = key;
       box.dataset.chars = '0';
       box.dataset.pieces = '0';
+      // Pieces are not held back behind other transactions as events are: a new attempt's first
+      // redraws the panel (its run row is current) while its events may still be on the way.
+      refresh();
     }
     box.dataset.chars = String(Number(box.dataset.chars) + t.text.length);
     box.dataset.pieces = String(Number(box.dataset.pieces) + 1);

@@ -176,8 +176,9 @@ describe('dashboard in a real browser', () => {
     const page = await openSignedIn(`/runs/${id}`);
     const lanes = page.locator('.timeline .lane');
     expect(await lanes.count()).toBe(4);
-    // The page resumes the stream after its last event (nothing to replay): the run is over, no redraw comes.
-    await expect.poll(() => page.textContent('#live')).toBe('finished');
+    // The page resumes the stream after its last event: nothing to send unless a transaction elsewhere held
+    // some of the run's events back as the page rendered (then they come on the stream, and a redraw).
+    await expect.poll(() => page.textContent('#live'), { timeout: 20_000 }).toBe('finished');
     const box = async (seq: number) => {
       const bar = page.locator(`.lane[data-stage-seq="${seq}"] .bar[data-attempt="1"]`);
       // Polled: a transaction elsewhere in the cluster may hold the stream back as the page renders; its events come on the stream, and a redraw.

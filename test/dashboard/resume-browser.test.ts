@@ -136,11 +136,11 @@ describe('dashboard run page: the stream resumes where the page is', () => {
       await expect.poll(() => page.textContent('#live')).toBe('live');
 
       await a.query('COMMIT'); // A's event, lower id, commits after B's
-      await expect.poll(async () => (await rows()).filter((r) => r === low || r === high)).toEqual([low, high]);
+      await expect.poll(async () => (await rows()).filter((r) => r === low || r === high), { timeout: 20_000 }).toEqual([low, high]);
 
       release(key); // the run goes on to its end, live
       await expect.poll(() => page.textContent('#run-state'), { timeout: 20_000 }).toBe('succeeded');
-      await expect.poll(() => page.locator('#events tr', { hasText: 'run_succeeded' }).count()).toBe(1);
+      await expect.poll(() => page.locator('#events tr', { hasText: 'run_succeeded' }).count(), { timeout: 20_000 }).toBe(1);
       await expect.poll(() => page.textContent('#live')).toBe('finished');
       const order = await streamOrder(id);
       // Every event once, in stream order: what the page rendered, then what its streams sent, none twice.
@@ -182,7 +182,7 @@ describe('dashboard run page: the stream resumes where the page is', () => {
     }, EVENTS_SHOWN + 2);
     release(key);
     await expect.poll(() => page.textContent('#run-state'), { timeout: 20_000 }).toBe('succeeded');
-    await expect.poll(() => page.locator('#events tr', { hasText: 'run_succeeded' }).count()).toBe(1);
+    await expect.poll(() => page.locator('#events tr', { hasText: 'run_succeeded' }).count(), { timeout: 20_000 }).toBe(1);
     const order = await streamOrder(id);
     expect(order.length).toBeGreaterThan(before.length + 2);
     const shown = await rows();
