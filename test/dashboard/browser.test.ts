@@ -160,7 +160,8 @@ describe('dashboard in a real browser', () => {
     });
     await page.click('form[data-action=cancel] button');
     await expect.poll(() => page.textContent('#run-state'), { timeout: 15_000 }).toBe('cancelled');
-    await expect.poll(() => page.locator('#events tr', { hasText: 'run_cancelled' }).count()).toBe(1);
+    // Polled long: a transaction elsewhere in the cluster holds every stream back while it runs.
+    await expect.poll(() => page.locator('#events tr', { hasText: 'run_cancelled' }).count(), { timeout: 20_000 }).toBe(1);
     await expect.poll(() => page.textContent('#live')).toBe('finished');
     await expect.poll(() => lane.locator('.bar[data-attempt="2"]').getAttribute('data-outcome')).toBe('cancelled');
     expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(42); // the same page: updated live
