@@ -50,7 +50,8 @@ export const DASHBOARD_JS = String.raw`(() => {
   const id = root.dataset.runId;
   const tbody = document.getElementById('events');
   const live = document.getElementById('live');
-  const seen = new Set(Array.from(tbody.querySelectorAll('tr[data-event-id]'), (r) => r.dataset.eventId));
+  const TERMINAL_STATES = ['succeeded', 'failed', 'cancelled', 'expired'];
+  let rows = tbody.querySelectorAll('tr[data-event-id]').length;
   let stages = JSON.parse(root.dataset.stages || '{}');
   let timer = null;
   refresh = () => {
@@ -72,6 +73,7 @@ export const DASHBOARD_JS = String.raw`(() => {
       if (fresh.dataset.stages) stages = JSON.parse(fresh.dataset.stages);
     }, 120);
   };
+  const runState = () => (document.getElementById('panel') || { dataset: {} }).dataset.state || '';
 
   function cell(tr, text, cls) {
     const td = document.createElement('td');
@@ -93,25 +95,59 @@ export const DASHBOARD_JS = String.raw`(() => {
       .forEach((t) => cell(tr, t));
     cell(tr, facts, 'facts');
     tbody.appendChild(tr);
+    // Rows kept in the events table (data-keep): older ones are dropped as new ones come, counted in its first row.
+    const keep = Number(tbody.dataset.keep) || 4000;
+    if (++rows > keep) drop(rows - keep);
+  }
+  /** Drops the oldest n rows, counted in the table's first row: the page never leaves out events silently. */
+  function drop(n) {
+    let note = document.getElementById('events-earlier');
+    if (!note) {
+      note = document.createElement('tr');
+      note.id = 'events-earlier';
+      note.className = 'earlier';
+      const td = document.createElement('td');
+      td.colSpan = 7;
+      td.className = 'muted';
+      const count = document.createElement('span');
+      count.className = 'count';
+      count.textContent = '0';
+      td.append(count, ' earlier events not shown (ratchet events ' + id + ' lists them all)');
+      note.appendChild(td);
+      tbody.prepend(note);
+    }
+    for (let i = 0; i < n; i++) note.nextElementSibling && note.nextElementSibling.remove();
+    rows -= n;
+    const count = note.querySelector('.count');
+    count.textContent = String(Number(count.textContent) + n);
   }
 
-  if ((document.getElementById('panel') || {}).dataset.state && ['succeeded', 'failed', 'cancelled', 'expired'].includes(document.getElementById('panel').dataset.state)) {
-    live.textContent = 'finished';
-  }
-  let ended = false;
+  if (TERMINAL_STATES.includes(runState())) live.textContent = 'finished';
+  // The page's events end at the server's stream position data-after (the last one shown, read in
+  // stream order): the stream goes on from there, every later event once (the server's word), so
+  // nothing is skipped as "seen". Each message moves the position on.
+  let lastId = root.dataset.after || '';
+  let ended = TERMINAL_STATES.includes(runState());
   let retrying = false; // a retry accepted, its run_retried not seen yet
   let es = null;
-  let lastId = '';
+  /**
+   * Once the stream has ended (the run's end, or the server refusing), the page asks again now and
+   * then whether the run went on: a retry through the API or the CLI. Asking is opening the stream
+   * after the last event (204 while nothing happened: one short request), every 2 s at first,
+   * doubling up to a minute, with jitter; a hidden tab does not ask until it is shown again.
+   */
+  const CHECK_FIRST_MS = 2000;
+  const CHECK_MAX_MS = 60000;
+  let checkMs = CHECK_FIRST_MS;
+  let checkTimer = null;
+  let due = false;
   const onMessage = (m) => {
     if (m.lastEventId) lastId = m.lastEventId;
     const e = JSON.parse(m.data);
-    if (!seen.has(e.id)) {
-      seen.add(e.id);
-      append(e);
-    }
+    append(e);
     refresh();
-    // History replays from the start: a terminal event followed by run_retried is not the end.
-    // The server ends the stream only after the last terminal event; the page closes then (onerror).
+    // A terminal event followed by run_retried is not the end: the server ends the stream only
+    // after the last terminal event; the page closes then (onerror).
     if (TERMINAL.includes(e.type)) {
       ended = true;
       live.textContent = 'finished';
@@ -139,20 +175,33 @@ export const DASHBOARD_JS = String.raw`(() => {
       box.dataset.attempt = key;
       box.dataset.chars = '0';
       box.dataset.pieces = '0';
+      // Pieces are not held back behind other transactions as events are: a new attempt's first
+      // redraws the panel (its run row is current) while its events may still be on the way.
+      refresh();
     }
     box.dataset.chars = String(Number(box.dataset.chars) + t.text.length);
     box.dataset.pieces = String(Number(box.dataset.pieces) + 1);
     box.textContent = 'model answering (stage ' + (stages[t.stageId] || t.stageId) + ', attempt ' + t.attempt + '): ' + box.dataset.chars + ' characters streamed in ' + box.dataset.pieces + ' piece(s)';
   };
-  // The stream from the start (the page's events are skipped by id), or after the last event it had.
   const connect = () => {
-    es = new EventSource('/runs/' + id + '/stream' + (lastId ? '?after=' + encodeURIComponent(lastId) : ''));
-    es.onopen = () => { live.textContent = 'live'; live.className = 'live on'; };
-    es.onmessage = onMessage;
-    es.addEventListener('token', onToken);
-    es.onerror = () => {
-      if (ended) {
-        es.close(); // the server ended the stream after the run's last terminal event
+    clearTimeout(checkTimer);
+    checkTimer = null;
+    due = false;
+    const s = new EventSource('/runs/' + id + '/stream' + (lastId ? '?after=' + encodeURIComponent(lastId) : ''));
+    es = s;
+    s.onopen = () => {
+      checkMs = CHECK_FIRST_MS;
+      live.textContent = 'live';
+      live.className = 'live on';
+    };
+    s.onmessage = onMessage;
+    s.addEventListener('token', onToken);
+    s.onerror = () => {
+      if (s !== es) return;
+      // The run ended (the server ends the stream after its last terminal event), or the server
+      // refused (204: nothing after the last event and the run over; or an error status).
+      if (ended || s.readyState === EventSource.CLOSED) {
+        s.close();
         if (retrying) {
           // A retry accepted while the stream was ending on the old end: follow the run on.
           retrying = false;
@@ -160,21 +209,39 @@ export const DASHBOARD_JS = String.raw`(() => {
           connect();
           return;
         }
+        later();
+        return;
       }
-      live.textContent = es.readyState === EventSource.CLOSED ? 'finished' : 'reconnecting…';
+      live.textContent = 'reconnecting…'; // EventSource reconnects by itself, with Last-Event-ID
       live.className = 'live';
     };
   };
+  const later = () => {
+    live.textContent = ended || TERMINAL_STATES.includes(runState()) ? 'finished' : 'reconnecting…';
+    live.className = 'live';
+    clearTimeout(checkTimer);
+    const ms = checkMs * (0.8 + Math.random() * 0.4);
+    checkMs = Math.min(checkMs * 2, CHECK_MAX_MS);
+    checkTimer = setTimeout(() => {
+      checkTimer = null;
+      if (document.hidden) due = true;
+      else connect();
+    }, ms);
+  };
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden && due) connect();
+  });
   connect();
   // The retry button accepted: the stream goes on from the last event it had (now, or when the
   // stream still open ends on the old terminal event). Other buttons: the stream brings their end.
   accepted = (action) => {
     if (action !== 'retry') return;
-    if (es.readyState !== EventSource.CLOSED) {
+    if (es && es.readyState !== EventSource.CLOSED) {
       retrying = true;
       return;
     }
     ended = false;
+    checkMs = CHECK_FIRST_MS;
     connect();
   };
 })();

@@ -171,7 +171,18 @@ export function approvalActions(run: RunRow, csrf: string, waits: WaitRow[] = []
   })}</section>`;
 }
 
-/** The part of the run page that live updates replace: state, buttons, timeline, stages, explain. */
+/**
+ * Events shown on a run page and drawn on its timeline: the newest of the run's stream (the page
+ * says how many earlier ones it leaves out); its script adds the later ones live and keeps at most
+ * EVENT_ROWS_KEPT rows, counting the ones it drops likewise.
+ */
+export const EVENTS_SHOWN = 2000;
+export const EVENT_ROWS_KEPT = 2 * EVENTS_SHOWN;
+
+/**
+ * The part of the run page that live updates replace: state, buttons, timeline, stages, explain.
+ * `partial`: `events` are the newest of the run's events, not all (the timeline says so).
+ */
 export function runPanel(
   run: RunRow,
   events: EventRow[],
@@ -179,6 +190,7 @@ export function runPanel(
   csrf: string,
   usage?: RunUsage,
   waits: WaitRow[] = [],
+  partial = false,
 ): Html {
   const terminal = TERMINAL_RUN_STATES.includes(run.state as RunState);
   const tl = buildTimeline(run.stages, events, run.createdAt, run.dbNow, terminal ? (run.finishedAt ?? run.updatedAt) : null, {
@@ -199,7 +211,7 @@ export function runPanel(
 ${run.parentRunId ? html`<dt>parent run</dt><dd><a href="/runs/${run.parentRunId}">${run.parentRunId}</a></dd>` : ''}
 ${run.error ? html`<dt>error</dt><dd class="err">${errorLine(run.error)}</dd>` : ''}${usageFacts(usage)}</dl>${actions(run, csrf)}</div>
 ${approvalActions(run, csrf, waits)}
-<h2>Timeline</h2>${timelineView(tl)}
+<h2>Timeline</h2>${partial ? html`<p class="muted" id="timeline-partial">Drawn from the newest ${events.length} events: attempts that began before ${fmtTime(events[0]?.at ?? null)} are not drawn.</p>` : ''}${timelineView(tl)}
 <h2>Stages</h2><table class="stages"><thead><tr><th>#</th><th>Name</th><th>Tool (class)</th><th>State</th><th>Attempt</th><th>Fence</th><th>Held by</th><th>Since</th><th>Lease until</th><th>Heartbeat</th><th>Last error</th></tr></thead><tbody>
 ${tl.lanes.map((lane) => {
   const s = stageById.get(lane.stageId)!;
@@ -264,6 +276,11 @@ export function usageFacts(u: RunUsage | undefined): Html {
 /** A cost with up to 6 decimals, no trailing zeros. */
 export const formatCost = (n: number): string => String(Number(n.toFixed(6)));
 
+/**
+ * The run page. `events`: the newest of the run's stream, in stream order (readStreamTail), with
+ * `earlier` events before them not shown (said in the table). `data-after` is the last one's id:
+ * the script opens the stream after it, so it gets every later event once, none of these again.
+ */
 export function runPage(
   run: RunRow,
   events: EventRow[],
@@ -271,11 +288,17 @@ export function runPage(
   csrf: string,
   usage?: RunUsage,
   waits: WaitRow[] = [],
+  earlier = 0,
 ): Html {
   const seqOf = new Map(run.stages.map((s) => [s.id, s.seq]));
+  const after = events.at(-1)?.id ?? '';
   return html`<p><a href="/">← runs</a></p><h1>Run <code>${run.id}</code></h1>
-<div id="run" data-run-id="${run.id}" data-stages="${JSON.stringify(Object.fromEntries(seqOf))}"><p class="live" id="live" aria-live="polite">${TERMINAL_RUN_STATES.includes(run.state) ? 'finished' : 'connecting…'}</p>
-${runPanel(run, events, explanation, csrf, usage, waits)}
+<div id="run" data-run-id="${run.id}" data-after="${after}" data-stages="${JSON.stringify(Object.fromEntries(seqOf))}"><p class="live" id="live" aria-live="polite">${TERMINAL_RUN_STATES.includes(run.state) ? 'finished' : 'connecting…'}</p>
+${runPanel(run, events, explanation, csrf, usage, waits, earlier > 0)}
 <h2>Events</h2><table class="events"><thead><tr><th>id</th><th>at</th><th>type</th><th>stage</th><th>attempt</th><th>fence</th><th>facts</th></tr></thead>
-<tbody id="events">${events.map((e) => eventRow(e, seqOf))}</tbody></table></div>`;
+<tbody id="events" data-keep="${EVENT_ROWS_KEPT}">${earlier > 0 ? earlierRow(run.id, earlier) : ''}${events.map((e) => eventRow(e, seqOf))}</tbody></table></div>`;
 }
+
+/** The first row of the events table when earlier events are left out: how many (the script keeps the count as it drops rows). */
+export const earlierRow = (runId: string, n: number): Html =>
+  html`<tr id="events-earlier" class="earlier"><td colspan="7" class="muted"><span class="count">${n}</span> earlier events not shown (<code>ratchet events ${runId}</code> lists them all)</td></tr>`;

@@ -10,9 +10,10 @@ import type { EventHub } from '../live/hub.js';
 import { RUN_STATES, type RunState } from '../planner/states.js';
 import { DASHBOARD_CSS, DASHBOARD_JS } from './assets.js';
 import { html, layout } from './html.js';
-import { AWAITING_APPROVAL, listPage, loginPage, runPage, runPanel } from './pages.js';
+import { AWAITING_APPROVAL, EVENTS_SHOWN, listPage, loginPage, runPage, runPanel } from './pages.js';
 import { createWaitService } from '../api/wait-service.js';
 import { pendingApprovalsPage, waitsOf } from '../store/approvals.js';
+import { countStreamBefore, readStreamTail } from '../store/stream.js';
 import { runUsage } from '../store/usage.js';
 import { createDashboardSession, fromElsewhere, SESSION_COOKIE, SESSION_MAX_AGE_S } from './session.js';
 
@@ -30,8 +31,6 @@ export const DASHBOARD_PAGE_SIZE = 50;
 /** Stages awaiting approval on the runs list (the rest one click away), and on the awaiting-approval filter. */
 const APPROVALS_ON_LIST = 10;
 const APPROVALS_LISTED = 200;
-/** Events shown on a run page (the newest are added live). */
-const EVENTS_SHOWN = 2000;
 
 /** Inline style attributes carry the timeline's positions (numbers the server computed); scripts stay 'self' only. */
 const SECURITY_HEADERS: Record<string, string> = {
@@ -172,22 +171,30 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     }
   });
 
-  const loadRun = async (id: string) => {
+  /**
+   * A run and what its page shows. The events are the newest EVENTS_SHOWN of the stream's final part
+   * (readStreamTail: a contiguous run of the stream in stream order, ending where the stream is
+   * final), so the page's script resumes the stream after the last one it has, missing nothing and
+   * receiving nothing twice; the timeline is drawn from the same events. `earlier`: events before
+   * the ones shown (counted for the page, which says so; only flagged for the panel's refreshes).
+   */
+  const loadRun = async (id: string, countEarlier: boolean) => {
+    const db = opts.ratchet.store.db;
+    // The events first, the run after: the run is never older than the events, so whatever it
+    // shows that the events do not is still to come on the stream, and refreshes the panel then.
+    const tail = await readStreamTail(db, id, EVENTS_SHOWN);
     const run = await opts.ratchet.store.getRun(id);
     if (!run) throw new UnknownRunError(id);
-    const [events, explanation, usage, waits] = await Promise.all([
-      opts.ratchet.store.listEvents(id, { limit: EVENTS_SHOWN }),
-      opts.ratchet.explain(id).catch(() => null),
-      runUsage(opts.ratchet.store.db, id),
-      waitsOf(opts.ratchet.store.db, id),
-    ]);
-    return { run, events, explanation, usage, waits };
+    const [explanation, usage, waits] = await Promise.all([opts.ratchet.explain(id).catch(() => null), runUsage(db, id), waitsOf(db, id)]);
+    const first = tail.events[0];
+    const earlier = tail.earlier && first ? (countEarlier ? await countStreamBefore(db, id, first.position) : 1) : 0;
+    return { run, events: tail.events, earlier, explanation, usage, waits };
   };
   app.get('/runs/:id', signedIn, async (c) => {
     const id = c.req.param('id');
     try {
-      const { run, events, explanation, usage, waits } = await loadRun(id);
-      return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c), usage, waits));
+      const { run, events, earlier, explanation, usage, waits } = await loadRun(id, true);
+      return page(c, `Run ${id}`, runPage(run, events, explanation, session.csrf(c), usage, waits, earlier));
     } catch (err) {
       if (err instanceof UnknownRunError)
         return page(
@@ -200,8 +207,8 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     }
   });
   app.get('/runs/:id/panel', signedIn, async (c) => {
-    const { run, events, explanation, usage, waits } = await loadRun(c.req.param('id'));
-    return c.html(runPanel(run, events, explanation, session.csrf(c), usage, waits).text, 200, SECURITY_HEADERS);
+    const { run, events, earlier, explanation, usage, waits } = await loadRun(c.req.param('id'), false);
+    return c.html(runPanel(run, events, explanation, session.csrf(c), usage, waits, earlier > 0).text, 200, SECURITY_HEADERS);
   });
   app.get(
     '/runs/:id/stream',

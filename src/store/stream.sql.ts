@@ -51,3 +51,24 @@ FROM ratchet.events WHERE id > $1::bigint`;
 
 /** The newest event id (where a poller starts). */
 export const LAST_EVENT_ID_SQL = `SELECT coalesce(max(id), 0)::text AS last_id FROM ratchet.events`;
+
+/**
+ * The dashboard's run page: the newest $2 events of run $1's final part, newest first (the caller
+ * turns them round). Final is STREAM_EVENTS_SQL's: the writing transaction is older than the oldest
+ * one still running. Rows come in (tx, id) order, tx first, so the final rows are a prefix of the
+ * stream, and these are its end: a page showing them resumes the stream after the last one and
+ * misses nothing, even an event with a lower id that a running transaction commits later.
+ * $1 run id, $2 limit.
+ */
+export const STREAM_TAIL_SQL = `
+SELECT e.id::text AS id, e.run_id, e.stage_id::text AS stage_id, e.type, e.fence::text AS fence, e.attempt, e.at, e.data,
+  coalesce(e.tx, '0'::xid8)::text AS tx
+FROM ratchet.events e
+WHERE e.run_id = $1::uuid AND coalesce(e.tx, '0'::xid8) < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY coalesce(e.tx, '0'::xid8) DESC, e.id DESC
+LIMIT $2`;
+
+/** How many of run $1's events come before position ($2 tx, $3 id) in stream order (all final: they precede a final one). */
+export const STREAM_COUNT_BEFORE_SQL = `
+SELECT count(*)::int AS n FROM ratchet.events e
+WHERE e.run_id = $1::uuid AND (coalesce(e.tx, '0'::xid8), e.id) < ($2::xid8, $3::bigint)`;

@@ -1,6 +1,14 @@
 import type { Queryable } from './db.js';
 import type { EventRow } from './runs.js';
-import { EVENT_POSITION_SQL, EVENTS_SINCE_SQL, LAST_EVENT_ID_SQL, END_CHECK_SQL, STREAM_EVENTS_SQL } from './stream.sql.js';
+import {
+  EVENT_POSITION_SQL,
+  EVENTS_SINCE_SQL,
+  LAST_EVENT_ID_SQL,
+  END_CHECK_SQL,
+  STREAM_COUNT_BEFORE_SQL,
+  STREAM_EVENTS_SQL,
+  STREAM_TAIL_SQL,
+} from './stream.sql.js';
 
 /** Where a live stream stands: after event `id`, whose transaction was `tx` (see stream.sql.ts). */
 export interface StreamPosition {
@@ -63,4 +71,37 @@ export async function eventsSince(q: Queryable, afterId: string, runIds: string[
 export async function lastEventId(q: Queryable): Promise<string> {
   const [r] = await q.query(LAST_EVENT_ID_SQL);
   return (r?.last_id as string | undefined) ?? '0';
+}
+
+/**
+ * The newest `limit` events of run `runId` that are final (STREAM_TAIL_SQL), in stream order, and
+ * whether earlier ones exist: the end of the stream's contiguous final prefix, so a reader that
+ * has them resumes the stream after the last one (a dashboard page: nothing missed, nothing twice).
+ */
+export async function readStreamTail(
+  q: Queryable,
+  runId: string,
+  limit: number,
+): Promise<{ events: StreamBatch['events']; earlier: boolean }> {
+  if (!isUuid(runId)) return { events: [], earlier: false };
+  const rows = await q.query(STREAM_TAIL_SQL, [runId, limit + 1], 'ratchet_stream_tail');
+  const events: StreamBatch['events'] = rows.slice(0, limit).map((e) => ({
+    id: e.id as string,
+    runId: e.run_id as string,
+    stageId: (e.stage_id as string | null) ?? null,
+    type: e.type as string,
+    fence: (e.fence as string | null) ?? null,
+    attempt: (e.attempt as number | null) ?? null,
+    at: e.at as Date,
+    data: e.data ?? null,
+    position: { tx: e.tx as string, id: e.id as string },
+  }));
+  return { events: events.reverse(), earlier: rows.length > limit };
+}
+
+/** How many of run `runId`'s events come before `before` in stream order. */
+export async function countStreamBefore(q: Queryable, runId: string, before: StreamPosition): Promise<number> {
+  if (!isUuid(runId)) return 0;
+  const [r] = await q.query(STREAM_COUNT_BEFORE_SQL, [runId, before.tx, before.id], 'ratchet_stream_count_before');
+  return (r?.n as number | undefined) ?? 0;
 }

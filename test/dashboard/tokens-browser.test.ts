@@ -101,7 +101,8 @@ describe('dashboard: streamed model tokens and the run cost', () => {
     releaseStart(); // the model starts answering; it holds after its first piece
     await page.waitForSelector('#tokens', { timeout: 15_000 });
     expect(await page.textContent('#tokens')).toMatch(/model answering \(stage 1, attempt 1\): \d+ characters streamed in \d+ piece\(s\)/);
-    expect(await page.getAttribute('#panel', 'data-state')).toBe('running');
+    // Polled: the first piece redraws the panel (its events may still be held back on the stream).
+    await expect.poll(() => page.getAttribute('#panel', 'data-state')).toBe('running');
     await page.screenshot({ path: artefactPath('dashboard-tokens-streaming.png'), fullPage: true });
     holding = false;
     releaseRest();
