@@ -4,7 +4,7 @@ import { canTransition } from '../planner/states.js';
 import type { Queryable, Row } from './db.js';
 import { FINISH_SQL } from './finish.sql.js';
 import { cancelFailedLeftovers } from './leftovers.js';
-import { toJsonTextOrNull } from './json.js';
+import { checkJson } from './json.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
 import { parseInput } from './validate.js';
 
@@ -220,7 +220,12 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
   if (row.run && row.next && row.next.error === undefined) {
     throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
   }
-  const parse = (v: unknown, at: string) => (toJsonTextOrNull(v, at) === null ? null : v);
+  // Checked here (this row's error alone), serialised once with the batch (finishEncoded): not twice.
+  const parse = (v: unknown, at: string) => {
+    if (v === undefined || v === null) return null;
+    checkJson(v, at);
+    return v;
+  };
   return {
     id: row.stageId,
     fence: row.fence,

@@ -25,7 +25,7 @@ import { plannerFailure } from '../planner/planner-error.js';
 import { planStaticRun } from '../planner/plan.js';
 import { v7 as uuidv7 } from 'uuid';
 import { linearSuccessor } from '../planner/graph.js';
-import { toJsonText } from '../store/json.js';
+import { checkJson } from '../store/json.js';
 import {
   classifyDbError,
   monotonicNow,
@@ -383,7 +383,7 @@ function validOutput(tool: Tool, output: unknown): unknown {
     );
   }
   try {
-    toJsonText(parsed.data, 'output');
+    checkJson(parsed.data, 'output');
   } catch (err) {
     throw new PermanentError(`output of ${tool.name} is not JSON: ${(err as Error).message}`, { code: 'invalid_output' });
   }
