@@ -9,7 +9,7 @@ import { MAX_JSON_BYTES, MAX_JSON_DEPTH } from './limits.js';
  * MAX_JSON_BYTES (src/store/limits.ts). Throws InvalidInputError naming the JSON path; nothing is written.
  */
 export function toJsonText(value: unknown, path = '$'): string {
-  walk(value, path);
+  walk(value, path, '');
   const text = JSON.stringify(value);
   checkSize(text, path);
   return text;
@@ -24,10 +24,11 @@ export function toJsonTextOrNull(value: unknown, path = '$'): string | null {
  * toJsonText's checks without its text, for a value serialised later as part of a larger one (a
  * finish row's values go into one JSON text per batch): the same values accepted, the same
  * errors. The size is bounded while walking (each value's largest possible JSON text); only a
- * value whose bound passes MAX_JSON_BYTES is serialised to measure it exactly.
+ * value whose bound passes MAX_JSON_BYTES is serialised to measure it exactly. The error's path
+ * is `path + field` (`finish[3]` + `.result`), joined only for an error.
  */
-export function checkJson(value: unknown, path = '$'): void {
-  if (walk(value, path) > MAX_JSON_BYTES) checkSize(JSON.stringify(value), path);
+export function checkJson(value: unknown, path = '$', field = ''): void {
+  if (walk(value, path, field) > MAX_JSON_BYTES) checkSize(JSON.stringify(value), path + field);
 }
 
 /** A high surrogate not followed by a low one, or a low one not after a high one: not Unicode, refused by jsonb. */
@@ -63,12 +64,13 @@ function checkSize(text: string, path: string): void {
  */
 interface Walk {
   root: string;
+  field: string;
   trail: (string | number)[];
   open: object[];
 }
 
 function pathOf(w: Walk): string {
-  let p = w.root;
+  let p = w.root + w.field;
   for (const s of w.trail) p += typeof s === 'number' ? `[${s}]` : `.${s}`;
   return p;
 }
@@ -85,11 +87,11 @@ const STRING_UNIT_MAX = 6;
 const NUMBER_MAX = 25;
 
 /** The walk's size bound of a JSON-safe value (for the test that holds it against JSON.stringify). */
-export const jsonSizeBound = (value: unknown): number => walk(value, '$');
+export const jsonSizeBound = (value: unknown): number => walk(value, '$', '');
 
 /** Checks a value as toJsonText documents; returns an upper bound of its JSON text's size in bytes. */
-function walk(value: unknown, root: string): number {
-  return check(value, { root, trail: [], open: [] }, 0);
+function walk(value: unknown, root: string, field: string): number {
+  return check(value, { root, field, trail: [], open: [] }, 0);
 }
 
 function check(value: unknown, w: Walk, depth: number): number {
