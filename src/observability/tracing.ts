@@ -54,12 +54,28 @@ export function parseTraceparent(value: string | null | undefined): SpanContext 
 
 /** The span context derived from a run id alone (see above). */
 export function derivedRunSpanContext(runId: string): SpanContext {
-  return {
-    traceId: runId.replace(/-/g, '').toLowerCase(),
-    spanId: createHash('sha256').update(`ratchet.run:${runId}`).digest('hex').slice(0, 16),
-    traceFlags: TraceFlags.SAMPLED,
-    isRemote: true,
-  };
+  const ids = derivedIds(runId);
+  return { traceId: ids.traceId, spanId: ids.spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true };
+}
+
+/**
+ * The derived ids of the runs seen lately: every attempt span of a run without a stored
+ * traceparent needs them, and a run's stages follow each other in the same worker (the fast
+ * path), so the sha256 is taken once per run, not per stage. Bounded: emptied when full.
+ */
+const derived = new Map<string, { traceId: string; spanId: string }>();
+const DERIVED_KEPT = 1024;
+function derivedIds(runId: string): { traceId: string; spanId: string } {
+  let ids = derived.get(runId);
+  if (ids === undefined) {
+    ids = {
+      traceId: runId.replace(/-/g, '').toLowerCase(),
+      spanId: createHash('sha256').update(`ratchet.run:${runId}`).digest('hex').slice(0, 16),
+    };
+    if (derived.size >= DERIVED_KEPT) derived.clear();
+    derived.set(runId, ids);
+  }
+  return ids;
 }
 
 /** The run's span context: the stored one, else the derived one. */
