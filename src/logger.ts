@@ -21,28 +21,40 @@ export const silentLogger = (): Logger => pino({ level: 'silent' });
  * child and goes to it. The bindings are read when the child is made.
  */
 export function lazyChild(parent: Logger, bindings: () => Bindings): Logger {
-  let child: Logger | null = null;
-  const made = (): Logger => {
-    child ??= parent.child(bindings());
-    return child;
-  };
-  return new Proxy(parent, {
-    get(_target, prop) {
-      if (child === null) {
-        if (prop === 'isLevelEnabled') return levelCheckOf(parent);
-        if (prop === 'level' || prop === 'levels') return parent[prop];
-        if (typeof prop === 'string' && Object.hasOwn(parent.levels.values, prop) && !parent.isLevelEnabled(prop)) {
-          return parent[prop as 'info'];
-        }
+  return new Proxy(parent, new LazyChild(parent, bindings));
+}
+
+/** lazyChild's proxy handler (a class: no closures made per stage). */
+class LazyChild implements ProxyHandler<Logger> {
+  private child: Logger | null = null;
+
+  constructor(
+    private readonly parent: Logger,
+    private readonly bindings: () => Bindings,
+  ) {}
+
+  private made(): Logger {
+    this.child ??= this.parent.child(this.bindings());
+    return this.child;
+  }
+
+  get(_target: Logger, prop: string | symbol): unknown {
+    const parent = this.parent;
+    if (this.child === null) {
+      if (prop === 'isLevelEnabled') return levelCheckOf(parent);
+      if (prop === 'level' || prop === 'levels') return parent[prop];
+      if (typeof prop === 'string' && Object.hasOwn(parent.levels.values, prop) && !parent.isLevelEnabled(prop)) {
+        return parent[prop as 'info'];
       }
-      const target = made();
-      const value: unknown = Reflect.get(target, prop, target);
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
-    set(_target, prop, value) {
-      return Reflect.set(made(), prop, value);
-    },
-  });
+    }
+    const target = this.made();
+    const value: unknown = Reflect.get(target, prop, target);
+    return typeof value === 'function' ? value.bind(target) : value;
+  }
+
+  set(_target: Logger, prop: string | symbol, value: unknown): boolean {
+    return Reflect.set(this.made(), prop, value);
+  }
 }
 
 /** `parent.isLevelEnabled`, bound once per parent. */
