@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   context,
   isSpanContextValid,
+  ProxyTracerProvider,
   ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
@@ -54,12 +55,28 @@ export function parseTraceparent(value: string | null | undefined): SpanContext 
 
 /** The span context derived from a run id alone (see above). */
 export function derivedRunSpanContext(runId: string): SpanContext {
-  return {
-    traceId: runId.replace(/-/g, '').toLowerCase(),
-    spanId: createHash('sha256').update(`ratchet.run:${runId}`).digest('hex').slice(0, 16),
-    traceFlags: TraceFlags.SAMPLED,
-    isRemote: true,
-  };
+  const ids = derivedIds(runId);
+  return { traceId: ids.traceId, spanId: ids.spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true };
+}
+
+/**
+ * The derived ids of the runs seen lately: every attempt span of a run without a stored
+ * traceparent needs them, and a run's stages follow each other in the same worker (the fast
+ * path), so the sha256 is taken once per run, not per stage. Bounded: emptied when full.
+ */
+const derived = new Map<string, { traceId: string; spanId: string }>();
+const DERIVED_KEPT = 1024;
+function derivedIds(runId: string): { traceId: string; spanId: string } {
+  let ids = derived.get(runId);
+  if (ids === undefined) {
+    ids = {
+      traceId: runId.replace(/-/g, '').toLowerCase(),
+      spanId: createHash('sha256').update(`ratchet.run:${runId}`).digest('hex').slice(0, 16),
+    };
+    if (derived.size >= DERIVED_KEPT) derived.clear();
+    derived.set(runId, ids);
+  }
+  return ids;
 }
 
 /** The run's span context: the stored one, else the derived one. */
@@ -107,12 +124,34 @@ function failed(span: Span, err: unknown): void {
 }
 
 /**
+ * Whether an SDK is registered: the global provider (the API's proxy) delegates to one. Without
+ * one, every span the API makes is its no-op, whose context is its parent's: the attempt and
+ * tool spans below then skip the no-op spans and their attributes, and hand on the same contexts.
+ * Asked per span (an SDK may be registered, or tracing disabled, at any time).
+ */
+const NO_SDK = new ProxyTracerProvider().getDelegate();
+function sdkRegistered(): boolean {
+  const provider = trace.getTracerProvider();
+  return !(provider instanceof ProxyTracerProvider) || provider.getDelegate() !== NO_SDK;
+}
+
+/**
  * The `ratchet.attempt` span around one claimed stage's execution (the worker's hook around
  * executeStage). `run` resolves to the attempt's end ('succeeded', 'retry', 'rejected', ...),
  * recorded as `ratchet.outcome`.
  */
 export async function traceAttempt<T extends string>(stage: ClaimedStage, run: () => Promise<T>): Promise<T> {
   const parent = trace.setSpanContext(ROOT_CONTEXT, runSpanContext(stage.runId, stage.runTraceparent));
+  const key = attemptKey(stage.id, stage.fence);
+  if (!sdkRegistered()) {
+    // The no-op attempt span's context would be the run's: its tool spans' parent is the run's context.
+    attempts.set(key, parent);
+    try {
+      return await run();
+    } finally {
+      attempts.delete(key);
+    }
+  }
   const attributes: Attributes = {
     'ratchet.run_id': stage.runId,
     'ratchet.workflow': stage.workflow,
@@ -126,7 +165,6 @@ export async function traceAttempt<T extends string>(stage: ClaimedStage, run: (
     'ratchet.reclaim': stage.previousState === 'running',
   };
   const span = tracer.startSpan('ratchet.attempt', { kind: SpanKind.INTERNAL, attributes }, parent);
-  const key = attemptKey(stage.id, stage.fence);
   attempts.set(key, trace.setSpan(parent, span));
   try {
     const end = await run();
@@ -153,6 +191,11 @@ export async function traceToolCall<T>(
   call: (ctx: ToolContext) => Promise<T>,
 ): Promise<T> {
   const { ctx } = inv;
+  if (!sdkRegistered()) {
+    // The no-op tool span's context would be its attempt's: the tool gets that as its traceparent.
+    const sc = trace.getSpanContext(attemptContext(ctx.stageId, ctx.fence, ctx.runId));
+    return call(sc && isSpanContextValid(sc) ? { ...ctx, traceparent: traceparentOf(sc) } : ctx);
+  }
   const span = tracer.startSpan(
     `ratchet.tool ${inv.tool.name}`,
     {
