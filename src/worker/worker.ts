@@ -262,7 +262,7 @@ export class Worker {
     await Promise.all(this.unsubscribe.splice(0).map((u) => u()));
     for (const wake of this.wakers.values()) wake();
     await Promise.all(this.loops);
-    this.flushHanded(Infinity); // no claim of ours will come: the transport carries them
+    this.flushHanded(Infinity, true); // no claim of ours will come: the transport carries them
     await this.sweeper.stop();
     const grace = opts.graceMs ?? this.opts.graceMs;
     let timer: NodeJS.Timeout | undefined;
@@ -397,14 +397,15 @@ export class Worker {
   }
 
   /**
-   * A stage became ready. Its wake-up goes to the transport, except when it is due now and on a
-   * lane this worker serves (over BullMQ): then it is held here for this worker's next claim, which
-   * begins after the stage was committed. A claim that takes the stage proves the wake-up was not
-   * needed, and so does a claim of a lane without limits that came back with room to spare (it
-   * took every due stage it could see); a hand-off still held HAND_OFF_POLLS poll intervals later
-   * (this worker was full, behind older stages) goes to the transport then, and so does every one
-   * left at stop. Losing them (a crash) costs what a lost Redis message costs: the stage waits for
-   * a poll or the sweeper, it is never lost (PostgreSQL holds it queued).
+   * A stage became ready. Its wake-up goes to the transport, except when it is due now, on a lane
+   * this worker serves, of a class without limits, over BullMQ: then it is handed to this worker's
+   * next claim (which begins after the stage was committed) instead of a Redis round trip. A claim
+   * that takes the stage proves the wake-up was not needed, and so does a claim that came back with
+   * room to spare (it took every due stage it could see). Hand-offs still held HAND_OFF_POLLS poll
+   * intervals later (this worker's claims came back full: it is behind older stages) go to the
+   * transport then, one wake-up per lane (flushHanded), and all of them at stop. Losing them (a
+   * crash) costs what a lost Redis message costs: the stage waits for a poll or the sweeper; it
+   * stays queued in PostgreSQL, never lost.
    */
   private onQueued(toolClass: string, definitionHash: string, ready: StageReady, delayMs?: number): void {
     const lane = laneOf(toolClass, definitionHash);
@@ -412,6 +413,7 @@ export class Worker {
       this.running &&
       !(delayMs !== undefined && delayMs > 0) &&
       this.deps.transport.kind !== 'in-process' &&
+      this.limits.get(toolClass) === undefined &&
       (this.definitions.get(toolClass)?.includes(definitionHash) ?? false);
     if (!local) {
       this.deps.transport.notify(lane, ready, delayMs);
@@ -432,20 +434,27 @@ export class Worker {
     const held = this.handed.get(cls);
     if (!held?.size) return;
     for (const s of claimed) held.delete(s.id);
-    if (!roomLeft || this.limits.get(cls) !== undefined) return; // limits may leave a due stage behind with room to spare
+    if (!roomLeft) return;
     for (const [id, h] of held) if (h.seq < began) held.delete(id);
   }
 
-  /** Sends the hand-offs whose time ran out (all of them: Infinity) to the transport. */
-  private flushHanded(now: number): void {
+  /**
+   * The hand-offs whose time ran out go to the transport: one wake-up per lane (the oldest stage's),
+   * since whoever takes it claims every due stage it has room for, oldest first, and claims again
+   * while its claims come back full; at stop (`all`), every one.
+   */
+  private flushHanded(now: number, all = false): void {
     let next = Infinity;
     for (const held of this.handed.values()) {
+      const oldest = new Map<string, Handed>();
       for (const [id, h] of held) {
-        if (h.until <= now) {
+        if (all || h.until <= now) {
           held.delete(id);
-          this.deps.transport.notify(h.lane, h.ready);
+          if (all) this.deps.transport.notify(h.lane, h.ready);
+          else if ((oldest.get(h.lane)?.seq ?? Infinity) > h.seq) oldest.set(h.lane, h);
         } else next = Math.min(next, h.until);
       }
+      for (const h of oldest.values()) this.deps.transport.notify(h.lane, h.ready);
     }
     if (this.handTimer) clearTimeout(this.handTimer);
     this.handTimer = null;

@@ -177,14 +177,14 @@ describe('wake-ups answered by one claim', () => {
    * Hand-offs (Worker.onQueued): a worker over BullMQ keeps the wake-up of a stage it queued on its
    * own lane for its own next claim. Worker A (one slot) finishes run 0's first stage while its slot
    * goes to run 1's first stage (older than run 0's second, and held by the gate): A cannot take
-   * run 0's second stage, so its wake-up must reach the transport, for worker B.
+   * run 0's second stage, so its wake-up must reach the transport, for worker B; that one wake-up
+   * (one per lane) stands for the whole backlog, runs 2 and 3 included, whose own wake-ups were lost.
    */
   const handOffSetup = async (aPollMs: number) => {
     let open!: () => void;
     gate = new Promise<void>((res) => (open = res));
-    await r.submit('coalesce_two', { n: 0 });
-    await r.submit('coalesce_two', { n: 1 });
-    t.held.splice(0); // the submits' own wake-ups: A's first claims find those stages anyway
+    for (let n = 0; n < 4; n++) await r.submit('coalesce_two', { n });
+    t.held.splice(0); // the submits' own wake-ups are lost: runs 2 and 3 wait behind A's one slot with none
     const a = r.worker({ name: 'a', concurrency: 1, pollIntervalMs: aPollMs, sweepIntervalMs: 600_000, fastPath: false });
     await a.start();
     const stage = async (n: number, seq: number) =>
@@ -203,16 +203,17 @@ describe('wake-ups answered by one claim', () => {
     const { a, open, stage } = await handOffSetup(300); // A holds a hand-off one poll interval (300 ms) at most
     const s2 = (await stage(0, 2))!;
     expect(await until(async () => t.held.some((h) => h.ready.stageId === s2.id), 10_000)).toBe(true);
+    expect(t.held).toHaveLength(1);
     const b = r.worker({ name: 'b', concurrency: 5, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     await b.start();
     await t.deliverAll(1); // to B
     expect(await until(async () => (await stage(0, 2))?.state === 'succeeded', 10_000)).toBe(true);
     expect((await stage(0, 2))!.owner_id).toBe(b.owner);
     open();
-    expect(await until(async () => (await claimedOnce()).succeeded === 4, 10_000)).toBe(true);
+    expect(await until(async () => (await claimedOnce()).succeeded === 8, 10_000)).toBe(true);
     await a.stop();
     await b.stop();
-    expect(await claimedOnce()).toEqual({ n: 4, succeeded: 4, attempts: 4, claims: 4 });
+    expect(await claimedOnce()).toEqual({ n: 8, succeeded: 8, attempts: 8, claims: 8 });
   });
 
   it('hand-offs still held when the worker stops go to the transport', async () => {
@@ -225,8 +226,8 @@ describe('wake-ups answered by one claim', () => {
     const b = r.worker({ name: 'b', concurrency: 5, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     await b.start();
     await t.deliverAll(0); // A unsubscribed: B is the only subscriber
-    expect(await until(async () => (await claimedOnce()).succeeded === 4, 10_000)).toBe(true);
+    expect(await until(async () => (await claimedOnce()).succeeded === 8, 10_000)).toBe(true);
     await b.stop();
-    expect(await claimedOnce()).toEqual({ n: 4, succeeded: 4, attempts: 4, claims: 4 });
+    expect(await claimedOnce()).toEqual({ n: 8, succeeded: 8, attempts: 8, claims: 8 });
   });
 });
