@@ -459,7 +459,8 @@ export class Worker {
     if (this.handTimer) clearTimeout(this.handTimer);
     this.handTimer = null;
     this.handTimerAt = Infinity;
-    if (Number.isFinite(next)) this.armHandTimer(next);
+    // Coarse ticks (a quarter of the hold at the soonest): one pass over the held hand-offs per tick, not per hand-off.
+    if (Number.isFinite(next)) this.armHandTimer(Math.max(next, now + (this.opts.pollIntervalMs * HAND_OFF_POLLS) / 4));
   }
 
   private armHandTimer(at: number): void {
