@@ -367,6 +367,7 @@ export class Worker {
       const free = this.free(cls);
       if (free <= 0) {
         answer(answering); // no slot: the wake-up is answered; polling or a finish brings us back
+        this.passOnHanded(cls, began); // and what was handed to us goes to a worker with room
         await this.sleep(cls, this.pollMs());
         continue;
       }
@@ -401,9 +402,11 @@ export class Worker {
    * this worker serves, of a class without limits, over BullMQ: then it is handed to this worker's
    * next claim (which begins after the stage was committed) instead of a Redis round trip. A claim
    * that takes the stage proves the wake-up was not needed, and so does a claim that came back with
-   * room to spare (it took every due stage it could see). Hand-offs still held HAND_OFF_POLLS poll
-   * intervals later (this worker's claims came back full: it is behind older stages) go to the
-   * transport then, one wake-up per lane (flushHanded), and all of them at stop. Losing them (a
+   * room to spare (it took every due stage it could see). A claim that came back full, or a claim
+   * turn with no free slot, passes the hand-offs committed before it to the transport at once, one
+   * wake-up per lane (passOnHanded): another worker with room takes a fan-out's other branches now.
+   * Hand-offs still held HAND_OFF_POLLS poll intervals later go to the transport then (flushHanded),
+   * and all of them at stop. Losing them (a
    * crash) costs what a lost Redis message costs: the stage waits for a poll or the sweeper; it
    * stays queued in PostgreSQL, never lost.
    */
@@ -429,13 +432,38 @@ export class Worker {
     this.wakers.get(toolClass)?.();
   }
 
-  /** After a claim of `cls` that began at `began`: drop the hand-offs it proves (see onQueued). */
+  /**
+   * After a claim of `cls` that began at `began`: drop the hand-offs it proves (see onQueued). A
+   * claim that came back full could not take them all: the ones committed before it began go to the
+   * transport at once (passOnHanded), so an idle worker takes a fan-out's other branches now, not
+   * after the hold.
+   */
   private settleHanded(cls: string, claimed: ClaimedStage[], roomLeft: boolean, began: number): void {
     const held = this.handed.get(cls);
     if (!held?.size) return;
     for (const s of claimed) held.delete(s.id);
-    if (!roomLeft) return;
+    if (!roomLeft) {
+      this.passOnHanded(cls, began);
+      return;
+    }
     for (const [id, h] of held) if (h.seq < began) held.delete(id);
+  }
+
+  /**
+   * This worker has no room for the hand-offs of `cls` committed before `began`: one wake-up per
+   * lane (its oldest stage's) goes to the transport, and whoever takes it claims every due stage it
+   * has room for. Later hand-offs stay held for the next claim.
+   */
+  private passOnHanded(cls: string, began: number): void {
+    const held = this.handed.get(cls);
+    if (!held?.size) return;
+    const oldest = new Map<string, Handed>();
+    for (const [id, h] of held) {
+      if (h.seq >= began) continue;
+      held.delete(id);
+      if ((oldest.get(h.lane)?.seq ?? Infinity) > h.seq) oldest.set(h.lane, h);
+    }
+    for (const h of oldest.values()) this.deps.transport.notify(h.lane, h.ready);
   }
 
   /**

@@ -216,15 +216,19 @@ describe('wake-ups answered by one claim', () => {
     expect(await claimedOnce()).toEqual({ n: 8, succeeded: 8, attempts: 8, claims: 8 });
   });
 
-  it('hand-offs still held when the worker stops go to the transport', async () => {
-    const { a, open, stage } = await handOffSetup(60_000); // A would hold its hand-off for a minute
+  it('a hand-off the worker has no room for goes to the transport at once, not after the hold (a fan-out does not wait for a busy worker)', async () => {
+    const { a, open, stage } = await handOffSetup(60_000); // A would hold its hand-offs for a minute
     const s2 = (await stage(0, 2))!;
-    expect(t.held.some((h) => h.ready.stageId === s2.id)).toBe(false);
-    open(); // run 1's first stage finishes as A stops; its second stage is A's hand-off too, then sent at stop
-    await a.stop({ graceMs: 5000 });
-    expect(t.held.some((h) => h.ready.stageId === s2.id)).toBe(true);
+    // A's claim after run 0's first stage came back full (run 1's gated stage is older): the hand-off is passed on now.
+    expect(await until(async () => t.held.some((h) => h.ready.stageId === s2.id), 10_000)).toBe(true);
     const b = r.worker({ name: 'b', concurrency: 5, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     await b.start();
+    await t.deliverAll(1); // to B
+    expect(await until(async () => (await stage(0, 2))?.state === 'succeeded', 10_000)).toBe(true);
+    open(); // run 1's first stage finishes as A stops: its second stage reaches the transport too
+    await a.stop({ graceMs: 5000 });
+    const s12 = (await stage(1, 2))!;
+    expect(await until(async () => s12.state !== 'queued' || t.held.some((h) => h.ready.stageId === s12.id), 10_000)).toBe(true);
     await t.deliverAll(0); // A unsubscribed: B is the only subscriber
     expect(await until(async () => (await claimedOnce()).succeeded === 8, 10_000)).toBe(true);
     await b.stop();
