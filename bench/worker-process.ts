@@ -52,11 +52,15 @@ const transport: Transport = {
     wakes.notified++;
     bull.notify(toolClass, ready, delayMs);
   },
-  subscribe: (toolClass, onWake) =>
-    bull.subscribe(toolClass, (ready) => {
-      wakes.received++;
-      return onWake(ready);
-    }),
+  subscribe: (toolClass, onWake, opts) =>
+    bull.subscribe(
+      toolClass,
+      (ready) => {
+        wakes.received++;
+        return onWake(ready);
+      },
+      opts,
+    ),
   healthy: () => bull.healthy(),
   close: () => bull.close(),
 };

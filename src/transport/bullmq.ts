@@ -100,7 +100,7 @@ export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
         )
         .catch((err: Error) => markError(err));
     },
-    subscribe(toolClass, onWake) {
+    subscribe(toolClass, onWake, subOpts) {
       const worker = new BullWorker(
         `class-${toolClass}`,
         async (job: Job<StageReady>, token?: string) => {
@@ -117,7 +117,8 @@ export function createBullmqTransport(opts: BullmqTransportOptions): Transport {
         {
           prefix,
           connection: connectionFrom(opts.redisUrl, { maxRetriesPerRequest: null, connectTimeout: 2000 }),
-          concurrency: 1,
+          // Several wake-ups held at once share the subscriber's next claim (one statement for all).
+          concurrency: Math.max(1, subOpts?.concurrency ?? 1),
           // The processor is short (a claim): a long BullMQ lock would only delay redelivery.
           lockDuration: 30_000,
           removeOnComplete: { count: 0 },

@@ -9,6 +9,10 @@ export interface StageReady {
   attempt: number;
 }
 
+export interface SubscribeOptions {
+  concurrency?: number;
+}
+
 export interface Transport {
   readonly kind: 'in-process' | 'bullmq';
   /**
@@ -19,9 +23,10 @@ export interface Transport {
   /**
    * Calls `onWake` when a stage of `toolClass` may be ready; `onWake` resolves once a claim
    * has been tried (a BullMQ job is acknowledged then, never held for the stage's life).
-   * Returns the unsubscribe.
+   * `concurrency`: how many wake-ups may wait for their claim at once (the subscriber answers
+   * several with one claim; default 1). Returns the unsubscribe.
    */
-  subscribe(toolClass: string, onWake: (ready: StageReady | null) => Promise<void>): () => Promise<void>;
+  subscribe(toolClass: string, onWake: (ready: StageReady | null) => Promise<void>, opts?: SubscribeOptions): () => Promise<void>;
   /** False while wake-ups cannot be trusted (Redis away): workers then poll PostgreSQL faster. */
   healthy(): boolean;
   close(): Promise<void>;

@@ -60,6 +60,23 @@ export interface WorkerDeps {
   fireSchedules?: (owner: string) => Promise<void>;
 }
 
+const NO_WAITERS: (() => void)[] = [];
+/** A hand-off waits at most this many poll intervals for this worker's own claim before it goes to the transport. */
+const HAND_OFF_POLLS = 1;
+/** A wake-up held for this worker's own claim (Worker.onQueued). */
+interface Handed {
+  lane: string;
+  ready: StageReady;
+  /** Numbered with the claims (Worker.handSeq). */
+  seq: number;
+  /** Monotonic ms: sent to the transport then if no claim proved it. */
+  until: number;
+}
+/** Resolves wake-ups (a BullMQ job is acknowledged once its promise resolves). */
+const answer = (waiters: (() => void)[]) => {
+  for (const r of waiters) r();
+};
+
 /**
  * The built-in `$control` class (child-run stages, workflow tools, waits: no user code) joins the
  * classes a worker serves whenever one of the workflows it serves has such stages, explicit
@@ -100,6 +117,13 @@ export class Worker {
   private readonly wakers = new Map<string, () => void>();
   private readonly unsubscribe: (() => Promise<void>)[] = [];
   private readonly claimWaiters = new Map<string, (() => void)[]>();
+  /** Wake-ups of stages this worker queued on its own lanes, held for its own claims (see onQueued). */
+  private readonly handed = new Map<string, Map<string, Handed>>();
+  /** Numbers the hand-offs and claims of this worker: a claim answers the hand-offs numbered before it began. */
+  private handSeq = 0;
+  private readonly lastHanded = new Map<string, number>();
+  private handTimer: NodeJS.Timeout | null = null;
+  private handTimerAt = Infinity;
   private readonly executorDeps: ExecutorDeps;
   private loops: Promise<void>[] = [];
   private running = false;
@@ -186,7 +210,7 @@ export class Worker {
       random: deps.random,
       metrics,
       finish: (row, confirmedUntil) => this.batcher.finish(row, confirmedUntil),
-      onQueued: (toolClass, definitionHash, ready, delayMs) => deps.transport.notify(laneOf(toolClass, definitionHash), ready, delayMs),
+      onQueued: (toolClass, definitionHash, ready, delayMs) => this.onQueued(toolClass, definitionHash, ready, delayMs),
       canClaimNext: (nextClass, currentClass) =>
         this.running &&
         this.opts.fastPath &&
@@ -210,7 +234,9 @@ export class Worker {
     for (const cls of this.classes) {
       // One wake-up lane per definition: a wake-up only reaches workers that can claim its stage.
       for (const hash of this.definitions.get(cls)!) {
-        this.unsubscribe.push(this.deps.transport.subscribe(laneOf(cls, hash), (ready) => this.onWake(cls, ready)));
+        this.unsubscribe.push(
+          this.deps.transport.subscribe(laneOf(cls, hash), (ready) => this.onWake(cls, ready), { concurrency: this.opts.concurrency }),
+        );
       }
       this.loops.push(this.claimLoop(cls));
     }
@@ -236,6 +262,7 @@ export class Worker {
     await Promise.all(this.unsubscribe.splice(0).map((u) => u()));
     for (const wake of this.wakers.values()) wake();
     await Promise.all(this.loops);
+    this.flushHanded(Infinity, true); // no claim of ours will come: the transport carries them
     await this.sweeper.stop();
     const grace = opts.graceMs ?? this.opts.graceMs;
     let timer: NodeJS.Timeout | undefined;
@@ -301,22 +328,31 @@ export class Worker {
     while (this.inFlight.size > 0) await Promise.all([...this.inFlight.values()].map((f) => f.done));
   }
 
-  /** A transport wake-up: resolves once a claim of the class has been tried. */
+  /**
+   * A transport wake-up: resolves once a claim of the class that began after it arrived has been
+   * tried (or found no free slot). Wake-ups that arrive together (or while a claim runs) share one
+   * claim: the next one, which takes every stage it can for the free slots, oldest first.
+   */
   private onWake(cls: string, _ready: StageReady | null): Promise<void> {
     if (!this.running) return Promise.resolve();
     return new Promise<void>((resolve) => {
-      const list = this.claimWaiters.get(cls) ?? [];
-      list.push(resolve);
-      this.claimWaiters.set(cls, list);
+      const list = this.claimWaiters.get(cls);
+      if (list) list.push(resolve);
+      else this.claimWaiters.set(cls, [resolve]);
       this.wakers.get(cls)?.();
     });
   }
 
-  private claimTried(cls: string): void {
+  /** The wake-ups the claim about to start answers (those that arrive later wait for the next). */
+  private takeWaiters(cls: string): (() => void)[] {
     const list = this.claimWaiters.get(cls);
-    if (!list?.length) return;
+    if (!list?.length) return NO_WAITERS;
     this.claimWaiters.set(cls, []);
-    for (const r of list) r();
+    return list;
+  }
+
+  private waiting(cls: string): boolean {
+    return (this.claimWaiters.get(cls)?.length ?? 0) > 0;
   }
 
   private free(cls: string): number {
@@ -326,9 +362,12 @@ export class Worker {
   private async claimLoop(cls: string): Promise<void> {
     let backoff = 100;
     while (this.running) {
+      const answering = this.takeWaiters(cls);
+      const began = ++this.handSeq; // hand-offs numbered below this were committed before the claim began
       const free = this.free(cls);
       if (free <= 0) {
-        this.claimTried(cls); // no slot: the wake-up is answered; polling or a finish brings us back
+        answer(answering); // no slot: the wake-up is answered; polling or a finish brings us back
+        this.passOnHanded(cls, began); // and what was handed to us goes to a worker with room
         await this.sleep(cls, this.pollMs());
         continue;
       }
@@ -344,16 +383,119 @@ export class Worker {
         backoff = 100;
       } catch (err) {
         this.logger.warn({ event: 'claim_failed', toolClass: cls, err: (err as Error).message }, 'claim failed');
-        this.claimTried(cls);
+        answer(answering);
         await this.sleep(cls, backoff);
         backoff = Math.min(backoff * 2, 5000);
         continue;
       }
-      this.claimTried(cls);
+      answer(answering);
+      this.settleHanded(cls, claimed, claimed.length < free, began);
       for (const stage of claimed) this.launch(stage);
-      if (claimed.length < free) await this.sleep(cls, this.pollMs());
+      // Wake-ups (and hand-offs) that came during the claim may name stages it could not see yet: claim again for them.
+      if (claimed.length < free && !this.waiting(cls) && (this.lastHanded.get(cls) ?? 0) < began) await this.sleep(cls, this.pollMs());
     }
-    this.claimTried(cls);
+    answer(this.takeWaiters(cls));
+  }
+
+  /**
+   * A stage became ready. Its wake-up goes to the transport, except when it is due now, on a lane
+   * this worker serves, of a class without limits, over BullMQ: then it is handed to this worker's
+   * next claim (which begins after the stage was committed) instead of a Redis round trip. A claim
+   * that takes the stage proves the wake-up was not needed, and so does a claim that came back with
+   * room to spare (it took every due stage it could see). A claim that came back full, or a claim
+   * turn with no free slot, passes the hand-offs committed before it to the transport at once, one
+   * wake-up per lane (passOnHanded): another worker with room takes a fan-out's other branches now.
+   * Hand-offs still held HAND_OFF_POLLS poll intervals later go to the transport then (flushHanded),
+   * and all of them at stop. Losing them (a
+   * crash) costs what a lost Redis message costs: the stage waits for a poll or the sweeper; it
+   * stays queued in PostgreSQL, never lost.
+   */
+  private onQueued(toolClass: string, definitionHash: string, ready: StageReady, delayMs?: number): void {
+    const lane = laneOf(toolClass, definitionHash);
+    const local =
+      this.running &&
+      !(delayMs !== undefined && delayMs > 0) &&
+      this.deps.transport.kind !== 'in-process' &&
+      this.limits.get(toolClass) === undefined &&
+      (this.definitions.get(toolClass)?.includes(definitionHash) ?? false);
+    if (!local) {
+      this.deps.transport.notify(lane, ready, delayMs);
+      return;
+    }
+    let held = this.handed.get(toolClass);
+    if (!held) this.handed.set(toolClass, (held = new Map()));
+    const seq = ++this.handSeq;
+    const until = monotonicNow() + this.opts.pollIntervalMs * HAND_OFF_POLLS;
+    held.set(ready.stageId, { lane, ready, seq, until });
+    this.lastHanded.set(toolClass, seq);
+    if (until < this.handTimerAt) this.armHandTimer(until);
+    this.wakers.get(toolClass)?.();
+  }
+
+  /**
+   * After a claim of `cls` that began at `began`: drop the hand-offs it proves (see onQueued). A
+   * claim that came back full could not take them all: the ones committed before it began go to the
+   * transport at once (passOnHanded), so an idle worker takes a fan-out's other branches now, not
+   * after the hold.
+   */
+  private settleHanded(cls: string, claimed: ClaimedStage[], roomLeft: boolean, began: number): void {
+    const held = this.handed.get(cls);
+    if (!held?.size) return;
+    for (const s of claimed) held.delete(s.id);
+    if (!roomLeft) {
+      this.passOnHanded(cls, began);
+      return;
+    }
+    for (const [id, h] of held) if (h.seq < began) held.delete(id);
+  }
+
+  /**
+   * This worker has no room for the hand-offs of `cls` committed before `began`: one wake-up per
+   * lane (its oldest stage's) goes to the transport, and whoever takes it claims every due stage it
+   * has room for. Later hand-offs stay held for the next claim.
+   */
+  private passOnHanded(cls: string, began: number): void {
+    const held = this.handed.get(cls);
+    if (!held?.size) return;
+    const oldest = new Map<string, Handed>();
+    for (const [id, h] of held) {
+      if (h.seq >= began) continue;
+      held.delete(id);
+      if ((oldest.get(h.lane)?.seq ?? Infinity) > h.seq) oldest.set(h.lane, h);
+    }
+    for (const h of oldest.values()) this.deps.transport.notify(h.lane, h.ready);
+  }
+
+  /**
+   * The hand-offs whose time ran out go to the transport: one wake-up per lane (the oldest stage's),
+   * since whoever takes it claims every due stage it has room for, oldest first, and claims again
+   * while its claims come back full; at stop (`all`), every one.
+   */
+  private flushHanded(now: number, all = false): void {
+    let next = Infinity;
+    for (const held of this.handed.values()) {
+      const oldest = new Map<string, Handed>();
+      for (const [id, h] of held) {
+        if (all || h.until <= now) {
+          held.delete(id);
+          if (all) this.deps.transport.notify(h.lane, h.ready);
+          else if ((oldest.get(h.lane)?.seq ?? Infinity) > h.seq) oldest.set(h.lane, h);
+        } else next = Math.min(next, h.until);
+      }
+      for (const h of oldest.values()) this.deps.transport.notify(h.lane, h.ready);
+    }
+    if (this.handTimer) clearTimeout(this.handTimer);
+    this.handTimer = null;
+    this.handTimerAt = Infinity;
+    // Coarse ticks (a quarter of the hold at the soonest): one pass over the held hand-offs per tick, not per hand-off.
+    if (Number.isFinite(next)) this.armHandTimer(Math.max(next, now + (this.opts.pollIntervalMs * HAND_OFF_POLLS) / 4));
+  }
+
+  private armHandTimer(at: number): void {
+    if (this.handTimer) clearTimeout(this.handTimer);
+    this.handTimerAt = at;
+    this.handTimer = setTimeout(() => this.flushHanded(monotonicNow()), Math.max(0, at - monotonicNow()) + 1);
+    this.handTimer.unref();
   }
 
   private pollMs(): number {

@@ -82,6 +82,42 @@ describe('BullMQ specifics', () => {
     }
   });
 
+  it('with concurrency n, up to n wake-ups wait for their claim at once; each is acknowledged when its onWake resolves', async () => {
+    const p = prefix();
+    const t = createBullmqTransport({ redisUrl: REDIS_URL, prefix: p, logger: silentLogger(), dueIn: async () => 0 });
+    const q = queueFor(p, 'io');
+    queues.push(q);
+    try {
+      const waiting: (() => void)[] = [];
+      const got: string[] = [];
+      await t.subscribe(
+        'io',
+        (r) =>
+          new Promise<void>((res) => {
+            got.push(r!.stageId);
+            waiting.push(res);
+          }),
+        { concurrency: 3 },
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      for (let i = 0; i < 5; i++) t.notify('io', { stageId: `c${i}`, attempt: 1 });
+      for (let i = 0; i < 200 && waiting.length < 3; i++) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 200));
+      expect(waiting).toHaveLength(3); // three held, none acknowledged yet, the other two wait in Redis
+      for (const res of waiting.splice(0)) res();
+      for (let i = 0; i < 200 && got.length < 5; i++) {
+        for (const res of waiting.splice(0)) res();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      for (const res of waiting.splice(0)) res();
+      expect(got.sort()).toEqual(['c0', 'c1', 'c2', 'c3', 'c4']);
+      for (let i = 0; i < 100 && (await q.getJobCountByTypes('wait', 'active')) > 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await q.getJobCountByTypes('wait', 'active', 'completed')).toBe(0);
+    } finally {
+      await t.close();
+    }
+  });
+
   it('while Redis is away, notify does not throw or hang and the transport reports itself unhealthy', async () => {
     const priv = await startPrivateRedis();
     const t = createBullmqTransport({ redisUrl: priv.url, prefix: prefix(), logger: silentLogger(), dueIn: async () => 0 });
