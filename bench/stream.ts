@@ -126,7 +126,7 @@ async function inProcessApi(ratchet: Ratchet): Promise<Api> {
   const server = await createServer({ ratchet, tokens: [TOKEN], port: 0 });
   return {
     url: server.url,
-    how: 'one process: the engine, its worker and the task API',
+    how: 'the engine, its worker and the task API in one process',
     cpuMs: () => null,
     stats: async () => counts(),
     close: () => server.close(),
@@ -166,7 +166,7 @@ async function separateApi(dbUrl: string): Promise<Api> {
   ]);
   return {
     url: url!,
-    how: `split: the task API in its own process (pid ${child.pid}, not niced, not pinned), the engine and its worker in the bench's`,
+    how: `the task API in its own process (pid ${child.pid}, not niced, not pinned), the engine and its worker in the bench's`,
     cpuMs: () => procCpuMs(child.pid!),
     async stats() {
       const answer = next('stats');
