@@ -133,17 +133,21 @@ async function inProcessApi(ratchet: Ratchet): Promise<Api> {
   };
 }
 
-/** CPU time of every thread of a process, ms, from /proc/<pid>/task/<tid>/schedstat (ns on CPU); 0 where /proc is missing. */
-function procCpuMs(pid: number): number {
+/**
+ * From /proc/<pid>/task/<tid>/schedstat, summed over a process's threads, ms: field 0 is the time on a CPU,
+ * field 1 the time runnable but waiting for a core (the run queue); 0 where /proc is missing.
+ */
+function schedstatMs(pid: number | 'self', field: 0 | 1): number {
   try {
     let ns = 0;
     for (const tid of readdirSync(`/proc/${pid}/task`))
-      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[field]);
     return ns / 1e6;
   } catch {
     return 0;
   }
 }
+const procCpuMs = (pid: number) => schedstatMs(pid, 0);
 
 /** The task API in a process of its own (bench/stream-api.ts), on the same database; not niced, not pinned. */
 async function separateApi(dbUrl: string): Promise<Api> {
@@ -267,6 +271,8 @@ interface Sample {
   /** The engine process's CPU from the gate's release to the last watcher's end (or the run's end, unwatched). */
   engineCpuMs: number;
   engineSysMs: number;
+  /** The engine process's time runnable but waiting for a core (run queue, /proc schedstat), same span: the machine's contention. */
+  engineRunqMs: number;
   /** The API process's, same span (split); null when the API is the engine's process. */
   apiCpuMs: number | null;
   watcherCpuMs: number;
@@ -330,6 +336,7 @@ async function watchersBench(): Promise<void> {
         const notes0 = notes.get(id) ?? 0;
         const watcherCpu0 = v.process?.cpuMs() ?? 0;
         const apiCpu0 = api.cpuMs();
+        const runq0 = schedstatMs('self', 1);
         const cpu0 = process.cpuUsage();
         gates.get(key)!();
         // Polled every 20 ms, in every variant alike; the run's time itself comes from the database.
@@ -347,6 +354,7 @@ async function watchersBench(): Promise<void> {
         )) as [{ ms: number }];
         const got = streams ? await streams.done : null;
         const cpu = process.cpuUsage(cpu0);
+        const runq = schedstatMs('self', 1) - runq0;
         const apiCpu1 = api.cpuMs();
         const stats = await api.stats();
         const [{ n: events, ids }] = (await ratchet.store.db.query(
@@ -361,6 +369,7 @@ async function watchersBench(): Promise<void> {
           stagesPerS: (cfg.stages * 1000) / ms,
           engineCpuMs: (cpu.user + cpu.system) / 1000,
           engineSysMs: cpu.system / 1000,
+          engineRunqMs: runq,
           apiCpuMs: apiCpu0 === null || apiCpu1 === null ? null : apiCpu1 - apiCpu0,
           watcherCpuMs: (v.process?.cpuMs() ?? 0) - watcherCpu0,
           events,
@@ -387,7 +396,7 @@ async function watchersBench(): Promise<void> {
           const s = await runOnce(v, `${v.name}-${i}`);
           if (i > 0) samples.get(v.name)!.push(s);
           parts.push(
-            `${v.name} ${round(s.stagesPerS, 1)} stages/s, engine ${round(s.engineCpuMs)} ms CPU (sys ${round(s.engineSysMs)})` +
+            `${v.name} ${round(s.stagesPerS, 1)} stages/s, engine ${round(s.engineCpuMs)} ms CPU (sys ${round(s.engineSysMs)}, waited for a core ${round(s.engineRunqMs)})` +
               (s.apiCpuMs === null ? '' : `, API ${round(s.apiCpuMs)} ms`),
           );
         }
@@ -429,6 +438,8 @@ async function watchersBench(): Promise<void> {
             // CPU of this process per run, ms: the engine and its worker (one-process: the API and its streams too).
             engineCpuMsPerRun: cpu.map((x) => round(x)),
             engineCpuMsMedian: round(med(cpu)),
+            // The engine process's time runnable but waiting for a core per run, ms (the 2 cores' contention).
+            engineRunqMsPerRun: ss.map((s) => round(s.engineRunqMs)),
             // split: CPU of the API's process per run, ms (the streams' reads and socket writes).
             ...(topology === 'split' ? { apiCpuMsPerRun: apiCpu.map((x) => round(x)), apiCpuMsMedian: round(med(apiCpu)) } : {}),
             eventsPerRun: med(ss.map((s) => s.events)),
@@ -446,7 +457,8 @@ async function watchersBench(): Promise<void> {
         const apiPart = (xs: number[]) => (topology === 'split' ? `, API process CPU ${round(med(xs))} ms/run` : '');
         if (v.watchers === 0) {
           summary.push(
-            `  ${v.name}: ${round(med(stagesPerS), 1)} stages/s, engine${topology === 'split' ? ' (worker)' : ''} CPU ${round(med(cpu))} ms/run${apiPart(apiCpu)} (median)`,
+            `  ${v.name}: ${round(med(stagesPerS), 1)} stages/s, engine${topology === 'split' ? ' (worker)' : ''} CPU ${round(med(cpu))} ms/run${apiPart(apiCpu)}, ` +
+              `engine waited for a core ${round(med(ss.map((s) => s.engineRunqMs)))} ms/run (median)`,
           );
           continue;
         }
@@ -495,7 +507,7 @@ async function watchersBench(): Promise<void> {
         summary.push(
           `  ${v.name} (${v.process!.how}): ${round(med(stagesPerS), 1)} stages/s = ${round(med(ratios), 3)}x the unwatched run of the same round ` +
             `(median; per round ${ratios.map((x) => round(x, 2)).join(' ')}); engine${topology === 'split' ? ' (worker)' : ''} CPU ${round(med(cpu))} ms/run` +
-            `${apiPart(apiCpu)}; the server +${round(serverUs, 1)} us per event per watcher` +
+            `${apiPart(apiCpu)}, engine waited for a core ${round(med(ss.map((s) => s.engineRunqMs)))} ms/run; the server +${round(serverUs, 1)} us per event per watcher` +
             `${topology === 'split' ? ` (API process; the worker's ${round(usPerEventPerWatcher, 1)})` : ''}; watchers' own process ${round(med(ss.map((s) => s.watcherCpuMs)))} ms/run; ` +
             `every watcher got all ${deliveries / v.watchers} events once, in order: ${ss.every((s) => s.everyEvent) ? 'yes' : 'NO'}; ` +
             `stream reads ${med(ss.map((s) => s.streamReads))} for ${med(ss.map((s) => s.notifications))} notifications per run`,
