@@ -1,7 +1,8 @@
 /**
  * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--runs N] [--peer-runs N] [--cap S]
  *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]
- *   [--scale | --scale-only] [--stream | --stream-only] [--stream-watchers N] [--stream-runs R]`.
+ *   [--scale | --scale-only] [--stream | --stream-only] [--stream-watchers N] [--stream-runs R]
+ *   [--stream-topology split|one-process]`.
  * --stream adds the live-stream section: one run's stages/s with 0 vs N (50) watchers of its stream (see streamSection).
  * stdout: one JSON line per figure, {"bench":"engine","metric","variant","value","unit","info"}; stderr: progress.
  *
@@ -72,6 +73,11 @@ const { values: argv } = parseArgs({
     'stream-runs': { type: 'string', default: '5' },
     /** Nice values of the watchers' process, one variant each, the first the headline (bench/stream.ts --watcher-priorities). */
     'stream-watcher-priorities': { type: 'string', default: '19,0' },
+    /**
+     * split (default): the task API the watchers connect to in a process of its own, the engine and its worker in
+     * another, as `ratchet serve` and `ratchet worker`; one-process: all three in one (bench/stream.ts --topology).
+     */
+    'stream-topology': { type: 'string', default: 'split' },
     /** Worker-process counts of the scale sweep (fast path). */
     'scale-procs': { type: 'string', default: '1,2,4,8' },
     /** Runs per point of the sweep (default 500). */
@@ -1057,8 +1063,8 @@ async function pgliteRate(): Promise<{ stagesPerS: number; stages: number; ok: b
 
 // ---- the live stream ----------------------------------------------------------------------------
 /**
- * `--stream`: do watchers slow a run? bench/stream.ts part 1 in its own process (engine, worker and
- * task API in one process, the watchers in another): a run of a gate then 30 no-op stages, --stream-runs
+ * `--stream`: do watchers slow a run? bench/stream.ts part 1 in its own process (--stream-topology split: the
+ * engine and its worker in it, the task API in another; one-process: all in it; the watchers in another): a run of a gate then 30 no-op stages, --stream-runs
  * rounds (default 5, +1 warm-up) of one run watched by 0 and one by N streams of GET /v1/runs/:id/stream per
  * priority of the watchers' process (--stream-watcher-priorities, default 19,0: niced, then not); its figures
  * (run_stages_per_s, stage_ms_p50, watched_over_unwatched, engine_cpu_us_per_event_per_watcher) are passed
@@ -1067,7 +1073,9 @@ async function pgliteRate(): Promise<{ stagesPerS: number; stages: number; ok: b
 async function streamSection(): Promise<void> {
   const watchers = Number(argv['stream-watchers']);
   if (!Number.isInteger(watchers) || watchers < 1) throw new Error('--stream-watchers must be a positive whole number');
-  log(`stream section: 0 vs ${watchers} watchers of one run`);
+  const topology = argv['stream-topology'];
+  if (topology !== 'split' && topology !== 'one-process') throw new Error('--stream-topology: split or one-process');
+  log(`stream section: 0 vs ${watchers} watchers of one run, topology ${topology}`);
   const child = spawn(
     process.execPath,
     [
@@ -1082,6 +1090,8 @@ async function streamSection(): Promise<void> {
       String(Number(argv['stream-runs'])),
       '--watcher-priorities',
       argv['stream-watcher-priorities'],
+      '--topology',
+      topology,
       '--pg-url',
       cfg.adminUrl,
     ],
@@ -1096,7 +1106,9 @@ async function streamSection(): Promise<void> {
   }
   const code = await new Promise<number | null>((r) => (child.exitCode !== null ? r(child.exitCode) : child.on('exit', r)));
   if (code !== 0) throw new Error(`bench/stream.ts exited with ${code}`);
-  process.stderr.write(`\nstream: one run's stages/s watched over unwatched (median of the rounds): ${ratios.join(', ')}\n`);
+  process.stderr.write(
+    `\nstream (topology ${topology}): one run's stages/s watched over unwatched (median of the rounds): ${ratios.join(', ')}\n`,
+  );
 }
 
 // ---- main -------------------------------------------------------------------------------------

@@ -1,17 +1,22 @@
 /**
  * Live-stream benchmark (not a test): `npm run bench:stream -- [--watchers N] [--runs R] [--stages S] [--throughput-runs T]
- *   [--only watchers|notify|throughput] [--pg-url URL] [--watcher-priorities 19,0]`; `npm run bench -- --stream` runs part 1 as a
+ *   [--only watchers|notify|throughput] [--pg-url URL] [--watcher-priorities 19,0] [--topology split|one-process]`; `npm run bench -- --stream` runs part 1 as a
  *   section of the engine bench.
  * stdout: one JSON line per figure, {"bench":"stream","metric","variant","value","unit","info"}; stderr: progress.
- * One process runs the engine, a worker (in-process wake-ups) and the task API on PostgreSQL, like `ratchet serve`
- * beside a worker; the watchers are another process (bench/stream-watchers.ts) so their CPU is not counted as the engine's.
+ * Part 1's topology (--topology, default split): `split` runs the engine with its worker (in-process wake-ups: the fast
+ * path hands each next stage in the same statement) in this process and the task API the watchers connect to in another
+ * (bench/stream-api.ts, an engine with no worker, on the same database; the events reach it by LISTEN/NOTIFY), as
+ * `ratchet worker` and `ratchet serve` are deployed; `one-process` runs the engine, the worker and the task API in this
+ * one process (the streams' socket writes then share the worker's event loop). The watchers are always a process of
+ * their own (bench/stream-watchers.ts) so their CPU is not counted as the engine's.
  *   1. Do watchers slow a run? Rounds of runs of a gate stage then S no-op stages (R rounds after a warm-up), each
  *      round one run watched by 0 and one by N server-sent event streams per watcher priority (--watcher-priorities,
  *      default 19,0: the watchers' process niced, then at the engine's own priority), all connected before the gate
  *      opens. Per variant: the run's stages/s from the gate stage's finish to the run's end (database clock) and its
- *      ratio to the unwatched run of the same round; the engine process's CPU per run (gate release to the last
- *      watcher's end) and the difference per event per watcher (us); the watchers' own CPU; the database reads and
- *      notifications; and whether every watcher got every event of the run once, in stream order.
+ *      ratio to the unwatched run of the same round; the engine (worker) process's CPU per run (gate release to the
+ *      last watcher's end) and, split, the API process's (/proc), and the server's difference per event per watcher
+ *      (us); the watchers' own CPU; the database reads and notifications; and whether every watcher got every event
+ *      of the run once, in stream order.
  *   2. Does pg_notify cost throughput? The events trigger notifies once per statement per run, and PostgreSQL takes a
  *      global lock when a transaction that notified commits, so such commits go one at a time. T runs of 10 no-op stages
  *      at once (worker concurrency 8), stages/s from the first claim to the last finish, with the trigger enabled and
@@ -29,7 +34,7 @@ import { createServer } from '../src/api/server.js';
 import { defineTool, defineToolClass, defineWorkflow } from '../src/definitions/index.js';
 import { createRatchet, type Ratchet } from '../src/engine.js';
 import { silentLogger } from '../src/logger.js';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createDb, dropDb, emit, log, percentile, pgbenchTps, round } from './lib.js';
@@ -43,6 +48,8 @@ const { values: argv } = parseArgs({
      * as the engine (the watchers then take CPU the engine would have had on 2 cores).
      */
     'watcher-priorities': { type: 'string', default: '19,0' },
+    /** Part 1: split (default: the task API in a process of its own, bench/stream-api.ts) or one-process (see above). */
+    topology: { type: 'string', default: 'split' },
     runs: { type: 'string', default: '5' },
     stages: { type: 'string', default: '30' },
     'throughput-runs': { type: 'string', default: '300' },
@@ -89,14 +96,106 @@ const ten = defineWorkflow({
   steps: Array.from({ length: 10 }, (_, i) => ({ tool: noop, name: `s${i + 1}` })),
 });
 
-async function withEngine<T>(name: string, fn: (r: Ratchet, url: string, dbUrl: string) => Promise<T>): Promise<T> {
+type Topology = 'split' | 'one-process';
+/** The task API the watchers connect to. */
+interface Api {
+  url: string;
+  how: string;
+  /** CPU of the API's own process, ms (all its threads, /proc); null when the API runs in this process. */
+  cpuMs(): number | null;
+  /** The stream's statements the API has sent so far (counted where the route sends them). */
+  stats(): Promise<{ reads: number; checks: number }>;
+  close(): Promise<void>;
+}
+
+/** Counts the stream's statements (named ratchet_stream_*) that go through the store's queryable. */
+function countStreamStatements(ratchet: Ratchet): () => { reads: number; checks: number } {
+  const statements = new Map<string, number>();
+  const db = ratchet.store.db as { query: (...a: unknown[]) => Promise<unknown[]> };
+  const query = db.query.bind(db);
+  db.query = (...a: unknown[]) => {
+    const name = a[2];
+    if (typeof name === 'string' && name.startsWith('ratchet_stream')) statements.set(name, (statements.get(name) ?? 0) + 1);
+    return query(...a);
+  };
+  return () => ({ reads: statements.get('ratchet_stream_events') ?? 0, checks: statements.get('ratchet_stream_end_check') ?? 0 });
+}
+
+async function inProcessApi(ratchet: Ratchet): Promise<Api> {
+  const counts = countStreamStatements(ratchet);
+  const server = await createServer({ ratchet, tokens: [TOKEN], port: 0 });
+  return {
+    url: server.url,
+    how: 'the engine, its worker and the task API in one process',
+    cpuMs: () => null,
+    stats: async () => counts(),
+    close: () => server.close(),
+  };
+}
+
+/**
+ * From /proc/<pid>/task/<tid>/schedstat, summed over a process's threads, ms: field 0 is the time on a CPU,
+ * field 1 the time runnable but waiting for a core (the run queue); 0 where /proc is missing.
+ */
+function schedstatMs(pid: number | 'self', field: 0 | 1): number {
+  try {
+    let ns = 0;
+    for (const tid of readdirSync(`/proc/${pid}/task`))
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[field]);
+    return ns / 1e6;
+  } catch {
+    return 0;
+  }
+}
+const procCpuMs = (pid: number) => schedstatMs(pid, 0);
+
+/** The task API in a process of its own (bench/stream-api.ts), on the same database; not niced, not pinned. */
+async function separateApi(dbUrl: string): Promise<Api> {
+  const script = fileURLToPath(new URL('./stream-api.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--import', 'tsx', script, dbUrl, TOKEN], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  const lines = createInterface({ input: child.stdout });
+  const waiting: ((words: string[]) => void)[] = [];
+  const next = (kind: string) =>
+    new Promise<string[]>((resolve, reject) => {
+      waiting.push((words) => (words[0] === kind ? resolve(words) : reject(new Error(`stream-api.ts: ${words.join(' ')}`))));
+    });
+  lines.on('line', (l) => waiting.shift()?.(l.split(' ')));
+  const listening = next('listening');
+  const [, url] = await Promise.race([
+    listening,
+    exited.then(() => {
+      throw new Error('stream-api.ts exited before listening');
+    }),
+  ]);
+  return {
+    url: url!,
+    how: `the task API in its own process (pid ${child.pid}, not niced, not pinned), the engine and its worker in the bench's`,
+    cpuMs: () => procCpuMs(child.pid!),
+    async stats() {
+      const answer = next('stats');
+      child.stdin.write('stats\n');
+      const [, reads, checks] = await answer;
+      return { reads: Number(reads), checks: Number(checks) };
+    },
+    async close() {
+      child.stdin.end();
+      const timer = setTimeout(() => child.kill(), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+async function withEngine<T>(name: string, topology: Topology, fn: (r: Ratchet, api: Api, dbUrl: string) => Promise<T>): Promise<T> {
   const dbUrl = await createDb(cfg.adminUrl, name);
   const ratchet = await createRatchet({ databaseUrl: dbUrl, workflows: [watched, ten], logger: silentLogger(), poolSize: 12 });
-  const server = await createServer({ ratchet, tokens: [TOKEN], port: 0 });
+  let api: Api | undefined;
   try {
-    return await fn(ratchet, server.url, dbUrl);
+    api = topology === 'split' ? await separateApi(dbUrl) : await inProcessApi(ratchet);
+    return await fn(ratchet, api, dbUrl);
   } finally {
-    await server.close();
+    await api?.close();
     await ratchet.close();
     await dropDb(cfg.adminUrl, name);
   }
@@ -172,6 +271,10 @@ interface Sample {
   /** The engine process's CPU from the gate's release to the last watcher's end (or the run's end, unwatched). */
   engineCpuMs: number;
   engineSysMs: number;
+  /** The engine process's time runnable but waiting for a core (run queue, /proc schedstat), same span: the machine's contention. */
+  engineRunqMs: number;
+  /** The API process's, same span (split); null when the API is the engine's process. */
+  apiCpuMs: number | null;
   watcherCpuMs: number;
   events: number;
   /** Every watcher got every event of the run once, in stream order (true when unwatched). */
@@ -191,6 +294,8 @@ async function watchersBench(): Promise<void> {
     .map((v) => Number(v));
   if (priorities.length === 0 || priorities.some((v) => !Number.isInteger(v) || v < 0 || v > 19))
     throw new Error('--watcher-priorities: nice values 0..19, comma-separated (the first is the headline)');
+  const topology = argv.topology;
+  if (topology !== 'split' && topology !== 'one-process') throw new Error('--topology: split or one-process');
   const variants: Variant[] = [{ name: '0_watchers', watchers: 0, process: null }];
   for (const [k, nice] of priorities.entries())
     variants.push({
@@ -200,7 +305,9 @@ async function watchersBench(): Promise<void> {
     });
   for (const v of variants) if (v.process) log(`${v.name}: the watchers' process ${v.process.how}`);
   try {
-    await withEngine('bench_stream_watchers', async (ratchet, url, dbUrl) => {
+    await withEngine('bench_stream_watchers', topology, async (ratchet, api, dbUrl) => {
+      log(`topology ${topology}: ${api.how}`);
+      const url = api.url;
       await ratchet.worker({ pollIntervalMs: 50, concurrency: 4 }).start();
       // Reads of the events table (index + sequential scans, pg_stat_user_tables): what the streams ask the database.
       const eventReads = async () => {
@@ -210,18 +317,8 @@ async function watchersBench(): Promise<void> {
         );
         return Number(r?.n ?? 0);
       };
-      // The stream's own statements, counted where the server sends them (the store's queryable, which the
-      // stream route uses), and the notifications of the watched run (a LISTEN of our own).
-      const streamStatements = new Map<string, number>();
-      const db = ratchet.store.db as { query: (...a: unknown[]) => Promise<unknown[]> };
-      const query = db.query.bind(db);
-      db.query = (...a: unknown[]) => {
-        const name = a[2];
-        if (typeof name === 'string' && name.startsWith('ratchet_stream'))
-          streamStatements.set(name, (streamStatements.get(name) ?? 0) + 1);
-        return query(...a);
-      };
-      const stmt = (name: string) => streamStatements.get(name) ?? 0;
+      // The stream's own statements are counted where the API sends them (api.stats); the notifications of the
+      // watched run by a LISTEN of our own.
       const pg = (await import('pg')).default;
       const listen = new pg.Client({ connectionString: dbUrl });
       const notes = new Map<string, number>();
@@ -235,10 +332,11 @@ async function watchersBench(): Promise<void> {
         const streams = v.process?.watch(url, id, v.watchers) ?? null;
         if (streams) await streams.open;
         await until('the gate', async () => gates.has(key));
-        const reads0 = stmt('ratchet_stream_events');
-        const checks0 = stmt('ratchet_stream_end_check');
+        const stats0 = await api.stats();
         const notes0 = notes.get(id) ?? 0;
         const watcherCpu0 = v.process?.cpuMs() ?? 0;
+        const apiCpu0 = api.cpuMs();
+        const runq0 = schedstatMs('self', 1);
         const cpu0 = process.cpuUsage();
         gates.get(key)!();
         // Polled every 20 ms, in every variant alike; the run's time itself comes from the database.
@@ -256,6 +354,9 @@ async function watchersBench(): Promise<void> {
         )) as [{ ms: number }];
         const got = streams ? await streams.done : null;
         const cpu = process.cpuUsage(cpu0);
+        const runq = schedstatMs('self', 1) - runq0;
+        const apiCpu1 = api.cpuMs();
+        const stats = await api.stats();
         const [{ n: events, ids }] = (await ratchet.store.db.query(
           `SELECT count(*)::int AS n, string_agg(id::text, ',' ORDER BY coalesce(tx, '0'::xid8), id) AS ids FROM ratchet.events WHERE run_id = $1`,
           [id],
@@ -268,12 +369,14 @@ async function watchersBench(): Promise<void> {
           stagesPerS: (cfg.stages * 1000) / ms,
           engineCpuMs: (cpu.user + cpu.system) / 1000,
           engineSysMs: cpu.system / 1000,
+          engineRunqMs: runq,
+          apiCpuMs: apiCpu0 === null || apiCpu1 === null ? null : apiCpu1 - apiCpu0,
           watcherCpuMs: (v.process?.cpuMs() ?? 0) - watcherCpu0,
           events,
           everyEvent,
           fewest: got?.fewest ?? null,
-          streamReads: stmt('ratchet_stream_events') - reads0,
-          endChecks: stmt('ratchet_stream_end_check') - checks0,
+          streamReads: stats.reads - stats0.reads,
+          endChecks: stats.checks - stats0.checks,
           notifications: (notes.get(id) ?? 0) - notes0,
           eventReads: 0,
         };
@@ -292,7 +395,10 @@ async function watchersBench(): Promise<void> {
           const v = variants[(i + j) % variants.length]!;
           const s = await runOnce(v, `${v.name}-${i}`);
           if (i > 0) samples.get(v.name)!.push(s);
-          parts.push(`${v.name} ${round(s.stagesPerS, 1)} stages/s, engine ${round(s.engineCpuMs)} ms CPU (sys ${round(s.engineSysMs)})`);
+          parts.push(
+            `${v.name} ${round(s.stagesPerS, 1)} stages/s, engine ${round(s.engineCpuMs)} ms CPU (sys ${round(s.engineSysMs)}, waited for a core ${round(s.engineRunqMs)})` +
+              (s.apiCpuMs === null ? '' : `, API ${round(s.apiCpuMs)} ms`),
+          );
         }
         log(`round ${i}${i === 0 ? ' (warm-up)' : ''}: ${parts.join('; ')}`);
       }
@@ -305,6 +411,7 @@ async function watchersBench(): Promise<void> {
         const ss = samples.get(v.name)!;
         const stagesPerS = ss.map((s) => s.stagesPerS);
         const cpu = ss.map((s) => s.engineCpuMs);
+        const apiCpu = ss.map((s) => s.apiCpuMs ?? 0);
         emit('stream', {
           metric: 'stage_ms_p50',
           variant: v.name,
@@ -326,10 +433,15 @@ async function watchersBench(): Promise<void> {
             runs: cfg.runs,
             stages: cfg.stages,
             watchers: v.process?.how ?? 'none',
+            topology,
             perRun: stagesPerS.map((x) => round(x)),
-            // CPU of this process (engine + worker + API, streams included) per run, ms: what the server pays.
+            // CPU of this process per run, ms: the engine and its worker (one-process: the API and its streams too).
             engineCpuMsPerRun: cpu.map((x) => round(x)),
             engineCpuMsMedian: round(med(cpu)),
+            // The engine process's time runnable but waiting for a core per run, ms (the 2 cores' contention).
+            engineRunqMsPerRun: ss.map((s) => round(s.engineRunqMs)),
+            // split: CPU of the API's process per run, ms (the streams' reads and socket writes).
+            ...(topology === 'split' ? { apiCpuMsPerRun: apiCpu.map((x) => round(x)), apiCpuMsMedian: round(med(apiCpu)) } : {}),
             eventsPerRun: med(ss.map((s) => s.events)),
             everyWatcherGotEveryEventInOrder: ss.every((s) => s.everyEvent),
             eventReadsPerRun: ss.map((s) => s.eventReads),
@@ -342,8 +454,12 @@ async function watchersBench(): Promise<void> {
             loadavg1: round(loadavg()[0]!, 2),
           },
         });
+        const apiPart = (xs: number[]) => (topology === 'split' ? `, API process CPU ${round(med(xs))} ms/run` : '');
         if (v.watchers === 0) {
-          summary.push(`  ${v.name}: ${round(med(stagesPerS), 1)} stages/s, engine CPU ${round(med(cpu))} ms/run (median)`);
+          summary.push(
+            `  ${v.name}: ${round(med(stagesPerS), 1)} stages/s, engine${topology === 'split' ? ' (worker)' : ''} CPU ${round(med(cpu))} ms/run${apiPart(apiCpu)}, ` +
+              `engine waited for a core ${round(med(ss.map((s) => s.engineRunqMs)))} ms/run (median)`,
+          );
           continue;
         }
         // Round by round against the unwatched run of the same round, then the median of those.
@@ -351,6 +467,10 @@ async function watchersBench(): Promise<void> {
         const added = ss.map((s, k) => s.engineCpuMs - base[k]!.engineCpuMs);
         const deliveries = med(ss.map((s) => s.events)) * v.watchers;
         const usPerEventPerWatcher = (med(cpu) - med(base.map((s) => s.engineCpuMs))) * (1000 / deliveries);
+        const baseApi = base.map((s) => s.apiCpuMs ?? 0);
+        const apiUsPerEventPerWatcher = (med(apiCpu) - med(baseApi)) * (1000 / deliveries);
+        // The server's cost per delivery: the API process's (split), or the one process's (one-process).
+        const serverUs = topology === 'split' ? apiUsPerEventPerWatcher : usPerEventPerWatcher;
         emit('stream', {
           metric: 'watched_over_unwatched',
           variant: v.name,
@@ -368,18 +488,33 @@ async function watchersBench(): Promise<void> {
             addedMsPerRound: added.map((x) => round(x)),
             eventsPerRun: deliveries / v.watchers,
             watchers: v.watchers,
+            topology,
           },
         });
+        if (topology === 'split')
+          emit('stream', {
+            metric: 'api_cpu_us_per_event_per_watcher',
+            variant: v.name,
+            value: round(apiUsPerEventPerWatcher, 1),
+            unit: 'us',
+            info: {
+              apiCpuMsMedian: { unwatched: round(med(baseApi)), watched: round(med(apiCpu)) },
+              addedMsPerRound: ss.map((s, k) => round((s.apiCpuMs ?? 0) - (base[k]!.apiCpuMs ?? 0))),
+              eventsPerRun: deliveries / v.watchers,
+              watchers: v.watchers,
+            },
+          });
         summary.push(
           `  ${v.name} (${v.process!.how}): ${round(med(stagesPerS), 1)} stages/s = ${round(med(ratios), 3)}x the unwatched run of the same round ` +
-            `(median; per round ${ratios.map((x) => round(x, 2)).join(' ')}); engine CPU ${round(med(cpu))} ms/run, ` +
-            `+${round(usPerEventPerWatcher, 1)} us per event per watcher; watchers' own process ${round(med(ss.map((s) => s.watcherCpuMs)))} ms/run; ` +
+            `(median; per round ${ratios.map((x) => round(x, 2)).join(' ')}); engine${topology === 'split' ? ' (worker)' : ''} CPU ${round(med(cpu))} ms/run` +
+            `${apiPart(apiCpu)}, engine waited for a core ${round(med(ss.map((s) => s.engineRunqMs)))} ms/run; the server +${round(serverUs, 1)} us per event per watcher` +
+            `${topology === 'split' ? ` (API process; the worker's ${round(usPerEventPerWatcher, 1)})` : ''}; watchers' own process ${round(med(ss.map((s) => s.watcherCpuMs)))} ms/run; ` +
             `every watcher got all ${deliveries / v.watchers} events once, in order: ${ss.every((s) => s.everyEvent) ? 'yes' : 'NO'}; ` +
             `stream reads ${med(ss.map((s) => s.streamReads))} for ${med(ss.map((s) => s.notifications))} notifications per run`,
         );
       }
       log(
-        `stream watchers, ${cfg.runs} rounds of ${cfg.stages} stages (load average ${loadavg()
+        `stream watchers, topology ${topology}, ${cfg.runs} rounds of ${cfg.stages} stages (load average ${loadavg()
           .map((x) => round(x, 2))
           .join(' ')}):\n${summary.join('\n')}`,
       );
@@ -390,7 +525,7 @@ async function watchersBench(): Promise<void> {
 }
 
 async function throughputOnce(trigger: boolean, round_: number): Promise<void> {
-  await withEngine(`bench_stream_notify_${trigger ? 'on' : 'off'}`, async (ratchet) => {
+  await withEngine(`bench_stream_notify_${trigger ? 'on' : 'off'}`, 'one-process', async (ratchet) => {
     if (!trigger) await ratchet.store.db.query('ALTER TABLE ratchet.events DISABLE TRIGGER events_notify');
     await Promise.all(Array.from({ length: cfg.throughputRuns }, () => ratchet.submit('ten', {})));
     const worker = ratchet.worker({ pollIntervalMs: 20, concurrency: 8 });
