@@ -403,10 +403,12 @@ export class Worker {
    * next claim (which begins after the stage was committed) instead of a Redis round trip. A claim
    * that takes the stage proves the wake-up was not needed, and so does a claim that came back with
    * room to spare (it took every due stage it could see). A claim that came back full, or a claim
-   * turn with no free slot, passes the hand-offs committed before it to the transport at once, one
-   * wake-up per lane (passOnHanded): another worker with room takes a fan-out's other branches now.
+   * turn with no free slot, passes the hand-offs committed before it to the transport at once, a
+   * wake-up each (passOnHanded): other workers with room take a fan-out's other branches now.
    * Hand-offs still held HAND_OFF_POLLS poll intervals later go to the transport then (flushHanded),
-   * and all of them at stop. Losing them (a
+   * and all of them at stop. The proof has the gaps a poll has: a due stage row-locked by another
+   * claim that then fails, or one behind more queued stages of ended runs than a claim walks, waits
+   * for the next poll or sweep, as it would after a lost Redis message. Losing them (a
    * crash) costs what a lost Redis message costs: the stage waits for a poll or the sweeper; it
    * stays queued in PostgreSQL, never lost.
    */
@@ -450,39 +452,34 @@ export class Worker {
   }
 
   /**
-   * This worker has no room for the hand-offs of `cls` committed before `began`: one wake-up per
-   * lane (its oldest stage's) goes to the transport, and whoever takes it claims every due stage it
-   * has room for. Later hand-offs stay held for the next claim.
+   * This worker has no room for the hand-offs of `cls` committed before `began`: each goes to the
+   * transport now with its own wake-up, as a stage queued by another worker would (one wake-up per
+   * lane would wake one worker, which claims what it has room for and leaves the rest of a fan-out
+   * to the polls). Later hand-offs stay held for the next claim.
    */
   private passOnHanded(cls: string, began: number): void {
     const held = this.handed.get(cls);
     if (!held?.size) return;
-    const oldest = new Map<string, Handed>();
     for (const [id, h] of held) {
       if (h.seq >= began) continue;
       held.delete(id);
-      if ((oldest.get(h.lane)?.seq ?? Infinity) > h.seq) oldest.set(h.lane, h);
+      this.deps.transport.notify(h.lane, h.ready);
     }
-    for (const h of oldest.values()) this.deps.transport.notify(h.lane, h.ready);
   }
 
   /**
-   * The hand-offs whose time ran out go to the transport: one wake-up per lane (the oldest stage's),
-   * since whoever takes it claims every due stage it has room for, oldest first, and claims again
-   * while its claims come back full; at stop (`all`), every one.
+   * The hand-offs whose time ran out (this worker's claims kept coming back full, or its claim
+   * failed) go to the transport, each with its own wake-up; at stop (`all`), every one.
    */
   private flushHanded(now: number, all = false): void {
     let next = Infinity;
     for (const held of this.handed.values()) {
-      const oldest = new Map<string, Handed>();
       for (const [id, h] of held) {
         if (all || h.until <= now) {
           held.delete(id);
-          if (all) this.deps.transport.notify(h.lane, h.ready);
-          else if ((oldest.get(h.lane)?.seq ?? Infinity) > h.seq) oldest.set(h.lane, h);
+          this.deps.transport.notify(h.lane, h.ready);
         } else next = Math.min(next, h.until);
       }
-      for (const h of oldest.values()) this.deps.transport.notify(h.lane, h.ready);
     }
     if (this.handTimer) clearTimeout(this.handTimer);
     this.handTimer = null;

@@ -45,6 +45,28 @@ const first = defineTool({
 });
 const twoSteps = defineWorkflow({ name: 'coalesce_two', input: z.object({ n: z.number() }), steps: [{ tool: first }, { tool: step }] });
 
+/** A fan-out of six branches after a root stage; each branch holds its slot until the test opens branchGate. */
+let branchGate: Promise<void> = Promise.resolve();
+const branch = defineTool({
+  name: 'coalesce_branch',
+  description: 'holds its slot until the gate opens',
+  class: cls,
+  input: z.object({ k: z.number() }),
+  output: z.object({ k: z.number() }),
+  run: async (i) => {
+    await branchGate;
+    return { k: i.k };
+  },
+});
+const fanOut = defineWorkflow({
+  name: 'coalesce_fan',
+  input: z.object({ n: z.number() }),
+  steps: [
+    { tool: step, name: 'root' },
+    ...Array.from({ length: 6 }, (_, k) => ({ tool: branch, name: `b${k}`, after: ['root'], input: () => ({ k }) })),
+  ],
+});
+
 /** Holds every wake-up until delivered; each is delivered to one subscriber of its lane (the first, or the one named), at most once. */
 function heldTransport() {
   const held: { lane: string; ready: StageReady }[] = [];
@@ -74,6 +96,17 @@ function heldTransport() {
       await Promise.all(batch.map((w) => subs.get(w.lane)?.[to]?.(w.ready)));
       return batch.length;
     },
+    /** Delivers every held wake-up, each to the next subscriber of its lane in turn (BullMQ's workers compete for jobs). */
+    async deliverRoundRobin(): Promise<number> {
+      const batch = held.splice(0);
+      await Promise.all(
+        batch.map((w, i) => {
+          const list = subs.get(w.lane) ?? [];
+          return list[i % Math.max(1, list.length)]?.(w.ready);
+        }),
+      );
+      return batch.length;
+    },
   };
 }
 
@@ -97,7 +130,7 @@ describe('wake-ups answered by one claim', () => {
     t = heldTransport();
     r = await createRatchet({
       databaseUrl: db.url,
-      workflows: [wf, twoSteps],
+      workflows: [wf, twoSteps, fanOut],
       logger: silentLogger(),
       transport: t.transport,
       poolSize: 4,
@@ -177,8 +210,8 @@ describe('wake-ups answered by one claim', () => {
    * Hand-offs (Worker.onQueued): a worker over BullMQ keeps the wake-up of a stage it queued on its
    * own lane for its own next claim. Worker A (one slot) finishes run 0's first stage while its slot
    * goes to run 1's first stage (older than run 0's second, and held by the gate): A cannot take
-   * run 0's second stage, so its wake-up must reach the transport, for worker B; that one wake-up
-   * (one per lane) stands for the whole backlog, runs 2 and 3 included, whose own wake-ups were lost.
+   * run 0's second stage, so its wake-up must reach the transport, for worker B, whose claim takes
+   * every due stage it has room for: runs 2 and 3 too, whose own wake-ups were lost.
    */
   const handOffSetup = async (aPollMs: number) => {
     let open!: () => void;
@@ -233,5 +266,30 @@ describe('wake-ups answered by one claim', () => {
     expect(await until(async () => (await claimedOnce()).succeeded === 8, 10_000)).toBe(true);
     await b.stop();
     expect(await claimedOnce()).toEqual({ n: 8, succeeded: 8, attempts: 8, claims: 8 });
+  });
+
+  it("a busy worker's fan-out reaches every idle worker: each branch it cannot take gets a wake-up of its own", async () => {
+    let open!: () => void;
+    branchGate = new Promise<void>((res) => (open = res));
+    await r.submit('coalesce_fan', { n: 0 });
+    const a = r.worker({ name: 'a', concurrency: 1, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
+    const b = r.worker({ name: 'b', concurrency: 3, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
+    const c = r.worker({ name: 'c', concurrency: 3, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
+    await a.start();
+    await t.deliverAll(0); // the submit's wake-up, to A: A runs the root, then takes one branch and passes the other five on
+    await b.start();
+    await c.start();
+    const running = async () =>
+      (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.stages WHERE name LIKE 'b%' AND state = 'running'`))[0]!.n;
+    // While every branch holds its slot, the six run at once on A (1), B and C (3 each): B and C learn of them from wake-ups only.
+    const all = await until(async () => {
+      await t.deliverRoundRobin();
+      return (await running()) === 6;
+    }, 10_000);
+    open();
+    expect(all).toBe(true);
+    expect(await until(async () => (await claimedOnce()).succeeded === 7, 10_000)).toBe(true);
+    await Promise.all([a.stop(), b.stop(), c.stop()]);
+    expect(await claimedOnce()).toEqual({ n: 7, succeeded: 7, attempts: 7, claims: 7 });
   });
 });
