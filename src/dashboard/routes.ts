@@ -182,7 +182,8 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const db = opts.ratchet.store.db;
     // The events first, the run after: the run is never older than the events, so whatever it
     // shows that the events do not is still to come on the stream, and refreshes the panel then.
-    const tail = await readStreamTail(db, id, EVENTS_SHOWN);
+    // A panel refresh (countEarlier false) redraws from recent events: the bounded read, not a sort of a long run's every event.
+    const tail = await readStreamTail(db, id, EVENTS_SHOWN, { recentOnly: !countEarlier });
     const run = await opts.ratchet.store.getRun(id);
     if (!run) throw new UnknownRunError(id);
     const [explanation, usage, waits] = await Promise.all([opts.ratchet.explain(id).catch(() => null), runUsage(db, id), waitsOf(db, id)]);

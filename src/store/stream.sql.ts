@@ -68,6 +68,22 @@ WHERE e.run_id = $1::uuid AND coalesce(e.tx, '0'::xid8) < pg_snapshot_xmin(pg_cu
 ORDER BY coalesce(e.tx, '0'::xid8) DESC, e.id DESC
 LIMIT $2`;
 
+/**
+ * STREAM_TAIL_SQL over the run's newest $3 events by id only (events_run_idx backwards, no sort of
+ * the whole run): for views that redraw from recent events (the dashboard's panel refresh), not for
+ * a resume position; an event outside that window (a transaction that took its id long before it
+ * committed) is missing from it.
+ */
+export const STREAM_TAIL_RECENT_SQL = `
+SELECT w.id, w.run_id, w.stage_id, w.type, w.fence, w.attempt, w.at, w.data, w.txv::text AS tx FROM (
+  SELECT e.id::text AS id, e.run_id, e.stage_id::text AS stage_id, e.type, e.fence::text AS fence, e.attempt, e.at, e.data,
+    coalesce(e.tx, '0'::xid8) AS txv, e.id AS idv
+  FROM ratchet.events e WHERE e.run_id = $1::uuid ORDER BY e.id DESC LIMIT $3
+) w
+WHERE w.txv < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY w.txv DESC, w.idv DESC
+LIMIT $2`;
+
 /** How many of run $1's events come before position ($2 tx, $3 id) in stream order (all final: they precede a final one). */
 export const STREAM_COUNT_BEFORE_SQL = `
 SELECT count(*)::int AS n FROM ratchet.events e

@@ -7,6 +7,7 @@ import {
   END_CHECK_SQL,
   STREAM_COUNT_BEFORE_SQL,
   STREAM_EVENTS_SQL,
+  STREAM_TAIL_RECENT_SQL,
   STREAM_TAIL_SQL,
 } from './stream.sql.js';
 
@@ -77,14 +78,19 @@ export async function lastEventId(q: Queryable): Promise<string> {
  * The newest `limit` events of run `runId` that are final (STREAM_TAIL_SQL), in stream order, and
  * whether earlier ones exist: the end of the stream's contiguous final prefix, so a reader that
  * has them resumes the stream after the last one (a dashboard page: nothing missed, nothing twice).
+ * `recentOnly`: the same from the run's newest 2 x limit + 100 events by id only (STREAM_TAIL_RECENT_SQL:
+ * no sort of a long run's every event), for a view redrawn from recent events, never a resume position.
  */
 export async function readStreamTail(
   q: Queryable,
   runId: string,
   limit: number,
+  opts: { recentOnly?: boolean } = {},
 ): Promise<{ events: StreamBatch['events']; earlier: boolean }> {
   if (!isUuid(runId)) return { events: [], earlier: false };
-  const rows = await q.query(STREAM_TAIL_SQL, [runId, limit + 1], 'ratchet_stream_tail');
+  const rows = opts.recentOnly
+    ? await q.query(STREAM_TAIL_RECENT_SQL, [runId, limit + 1, 2 * limit + 100], 'ratchet_stream_tail_recent')
+    : await q.query(STREAM_TAIL_SQL, [runId, limit + 1], 'ratchet_stream_tail');
   const events: StreamBatch['events'] = rows.slice(0, limit).map((e) => ({
     id: e.id as string,
     runId: e.run_id as string,
