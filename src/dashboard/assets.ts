@@ -220,6 +220,8 @@ export const DASHBOARD_JS = String.raw`(() => {
     live.textContent = ended || TERMINAL_STATES.includes(runState()) ? 'finished' : 'reconnecting…';
     live.className = 'live';
     clearTimeout(checkTimer);
+    // Only a failed run can be retried: a run that ended otherwise has nothing more to come.
+    if (TERMINAL_STATES.includes(runState()) && runState() !== 'failed') return;
     const ms = checkMs * (0.8 + Math.random() * 0.4);
     checkMs = Math.min(checkMs * 2, CHECK_MAX_MS);
     checkTimer = setTimeout(() => {

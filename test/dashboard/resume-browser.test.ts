@@ -224,4 +224,17 @@ describe('dashboard run page: the stream resumes where the page is', () => {
     expect(failures).toEqual([]);
     await page.close();
   }, 60_000);
+
+  it('a succeeded run cannot be retried: once its stream ended, the page does not check it again', async () => {
+    const { id } = await api.client.submit('echo', { key: 'resume-done' });
+    await until('the run to succeed', async () => (await api.client.get(id)).state === 'succeeded');
+    await allFinal(id);
+    const { page, failures, streams } = await openRunPage(id);
+    await expect.poll(() => page.textContent('#live')).toBe('finished');
+    const opened = (await streams()).length;
+    await page.waitForTimeout(5000); // past the first two checks of a failed run's page (2 s, then 4 s, jittered)
+    expect((await streams()).length).toBe(opened);
+    expect(failures).toEqual([]);
+    await page.close();
+  }, 60_000);
 });
