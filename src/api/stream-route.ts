@@ -86,6 +86,7 @@ async function pipeToNode(out: ServerResponse, stream: AsyncGenerator<StreamChun
     for await (const chunk of stream) {
       if (ac.signal.aborted) break;
       const f = frameOf(chunk);
+      if (f.body.length === 0) continue; // an empty chunk framed would be `0\r\n\r\n`: the end of the body
       const socket = out.socket;
       if (socket && out.headersSent && out.chunkedEncoding) {
         if (!socket.write(f.framed)) await once(socket, 'drain', { signal: ac.signal }).catch(() => {});

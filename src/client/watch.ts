@@ -249,19 +249,27 @@ export async function* watchRunEvents(
   // order may still hold it back: it takes only events older than the oldest transaction running
   // anywhere on the database server (another database's included), and answers a held-back page
   // like the last one (no next cursor). So read until the terminal event has come.
+  // A run retried meanwhile runs on for as long as it takes: then the pauses grow to the bounded
+  // poller's longest interval (jittered), not 1 s.
   let pauseMs = 10;
+  let retried = false;
+  const longest = Math.max(typeof o.poll?.maxInterval === 'number' ? o.poll.maxInterval : 30_000, 1000);
   for (;;) {
     await drain();
     while (queue.length > 0) {
       const e = queue.shift()!;
       if (TERMINAL_EVENTS.includes(e.type)) terminal = e.type;
-      else if (e.type === 'run_retried') terminal = null;
+      else if (e.type === 'run_retried') {
+        terminal = null;
+        retried = true;
+      }
       yield e;
     }
     if (terminal !== null) return end('ended', 'poll');
     const stop = stopped();
     if (stop) return end(stop, 'poll');
-    await clock.sleep(Math.min(pauseMs, Math.max(0, deadlineAt - clock.now())), o.signal);
-    pauseMs = Math.min(pauseMs * 2, 1000);
+    const pause = retried ? pauseMs * (0.8 + random() * 0.4) : pauseMs;
+    await clock.sleep(Math.min(pause, Math.max(0, deadlineAt - clock.now())), o.signal);
+    pauseMs = Math.min(pauseMs * 2, retried ? longest : 1000);
   }
 }
