@@ -145,11 +145,15 @@ describe('dashboard in a real browser', () => {
     await page.click(`a[href="/runs/${reclaimedRun}"]`);
     await page.waitForSelector('#panel');
     const lane = page.locator('.lane[data-stage-seq="1"]');
-    await expect.poll(() => lane.locator('.bar').count()).toBe(2);
-    expect(await lane.locator('.bar[data-attempt="1"]').getAttribute('data-outcome')).toBe('lease_lost');
-    expect(await lane.locator('.bar[data-attempt="2"]').getAttribute('data-outcome')).toBe('running');
-    expect(await lane.locator('.bar[data-attempt="2"]').getAttribute('class')).toContain('reclaimed');
-    expect(await lane.locator('.mark.m-reclaim').count()).toBe(1);
+    // Two attempts: the dead worker's and the reclaim. On a loaded machine the live worker may lose
+    // its 3 s lease too and be reclaimed again: then every attempt but the last is lease_lost.
+    await expect.poll(() => lane.locator('.bar').count()).toBeGreaterThanOrEqual(2);
+    const bars = await lane.locator('.bar').count();
+    for (let n = 1; n < bars; n++) expect(await lane.locator(`.bar[data-attempt="${n}"]`).getAttribute('data-outcome')).toBe('lease_lost');
+    const last = lane.locator(`.bar[data-attempt="${bars}"]`);
+    expect(await last.getAttribute('data-outcome')).toBe('running');
+    expect(await last.getAttribute('class')).toContain('reclaimed');
+    expect(await lane.locator('.mark.m-reclaim').count()).toBe(bars - 1);
     await expect.poll(() => page.textContent('#live')).toBe('live');
     expect(await page.textContent('#panel .explain')).toContain('running_healthy');
     await page.screenshot({ path: artefactPath('dashboard-reclaimed.png'), fullPage: true });
@@ -163,7 +167,7 @@ describe('dashboard in a real browser', () => {
     // Polled long: a transaction elsewhere in the cluster holds every stream back while it runs.
     await expect.poll(() => page.locator('#events tr', { hasText: 'run_cancelled' }).count(), { timeout: 20_000 }).toBe(1);
     await expect.poll(() => page.textContent('#live')).toBe('finished');
-    await expect.poll(() => lane.locator('.bar[data-attempt="2"]').getAttribute('data-outcome')).toBe('cancelled');
+    await expect.poll(() => last.getAttribute('data-outcome')).toBe('cancelled');
     expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(42); // the same page: updated live
     expect(await page.locator('form[data-action=cancel]').count()).toBe(0);
     await page.screenshot({ path: artefactPath('dashboard-cancelled.png'), fullPage: true });
