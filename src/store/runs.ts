@@ -306,7 +306,21 @@ export interface RunRow {
   children?: ChildRunSummary[];
 }
 
-const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+export const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+
+/** An events row as read (ids and fences as text) to the EventRow every reader hands on. */
+export function eventOfRow(e: Record<string, unknown>): EventRow {
+  return {
+    id: e.id as string,
+    runId: e.run_id as string,
+    stageId: (e.stage_id as string | null) ?? null,
+    type: e.type as string,
+    fence: (e.fence as string | null) ?? null,
+    attempt: (e.attempt as number | null) ?? null,
+    at: e.at as Date,
+    data: e.data ?? null,
+  };
+}
 
 /** A run with its stages, or null for an unknown id (evidence, not failure). */
 export async function getRun(q: Queryable, id: string): Promise<RunRow | null> {
@@ -394,16 +408,7 @@ export interface EventRow {
 export async function listEvents(q: Queryable, runId: string, opts: { after?: string; limit?: number } = {}): Promise<EventRow[]> {
   if (!isUuid(runId)) return [];
   const rows = await q.query(LIST_EVENTS_SQL, [runId, opts.after ?? '0', Math.min(opts.limit ?? 1000, 10_000)], 'ratchet_list_events');
-  return rows.map((e) => ({
-    id: e.id as string,
-    runId: e.run_id as string,
-    stageId: (e.stage_id as string | null) ?? null,
-    type: e.type as string,
-    fence: (e.fence as string | null) ?? null,
-    attempt: (e.attempt as number | null) ?? null,
-    at: e.at as Date,
-    data: e.data ?? null,
-  }));
+  return rows.map(eventOfRow);
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { Queryable } from './db.js';
-import type { EventRow } from './runs.js';
+import { eventOfRow, isUuid, type EventRow } from './runs.js';
 import {
   EVENT_POSITION_SQL,
   EVENTS_SINCE_SQL,
@@ -27,24 +27,18 @@ export interface StreamBatch {
   full: boolean;
 }
 
-const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+/** A stream read's row: the event and its stream position (tx, id). */
+const streamedOfRow = (e: Record<string, unknown>): StreamBatch['events'][number] => ({
+  ...eventOfRow(e),
+  position: { tx: e.tx as string, id: e.id as string },
+});
 
 export async function readStreamBatch(q: Queryable, runId: string, after: StreamPosition, limit: number): Promise<StreamBatch> {
   const rows = await q.query(STREAM_EVENTS_SQL, [runId, after.tx, after.id, limit], 'ratchet_stream_events');
   const events: StreamBatch['events'] = [];
   for (const e of rows) {
     if (e.final !== true) break; // rows after the first held-back one are not final either (ordered by tx)
-    events.push({
-      id: e.id as string,
-      runId: e.run_id as string,
-      stageId: (e.stage_id as string | null) ?? null,
-      type: e.type as string,
-      fence: (e.fence as string | null) ?? null,
-      attempt: (e.attempt as number | null) ?? null,
-      at: e.at as Date,
-      data: e.data ?? null,
-      position: { tx: e.tx as string, id: e.id as string },
-    });
+    events.push(streamedOfRow(e));
   }
   return { events, heldBack: events.length < rows.length, full: rows.length === limit };
 }
@@ -91,17 +85,7 @@ export async function readStreamTail(
   const rows = opts.recentOnly
     ? await q.query(STREAM_TAIL_RECENT_SQL, [runId, limit + 1, 2 * limit + 100], 'ratchet_stream_tail_recent')
     : await q.query(STREAM_TAIL_SQL, [runId, limit + 1], 'ratchet_stream_tail');
-  const events: StreamBatch['events'] = rows.slice(0, limit).map((e) => ({
-    id: e.id as string,
-    runId: e.run_id as string,
-    stageId: (e.stage_id as string | null) ?? null,
-    type: e.type as string,
-    fence: (e.fence as string | null) ?? null,
-    attempt: (e.attempt as number | null) ?? null,
-    at: e.at as Date,
-    data: e.data ?? null,
-    position: { tx: e.tx as string, id: e.id as string },
-  }));
+  const events: StreamBatch['events'] = rows.slice(0, limit).map(streamedOfRow);
   return { events: events.reverse(), earlier: rows.length > limit };
 }
 
