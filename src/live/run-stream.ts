@@ -8,6 +8,12 @@ import type { TokenDelta } from './tokens.js';
 
 const isTerminalEvent = (type: string) => TERMINAL_EVENT_TYPES.includes(type);
 const isTerminalState = (state: string) => TERMINAL_RUN_STATES.includes(state as RunState);
+/** Run `runId`'s end check at `at`, one query for every watcher asking at once (hub.shared, single flight). */
+const sharedEndCheck = (db: Queryable, hub: EventHub, runId: string, at: StreamPosition) =>
+  hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at));
+/** An end check that says the run is over at that point for good: terminal, and not retried after it. */
+const overForGood = (c: { state: string; retriedAfter: boolean } | null): boolean =>
+  c !== null && isTerminalState(c.state) && !c.retriedAfter;
 
 export const DEFAULT_HEARTBEAT_MS = 15_000;
 const BATCH = 500;
@@ -73,16 +79,16 @@ export async function openRunStreamChunks(
     const p = await eventPosition(db, runId, opts.afterEventId);
     if (!p) {
       const start = STREAM_START;
-      if (!(await hub.shared(`end ${runId} ${start.tx} ${start.id}`, () => endCheck(db, runId, start)))) throw new UnknownRunError(runId);
+      if (!(await sharedEndCheck(db, hub, runId, start))) throw new UnknownRunError(runId);
       throw new InvalidInputError(`event ${opts.afterEventId} is not an event of run ${runId}`, 'Last-Event-ID');
     }
     position = p;
   }
   // Opens arriving together (a page of watchers reconnecting) share these reads (hub.shared, single flight).
   const at = position;
-  const before = await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at));
+  const before = await sharedEndCheck(db, hub, runId, at);
   if (!before) throw new UnknownRunError(runId);
-  if (isTerminalState(before.state) && !before.retriedAfter) {
+  if (overForGood(before)) {
     const rest = await hub.shared(`rest ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, 1));
     if (rest.events.length === 0 && !rest.heldBack) return null;
   }
@@ -273,7 +279,7 @@ class RunFeed {
           if (isTerminalEvent(e.type)) {
             const notes = this.notes;
             const now = await endCheck(this.db, this.runId, e.position);
-            if (now && isTerminalState(now.state) && !now.retriedAfter) this.ended.set(e, notes);
+            if (overForGood(now)) this.ended.set(e, notes);
           }
           this.buffer.push(e);
           this.head = e.position;
@@ -446,8 +452,8 @@ async function* streamRun(
             // A notification since the feed's check (or a read running): a run_retried may be
             // committed and not read yet. Ask again, once for all the run's watchers.
             const at2 = e.position;
-            const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
-            if (now && isTerminalState(now.state) && !now.retriedAfter) return;
+            const now = await sharedEndCheck(db, hub, runId, at2);
+            if (overForGood(now)) return;
           }
           if (from < shared.length) {
             position = shared[shared.length - 1]!.position;
@@ -459,9 +465,7 @@ async function* streamRun(
           follower.next = null; // an own read moves past what the feed would hand this watcher
           follower.ahead = false;
           const at = position;
-          const before = !checkEnd
-            ? null
-            : (openedCheck ?? (await hub.shared(`end ${runId} ${at.tx} ${at.id}`, () => endCheck(db, runId, at))));
+          const before = !checkEnd ? null : (openedCheck ?? (await sharedEndCheck(db, hub, runId, at)));
           openedCheck = null;
           if (checkEnd && !before) throw new UnknownRunError(runId);
           const batch = await hub.shared(`read ${runId} ${at.tx} ${at.id}`, () => readStreamBatch(db, runId, at, BATCH));
@@ -476,12 +480,11 @@ async function* streamRun(
             from = k + 1;
             if (isTerminalEvent(e.type)) {
               const at2 = position;
-              const now = await hub.shared(`end ${runId} ${at2.tx} ${at2.id}`, () => endCheck(db, runId, at2));
-              if (now && isTerminalState(now.state) && !now.retriedAfter) return;
+              const now = await sharedEndCheck(db, hub, runId, at2);
+              if (overForGood(now)) return;
             }
           }
-          if (checkEnd && before && isTerminalState(before.state) && !before.retriedAfter && batch.events.length === 0 && !batch.heldBack)
-            return;
+          if (checkEnd && overForGood(before) && batch.events.length === 0 && !batch.heldBack) return;
           checkEnd = false;
           if (batch.heldBack) {
             setTimeout(wake, heldBackMs).unref();

@@ -1,5 +1,6 @@
 import { assertTransition, type RunState } from '../planner/states.js';
 import type { Db, Queryable } from './db.js';
+import { isUuid } from './runs.js';
 import { RELEASE_CHILD_RUN_SQL, RETRY_RUN_SQL, REVIVED_CHILD_STAGES_SQL, STAGE_WAITS_FOR_CHILD_SQL } from './runs.sql.js';
 
 // The transitions RETRY_RUN_SQL writes must be in the state table; checked when this module loads.
@@ -8,8 +9,6 @@ assertTransition('stage', 'failed', 'queued');
 assertTransition('stage', 'cancelled', 'pending');
 assertTransition('stage', 'failed', 'waiting');
 assertTransition('stage', 'cancelled', 'waiting');
-
-const isUuid = (s: string) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
 
 export interface RetryResult {
   /** false when nothing moved: see `reason`. */
