@@ -4,7 +4,7 @@ import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitio
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { artefactPath, launchBrowser, type Browser } from '../helpers/browser.js';
 import { insertQueuedStages } from '../helpers/stages.js';
-import { apiWorkflows, callsOf, owe } from '../api/fixtures.js';
+import { apiWorkflows, owe } from '../api/fixtures.js';
 import { startApi, TOKEN, until, type Api } from '../api/helpers.js';
 import { waitWorkflows } from '../api/waits-fixtures.js';
 
@@ -30,6 +30,35 @@ const nap = (name: string) =>
       return { ok: name };
     },
   });
+/**
+ * The reclaimed run's one stage: it holds until cancelled. Its own class, so that a loaded machine (CI runs
+ * other test files beside this one) cannot end the run under the test: a 500 ms heartbeat on a 3 s lease, and
+ * 10 attempts, so a live worker that loses its lease again is reclaimed again (the test reads every
+ * attempt) instead of failing the run after its third attempt, which took it off the 'running' filter.
+ */
+const held = defineToolClass({
+  name: 'dash-held',
+  lease: '3s',
+  heartbeat: '500ms',
+  jitter: '100ms',
+  timeout: '60s',
+  maxDuration: '120s',
+  retry: { maxAttempts: 10 },
+});
+const heldCalls: number[] = [];
+const holdTool = defineTool({
+  name: 'dash-hold',
+  description: 'holds until its signal aborts',
+  class: held,
+  input: z.unknown(),
+  output: z.object({}),
+  run: async (_i, ctx) => {
+    heldCalls.push(ctx.attempt);
+    await new Promise((_r, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason), { once: true }));
+    return {};
+  },
+});
+const hold = defineWorkflow({ name: 'dash-hold', input: z.unknown(), steps: [{ tool: holdTool }] });
 const publish = defineWorkflow({ name: 'dash-publish', input: z.unknown(), steps: [{ tool: nap('post') }] });
 /** Two branches at once, their join, then a child run. */
 const fanout = defineWorkflow({
@@ -67,16 +96,18 @@ beforeAll(async () => {
     databaseUrl: db.url,
     poolSize: 8,
     streamHeartbeatMs: 1000,
-    workflows: [...apiWorkflows, ...waitWorkflows, fanout, publish],
+    workflows: [...apiWorkflows, ...waitWorkflows, fanout, publish, hold],
   });
   await insertQueuedStages(api.ratchet.store.db, 1000, 'bulk-class');
   // A worker claims the gate stage and dies: its lease (3 s) runs out, a live worker reclaims it.
-  reclaimedRun = (await api.client.submit('gate', { key: 'dash-reclaim' })).id;
-  const [dead] = await api.ratchet.store.claim({ owner: 'dead-worker-1', toolClass: 'long', limit: 1 });
+  reclaimedRun = (await api.client.submit('dash-hold', {})).id;
+  const [dead] = await api.ratchet.store.claim({ owner: 'dead-worker-1', toolClass: 'dash-held', limit: 1 });
   expect(dead?.runId).toBe(reclaimedRun);
   await new Promise((r) => setTimeout(r, 3300));
-  await api.ratchet.worker({ classes: ['quick', 'long', 'wio', 'dash-par', '$control'], pollIntervalMs: 50, concurrency: 4 }).start();
-  await until('the reclaim', async () => callsOf('gate', 'dash-reclaim').length > 0);
+  await api.ratchet
+    .worker({ classes: ['quick', 'long', 'wio', 'dash-par', 'dash-held', '$control'], pollIntervalMs: 50, concurrency: 4 })
+    .start();
+  await until('the reclaim', async () => heldCalls.length > 0);
   // Two real approval gates: the worker's claim of create_case asks a person.
   toApprove = await awaitingApproval('inv-approve');
   toReject = await awaitingApproval('inv-reject');
@@ -139,10 +170,20 @@ describe('dashboard in a real browser', () => {
     expect(await page.locator('table.runs tbody tr').count()).toBe(50);
     console.log(`dashboard: the second page of 1,002 runs loaded in ${pageMs} ms`);
 
-    // Filter by state, open the reclaimed run.
+    // Filter by state, open the reclaimed run (still running: said here, rather than as a missing link).
+    expect((await api.client.get(reclaimedRun)).state).toBe('running');
     await page.selectOption('select[name=state]', 'running');
     await page.click('form.filters button');
-    await page.click(`a[href="/runs/${reclaimedRun}"]`);
+    await page.waitForURL(/state=running/);
+    const link = page.locator(`a[href="/runs/${reclaimedRun}"]`);
+    // If the link is missing, say what the page showed instead of a bare click timeout.
+    await expect
+      .poll(() => link.count(), { timeout: 15_000, message: 'the reclaimed run on the running filter' })
+      .toBe(1)
+      .catch(async (e) => {
+        throw new Error(`${(e as Error).message}\nthe page showed: ${(await page.textContent('body'))?.slice(0, 2000)}`);
+      });
+    await link.click();
     await page.waitForSelector('#panel');
     const lane = page.locator('.lane[data-stage-seq="1"]');
     // Two attempts: the dead worker's and the reclaim. On a loaded machine the live worker may lose
