@@ -115,6 +115,27 @@ ${prefix}_run_failed_ev AS (
 )`;
 }
 
+/**
+ * The body of ratchet.db_now() (drizzle/0001_clock_functions.sql: now() plus the movable offset), for the
+ * `clk` CTE of the hot statements (finish, claim, extend, release). A SQL function whose body has a
+ * sub-select is never inlined: each call ran as a query of its own, planned again at every statement
+ * (one plan per claim or finish batch). Inlined, the sub-select is planned once with the statement's
+ * generic plan. test/store/db-now-inline.test.ts checks it gives what the function gives, offset included.
+ */
+export const DB_NOW_SQL = `(now() + coalesce((SELECT c.offset_ms FROM ratchet.clock c WHERE c.id = 1), 0) * interval '1 millisecond')`;
+
+/**
+ * 'running' as the fence's UPDATEs compare it (`s.state = ${BY_ID_RUNNING}`) where they take stages by their
+ * ids (a bigint[] parameter, the primary key): an initplan, whose value the planner does not see. Against
+ * the literal it can prove stages_running_lease_idx's predicate and take the lease check
+ * (`lease_until > clk.t`) as that index's condition: a bitmap scan of every live lease of every worker (and
+ * of their dead entries until a vacuum) for each batch, which its row estimate (the running rows of the
+ * last ANALYZE, few) made look cheaper than the primary-key probes. In the fast-path bench it was the
+ * generic plan of the finish, 18% of PostgreSQL's CPU (PERF-NOTES §9). The value is the same, so the
+ * fence (and its re-check on a concurrently updated row) is unchanged.
+ */
+export const BY_ID_RUNNING = `(SELECT 'running'::text)`;
+
 /** The columns of a next stage handed to its owner on the fast path (finish's joined and next_handed_again return the same). */
 export const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
     s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
