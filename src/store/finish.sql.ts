@@ -169,8 +169,8 @@ run_ended AS (
   RETURNING r.id, r.state, r.parent_stage_id
 ),
 rest_old AS (
-  SELECT s.id, s.state FROM ratchet.stages s JOIN run_ended d ON s.run_id = d.id
-  WHERE s.state IN (${UNENDED}) AND s.id <> ALL (ARRAY(SELECT id FROM accepted))
+  SELECT s.id, s.state FROM ratchet.stages s
+  WHERE s.run_id = ANY(ARRAY(SELECT id FROM run_ended)) AND s.state IN (${UNENDED}) AND s.id <> ALL (ARRAY(SELECT id FROM accepted))
     AND NOT EXISTS (SELECT 1 FROM accepted f WHERE f.run_id = s.run_id AND f.next_error IS NOT NULL AND f.next_seq = s.seq)
 ),
 rest_cancelled AS (
@@ -228,9 +228,12 @@ children_cancelled AS (
   FROM descendants t, clk WHERE r.id = t.id AND r.state IN (${RUN_ACTIVE})
   RETURNING r.id
 ),
+-- Stages taken by run_id = ANY(ARRAY(...)) (stages_run_seq_uq), here and in rest_old, never by a join to the
+-- CTE: as a hash join the planner put a Seq Scan of stages on the outer side, and the executor read it up to
+-- the first unended stage before it found the CTE empty, at every finish (every stage ever kept comes first).
 children_stages_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
-  FROM children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${UNENDED})
+  FROM clk WHERE s.run_id = ANY(ARRAY(SELECT id FROM children_cancelled)) AND s.state IN (${UNENDED})
   RETURNING s.id
 ),
 -- The open waits (a sleep, a signal, an approval: ratchet.waits) of the stages cancelled here end

@@ -54,6 +54,8 @@ export const STAGE_NOT_STARTED = sqlStates(['pending', 'queued'].filter((s) => s
  * recursively, with their stages (as the finish's `descendants`); the open waits (ratchet.waits: a
  * sleep, a signal, an approval) of every stage cancelled here end `cancelled` with a wait_ended event,
  * as CANCEL_RUN_SQL closes them. Same words everywhere. The statement must begin WITH RECURSIVE.
+ * The stages of the failed runs are taken by run_id = ANY(ARRAY(...)), never by a join to the CTE: a hash
+ * join read a Seq Scan of stages up to its first unended row before it found the CTE empty (finish.sql.ts).
  */
 export function failRunsFrom(source: string, prefix: string): string {
   return `
@@ -71,7 +73,7 @@ ${prefix}_parent_woken AS (
   RETURNING p.id
 ),
 ${prefix}_rest_old AS (
-  SELECT s.id, s.state FROM ratchet.stages s JOIN ${prefix}_run_failed f ON s.run_id = f.id WHERE s.state IN (${STAGE_UNENDED})
+  SELECT s.id, s.state FROM ratchet.stages s WHERE s.run_id = ANY(ARRAY(SELECT id FROM ${prefix}_run_failed)) AND s.state IN (${STAGE_UNENDED})
 ),
 -- (the failing stage itself was updated by ${source} in this statement: this UPDATE skips it)
 ${prefix}_rest_cancelled AS (
@@ -94,7 +96,7 @@ ${prefix}_children_cancelled AS (
 ),
 ${prefix}_children_stages_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
-  FROM ${prefix}_children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${STAGE_UNENDED})
+  FROM clk WHERE s.run_id = ANY(ARRAY(SELECT id FROM ${prefix}_children_cancelled)) AND s.state IN (${STAGE_UNENDED})
   RETURNING s.id
 ),
 -- The open waits of the stages cancelled here end 'cancelled' (an approval without a timeout would otherwise stay open for good).
