@@ -1,4 +1,4 @@
-import { failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
+import { DB_NOW_SQL, BY_ID_RUNNING, failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
 
 /** Extend (heartbeat), release (graceful shutdown) and the embedded start-up's expiry of dead leases. */
 /**
@@ -20,7 +20,7 @@ import { failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
  * - lost: expired, taken over (another fence) or gone. Only these write heartbeat_lost.
  */
 export const EXTEND_SQL = `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
 req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
 cur AS (
   SELECT s.id, s.run_id, s.state, s.fence, s.attempt, s.max_attempts,
@@ -33,7 +33,7 @@ ok AS (
   UPDATE ratchet.stages s SET lease_until = clk.t + s.lease_ms * interval '1 millisecond', heartbeat_at = clk.t
   FROM cur, clk
   WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND NOT cur.over_duration
-    AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
+    AND s.state = ${BY_ID_RUNNING} AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
   RETURNING s.id, s.fence, s.lease_until
 ),
 over AS (
@@ -49,7 +49,7 @@ over AS (
     updated_at = clk.t
   FROM cur, clk
   WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND cur.over_duration
-    AND s.state = 'running' AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
+    AND s.state = ${BY_ID_RUNNING} AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt, s.continue_on_error, s.next_seqs, s.sink, coalesce(s.step, s.name) AS step
 ),
 -- The last attempt past maxDuration fails the run, unless the stage's failure is a value: then it counts as done (settleFrom).
@@ -91,13 +91,13 @@ ORDER BY req.id`;
  * The stage is `queued` again, available now; the attempt is not counted against the budget.
  */
 export const RELEASE_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
 req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
 rel AS (
   UPDATE ratchet.stages s SET state = 'queued', available_at = clk.t, owner_id = NULL, lease_until = NULL,
     attempt = s.attempt - 1, updated_at = clk.t
   FROM req, clk
-  WHERE s.id = ANY($2::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
+  WHERE s.id = ANY($2::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = ${BY_ID_RUNNING} AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.fence, s.attempt, s.tool_class
 ),
 ev AS (
@@ -111,7 +111,7 @@ SELECT r.id::text AS id, r.tool_class FROM rel r`;
  * belongs to a dead process. Expire them at once so the next claim reclaims them.
  */
 export const EXPIRE_ALL_LEASES_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
 exp AS (
   UPDATE ratchet.stages s SET lease_until = clk.t - interval '1 millisecond', updated_at = clk.t
   FROM clk WHERE s.state = 'running' AND s.lease_until >= clk.t

@@ -1,4 +1,13 @@
-import { NEXT_COLUMNS, RUN_ACTIVE, STAGE_CANCEL_EVENT, STAGE_UNENDED, closeWaitsOf, settleFrom } from './lease-common.sql.js';
+import {
+  DB_NOW_SQL,
+  BY_ID_RUNNING,
+  NEXT_COLUMNS,
+  RUN_ACTIVE,
+  STAGE_CANCEL_EVENT,
+  STAGE_UNENDED,
+  closeWaitsOf,
+  settleFrom,
+} from './lease-common.sql.js';
 
 /** The event a finish writes for each outcome; a replay finds its own earlier finish by it. */
 const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
@@ -44,7 +53,7 @@ const UNENDED = STAGE_UNENDED;
  * Returns every row's verdict: accepted (now or by a replay), the stages it queued (to wake), the next stage to run.
  */
 export const FINISH_SQL = `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
 req AS (
   SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id bigint, fence bigint, outcome text, result jsonb, error jsonb,
     "retryDelayMs" int, "asValue" boolean, "waitFor" int, "nextSeq" int, "nextInput" jsonb, "nextError" jsonb, "claimNext" boolean,
@@ -69,7 +78,8 @@ accepted AS (
     finished_at = CASE WHEN req.outcome IN ('queued', 'waiting') THEN NULL ELSE clk.t END,
     updated_at = clk.t
   FROM req, clk
-  WHERE s.id = ANY($3::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = 'running' AND s.lease_until > clk.t
+  WHERE s.id = ANY($3::bigint[]) AND s.id = req.id AND s.fence = req.fence AND s.owner_id = $1 AND s.state = ${BY_ID_RUNNING}
+    AND s.lease_until > clk.t
   RETURNING s.id, s.run_id, s.definition_hash, s.priority, s.fence, s.attempt, s.tool_class, s.available_at, s.seq, s.name,
     coalesce(s.step, s.name) AS step, s.next_seqs, s.sink, req.outcome, req."retryDelayMs" AS retry_delay_ms,
     req.result, req.error, (req.outcome = 'failed' AND coalesce(req."asValue", false)) AS as_value,
@@ -131,7 +141,7 @@ next_handed_again AS (
     claimed_at = clk.t, updated_at = clk.t
   FROM replayed_next c, clk
   WHERE s.id = ANY(ARRAY(SELECT stage_id FROM replayed_next)) AND s.id = c.stage_id AND s.fence = c.fence
-    AND s.state = 'running' AND s.owner_id = $1
+    AND s.state = ${BY_ID_RUNNING} AND s.owner_id = $1
   RETURNING ${NEXT_COLUMNS}, c.after_id, c.after_fence
 ),
 -- Stages decided at run time (an agent's answer, a map's items), inserted only when the finish
@@ -159,8 +169,8 @@ run_ended AS (
   RETURNING r.id, r.state, r.parent_stage_id
 ),
 rest_old AS (
-  SELECT s.id, s.state FROM ratchet.stages s JOIN run_ended d ON s.run_id = d.id
-  WHERE s.state IN (${UNENDED}) AND s.id <> ALL (ARRAY(SELECT id FROM accepted))
+  SELECT s.id, s.state FROM ratchet.stages s
+  WHERE s.run_id = ANY(ARRAY(SELECT id FROM run_ended)) AND s.state IN (${UNENDED}) AND s.id <> ALL (ARRAY(SELECT id FROM accepted))
     AND NOT EXISTS (SELECT 1 FROM accepted f WHERE f.run_id = s.run_id AND f.next_error IS NOT NULL AND f.next_seq = s.seq)
 ),
 rest_cancelled AS (
@@ -218,9 +228,12 @@ children_cancelled AS (
   FROM descendants t, clk WHERE r.id = t.id AND r.state IN (${RUN_ACTIVE})
   RETURNING r.id
 ),
+-- Stages taken by run_id = ANY(ARRAY(...)) (stages_run_seq_uq), here and in rest_old, never by a join to the
+-- CTE: as a hash join the planner put a Seq Scan of stages on the outer side, and the executor read it up to
+-- the first unended stage before it found the CTE empty, at every finish (every stage ever kept comes first).
 children_stages_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
-  FROM children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${UNENDED})
+  FROM clk WHERE s.run_id = ANY(ARRAY(SELECT id FROM children_cancelled)) AND s.state IN (${UNENDED})
   RETURNING s.id
 ),
 -- The open waits (a sleep, a signal, an approval: ratchet.waits) of the stages cancelled here end
@@ -327,7 +340,7 @@ ORDER BY req.id`;
  * (RUN_IS_ACTIVE in claim.sql.ts). Their open waits end `cancelled`, as everywhere.
  */
 export const CANCEL_FAILED_LEFTOVERS_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+WITH clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
 failed_runs AS (
   SELECT r.id FROM ratchet.runs r
   WHERE r.state = 'failed' AND (r.id = ANY($2::uuid[]) OR r.id IN (SELECT f.run_id FROM ratchet.stages f WHERE f.id = ANY($1::bigint[])))

@@ -54,6 +54,8 @@ export const STAGE_NOT_STARTED = sqlStates(['pending', 'queued'].filter((s) => s
  * recursively, with their stages (as the finish's `descendants`); the open waits (ratchet.waits: a
  * sleep, a signal, an approval) of every stage cancelled here end `cancelled` with a wait_ended event,
  * as CANCEL_RUN_SQL closes them. Same words everywhere. The statement must begin WITH RECURSIVE.
+ * The stages of the failed runs are taken by run_id = ANY(ARRAY(...)), never by a join to the CTE: a hash
+ * join read a Seq Scan of stages up to its first unended row before it found the CTE empty (finish.sql.ts).
  */
 export function failRunsFrom(source: string, prefix: string): string {
   return `
@@ -71,7 +73,7 @@ ${prefix}_parent_woken AS (
   RETURNING p.id
 ),
 ${prefix}_rest_old AS (
-  SELECT s.id, s.state FROM ratchet.stages s JOIN ${prefix}_run_failed f ON s.run_id = f.id WHERE s.state IN (${STAGE_UNENDED})
+  SELECT s.id, s.state FROM ratchet.stages s WHERE s.run_id = ANY(ARRAY(SELECT id FROM ${prefix}_run_failed)) AND s.state IN (${STAGE_UNENDED})
 ),
 -- (the failing stage itself was updated by ${source} in this statement: this UPDATE skips it)
 ${prefix}_rest_cancelled AS (
@@ -94,7 +96,7 @@ ${prefix}_children_cancelled AS (
 ),
 ${prefix}_children_stages_cancelled AS (
   UPDATE ratchet.stages s SET state = 'cancelled', finished_at = clk.t, updated_at = clk.t
-  FROM ${prefix}_children_cancelled c, clk WHERE s.run_id = c.id AND s.state IN (${STAGE_UNENDED})
+  FROM clk WHERE s.run_id = ANY(ARRAY(SELECT id FROM ${prefix}_children_cancelled)) AND s.state IN (${STAGE_UNENDED})
   RETURNING s.id
 ),
 -- The open waits of the stages cancelled here end 'cancelled' (an approval without a timeout would otherwise stay open for good).
@@ -114,6 +116,27 @@ ${prefix}_run_failed_ev AS (
   FROM ${prefix}_waits_closed w, clk
 )`;
 }
+
+/**
+ * The body of ratchet.db_now() (drizzle/0001_clock_functions.sql: now() plus the movable offset), for the
+ * `clk` CTE of the hot statements (finish, claim, extend, release). A SQL function whose body has a
+ * sub-select is never inlined: each call ran as a query of its own, planned again at every statement
+ * (one plan per claim or finish batch). Inlined, the sub-select is planned once with the statement's
+ * generic plan. test/store/db-now-inline.test.ts checks it gives what the function gives, offset included.
+ */
+export const DB_NOW_SQL = `(now() + coalesce((SELECT c.offset_ms FROM ratchet.clock c WHERE c.id = 1), 0) * interval '1 millisecond')`;
+
+/**
+ * 'running' as the fence's UPDATEs compare it (`s.state = ${BY_ID_RUNNING}`) where they take stages by their
+ * ids (a bigint[] parameter, the primary key): an initplan, whose value the planner does not see. Against
+ * the literal it can prove stages_running_lease_idx's predicate and take the lease check
+ * (`lease_until > clk.t`) as that index's condition: a bitmap scan of every live lease of every worker (and
+ * of their dead entries until a vacuum) for each batch, which its row estimate (the running rows of the
+ * last ANALYZE, few) made look cheaper than the primary-key probes. In the fast-path bench it was the
+ * generic plan of the finish, 18% of PostgreSQL's CPU (PERF-NOTES §9). The value is the same, so the
+ * fence (and its re-check on a concurrently updated row) is unchanged.
+ */
+export const BY_ID_RUNNING = `(SELECT 'running'::text)`;
 
 /** The columns of a next stage handed to its owner on the fast path (finish's joined and next_handed_again return the same). */
 export const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
