@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import {
   context,
   isSpanContextValid,
@@ -16,6 +15,7 @@ import {
 import type { ModelSpec, ToolContext } from '../definitions/types.js';
 import type { ClaimedStage } from '../store/lease.js';
 import { usageOf } from './model-usage.js';
+import { sha256Hex } from '../worker/errors.js';
 
 /**
  * OpenTelemetry spans through `@opentelemetry/api` only: with no SDK registered every call here
@@ -71,7 +71,7 @@ function derivedIds(runId: string): { traceId: string; spanId: string } {
   if (ids === undefined) {
     ids = {
       traceId: runId.replace(/-/g, '').toLowerCase(),
-      spanId: createHash('sha256').update(`ratchet.run:${runId}`).digest('hex').slice(0, 16),
+      spanId: sha256Hex(`ratchet.run:${runId}`).slice(0, 16),
     };
     if (derived.size >= DERIVED_KEPT) derived.clear();
     derived.set(runId, ids);
@@ -112,8 +112,39 @@ export function startRunSpan(runId: string, workflow: string): { traceparent: st
 const attempts = new Map<string, Context>();
 const attemptKey = (stageId: string, fence: string) => `${stageId}:${fence}`;
 
+/**
+ * Without an SDK an attempt has no span of its own: its tool and model spans' parent is its run's
+ * context, kept here by `stageId:fence` as the run's span context and its traceparent (the tool's
+ * ctx.traceparent), not as a Context (an OpenTelemetry Context, a no-op span and a traceparent
+ * string built per stage were ~2% of a worker's CPU, PERF-NOTES §11). One per run seen lately: a
+ * run's stages follow each other in the same worker (the fast path). Bounded: emptied when full.
+ */
+interface RunTrace {
+  /** The run's stored traceparent (null: none), the key's second half. */
+  stored: string | null;
+  sc: SpanContext;
+  /** The traceparent a tool gets, or undefined when the context is not valid (the tool's ctx then has none). */
+  traceparent: string | undefined;
+}
+const runTraces = new Map<string, RunTrace>();
+const plainAttempts = new Map<string, RunTrace>();
+function runTrace(runId: string, stored: string | null | undefined): RunTrace {
+  const s = stored ?? null;
+  let t = runTraces.get(runId);
+  if (t === undefined || t.stored !== s) {
+    const sc = runSpanContext(runId, s);
+    t = { stored: s, sc, traceparent: isSpanContextValid(sc) ? traceparentOf(sc) : undefined };
+    if (runTraces.size >= DERIVED_KEPT) runTraces.clear();
+    runTraces.set(runId, t);
+  }
+  return t;
+}
+
 function attemptContext(stageId: string, fence: string, runId: string): Context {
-  return attempts.get(attemptKey(stageId, fence)) ?? trace.setSpanContext(ROOT_CONTEXT, derivedRunSpanContext(runId));
+  const key = attemptKey(stageId, fence);
+  const ctx = attempts.get(key);
+  if (ctx) return ctx;
+  return trace.setSpanContext(ROOT_CONTEXT, plainAttempts.get(key)?.sc ?? derivedRunSpanContext(runId));
 }
 
 function failed(span: Span, err: unknown): void {
@@ -141,17 +172,17 @@ function sdkRegistered(): boolean {
  * recorded as `ratchet.outcome`.
  */
 export async function traceAttempt<T extends string>(stage: ClaimedStage, run: () => Promise<T>): Promise<T> {
-  const parent = trace.setSpanContext(ROOT_CONTEXT, runSpanContext(stage.runId, stage.runTraceparent));
   const key = attemptKey(stage.id, stage.fence);
   if (!sdkRegistered()) {
     // The no-op attempt span's context would be the run's: its tool spans' parent is the run's context.
-    attempts.set(key, parent);
+    plainAttempts.set(key, runTrace(stage.runId, stage.runTraceparent));
     try {
       return await run();
     } finally {
-      attempts.delete(key);
+      plainAttempts.delete(key);
     }
   }
+  const parent = trace.setSpanContext(ROOT_CONTEXT, runSpanContext(stage.runId, stage.runTraceparent));
   const attributes: Attributes = {
     'ratchet.run_id': stage.runId,
     'ratchet.workflow': stage.workflow,
@@ -193,6 +224,8 @@ export async function traceToolCall<T>(
   const { ctx } = inv;
   if (!sdkRegistered()) {
     // The no-op tool span's context would be its attempt's: the tool gets that as its traceparent.
+    const plain = plainAttempts.get(attemptKey(ctx.stageId, ctx.fence));
+    if (plain) return call(plain.traceparent === undefined ? ctx : { ...ctx, traceparent: plain.traceparent });
     const sc = trace.getSpanContext(attemptContext(ctx.stageId, ctx.fence, ctx.runId));
     return call(sc && isSpanContextValid(sc) ? { ...ctx, traceparent: traceparentOf(sc) } : ctx);
   }

@@ -22,6 +22,39 @@ export interface PostgresOptions {
   applicationName?: string;
 }
 
+/*
+ * Column parsers of the answers (pg's defaults otherwise). A finish of 10 rows answers db_now
+ * 10 times, the same text, and a claim's rows carry the same db_now too: a timestamptz text equal to
+ * the last one parsed is the same instant, made a new Date from its time (no shared mutable Date)
+ * instead of parsed again by postgres-date; anything that is not a valid Date (infinity) is not kept.
+ * json/jsonb: the empty array every finish row answers as `woken` is not handed to JSON.parse.
+ */
+const TIMESTAMPTZ_OID = 1184;
+const JSON_OID = 114;
+const JSONB_OID = 3802;
+const parseTimestamptzText = pg.types.getTypeParser(TIMESTAMPTZ_OID, 'text') as (text: string) => unknown;
+let lastTimestamptzText = '';
+let lastTimestamptzMs = 0;
+function parseTimestamptz(text: string): unknown {
+  if (text === lastTimestamptzText) return new Date(lastTimestamptzMs);
+  const parsed = parseTimestamptzText(text);
+  if (parsed instanceof Date && !Number.isNaN(parsed.getTime())) {
+    lastTimestamptzText = text;
+    lastTimestamptzMs = parsed.getTime();
+  }
+  return parsed;
+}
+const parseJson = (text: string): unknown => (text === '[]' ? [] : JSON.parse(text));
+const typeParsers = {
+  getTypeParser(oid: number, format?: string): unknown {
+    if (format === undefined || format === 'text') {
+      if (oid === TIMESTAMPTZ_OID) return parseTimestamptz;
+      if (oid === JSONB_OID || oid === JSON_OID) return parseJson;
+    }
+    return (pg.types.getTypeParser as (oid: number, format?: string) => unknown)(oid, format);
+  },
+} as unknown as pg.CustomTypesConfig;
+
 /** Closes a client's socket at once (a hung statement would otherwise hold it; a graceful end waits for an answer). */
 function destroyClient(client: pg.ClientBase): void {
   (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
@@ -104,6 +137,7 @@ export function createPostgresDb(opts: PostgresOptions): Db {
     keepAlive: true,
     // Ratchet's statements are short and index-driven: JIT only ever adds compile time.
     options: '-c jit=off',
+    types: typeParsers,
   };
   const pool = new pg.Pool({
     ...connection,

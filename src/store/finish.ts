@@ -230,27 +230,46 @@ export function encodeFinishRow(input: FinishRow, path = 'finish'): Record<strin
   if (row.run && row.next && row.next.error === undefined) {
     throw new InvalidInputError('a finish cannot both queue a next stage and end the run', `${path}.run`);
   }
-  return {
-    id: row.stageId,
-    fence: row.fence,
-    outcome: row.outcome,
-    result: jsonOrNull(row.result, path, '.result'),
-    error: jsonOrNull(row.error, path, '.error'),
-    retryDelayMs: row.retryDelayMs ?? null,
-    asValue: row.asValue ?? false,
-    waitFor: row.waitFor ?? null,
-    nextSeq: row.next?.seq ?? null,
-    nextInput: row.next && !row.nextKeepInput && row.next.error === undefined ? jsonOrNull(row.next.input, path, '.next.input') : null,
-    nextError: row.next ? jsonOrNull(row.next.error, path, '.next.error') : null,
-    claimNext: row.next && row.next.error === undefined ? (row.claimNext ?? false) : false,
-    plan: row.plan ? row.plan.map((p, i) => ({ ...p, input: jsonOrNull(p.input, path, `.plan[${i}].input`) })) : null,
-    runState: row.run?.state ?? null,
-    runResult: row.run ? jsonOrNull(row.run.result, path, '.run.result') : null,
-    runError: row.run ? jsonOrNull(row.run.error, path, '.run.error') : null,
-    child: row.child ? { ...row.child, input: jsonOrNull(row.child.input, path, '.child.input') } : null,
-    effectKey: row.effectKey ?? null,
-    data: jsonOrNull(row.data, path, '.data'),
-  };
+  // Only the keys with a value: jsonb_to_recordset reads a missing key as NULL, as it reads a JSON
+  // null, and the statement takes a NULL asValue or claimNext as false (coalesce). A success with
+  // its next stage is 7 keys of JSON instead of 19, for the batch's JSON.stringify here and the
+  // statement's jsonb parse.
+  const out: Record<string, unknown> = { id: row.stageId, fence: row.fence, outcome: row.outcome };
+  const result = jsonOrNull(row.result, path, '.result');
+  if (result !== null) out.result = result;
+  const error = jsonOrNull(row.error, path, '.error');
+  if (error !== null) out.error = error;
+  if (row.retryDelayMs !== undefined) out.retryDelayMs = row.retryDelayMs;
+  if (row.asValue) out.asValue = true;
+  if (row.waitFor !== undefined) out.waitFor = row.waitFor;
+  const next = row.next;
+  if (next) {
+    out.nextSeq = next.seq;
+    if (next.error === undefined) {
+      if (!row.nextKeepInput) {
+        const nextInput = jsonOrNull(next.input, path, '.next.input');
+        if (nextInput !== null) out.nextInput = nextInput;
+      }
+      if (row.claimNext) out.claimNext = true;
+    } else {
+      const nextError = jsonOrNull(next.error, path, '.next.error');
+      if (nextError !== null) out.nextError = nextError;
+    }
+  }
+  if (row.plan) out.plan = row.plan.map((p, i) => ({ ...p, input: jsonOrNull(p.input, path, `.plan[${i}].input`) }));
+  const run = row.run;
+  if (run) {
+    out.runState = run.state;
+    const runResult = jsonOrNull(run.result, path, '.run.result');
+    if (runResult !== null) out.runResult = runResult;
+    const runError = jsonOrNull(run.error, path, '.run.error');
+    if (runError !== null) out.runError = runError;
+  }
+  if (row.child) out.child = { ...row.child, input: jsonOrNull(row.child.input, path, '.child.input') };
+  if (row.effectKey !== undefined) out.effectKey = row.effectKey;
+  const data = jsonOrNull(row.data, path, '.data');
+  if (data !== null) out.data = data;
+  return out;
 }
 
 /** The rows in stage id order, as the batch has always been sent: each id parsed once, not twice per comparison. */

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { ZodError } from 'zod';
 import { AttemptAbortedError, BudgetExceededError, PermanentError, RatchetError, TransientError } from '../errors.js';
 import type { RetryErrorKind } from '../planner/retry.js';
@@ -56,10 +56,13 @@ export function describeError(err: unknown, attempt: number, fence: string): Sta
   return { code: 'thrown_value', message: String(err).slice(0, 2000), kind, name: typeof err, attempt, fence };
 }
 
+/**
+ * sha256 of a text, in hex: node's one-shot `crypto.hash` (20.12+, engines asks 20.19), the same
+ * digest as createHash's, ~1 µs for a stage's result against ~4 µs for a Hash object, update and digest.
+ */
+export const sha256Hex = (text: string): string => hash('sha256', text, 'hex');
+
 /** A payload's hash for events and logs (never the payload itself). */
 export function payloadHash(value: unknown): string {
-  return createHash('sha256')
-    .update(JSON.stringify(value) ?? 'undefined')
-    .digest('hex')
-    .slice(0, 16);
+  return sha256Hex(JSON.stringify(value) ?? 'undefined').slice(0, 16);
 }

@@ -208,7 +208,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
       else if (decision.kind === 'fail') row = groupFailure(workflow, stage, decision.error, finishData(deps.owner, started, answered));
       else if (decision.kind === 'done') row = succeededRow(stage, decision.result, finishData(deps.owner, started, answered));
       else if (decision.kind === 'run') {
-        const output = await produce(deps, log, workflow, step.tool, { ...stage, input: decision.input }, attempt);
+        const output = await produce(deps, log, workflow, step.tool, stage, decision.input, attempt);
         if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
         row = succeededRow(stage, output, finishData(deps.owner, started, answered));
       } else throw new Error(`an agent's tool call cannot be decided "${decision.kind}"`);
@@ -217,7 +217,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
       const decision = await decideNow(deps, attempt, log, workflow, stage);
       switch (decision.kind) {
         case 'run': {
-          const output = await produce(deps, log, workflow, step.tool, { ...stage, input: decision.input }, attempt);
+          const output = await produce(deps, log, workflow, step.tool, stage, decision.input, attempt);
           if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
           row = await graphSuccess(deps, attempt, log, workflow, stage, output, finishData(deps.owner, started, answered));
           break;
@@ -349,16 +349,21 @@ function isFinal(attempt: Attempt): boolean {
   return reason !== null && reason !== 'timeout';
 }
 
-/** reconcile (when an earlier attempt's outcome is unknown), then run; validated output. */
+/**
+ * reconcile (when an earlier attempt's outcome is unknown), then run; validated output. `input` is
+ * the one decided at the claim (the stage's stored one, or computed): passed beside the stage, not
+ * as a copy of its ~28 fields per stage.
+ */
 async function produce(
   deps: ExecutorDeps,
   log: Logger,
   workflow: Workflow,
   tool: Tool,
   stage: ClaimedStage,
+  stageInput: unknown,
   attempt: Attempt,
 ): Promise<unknown> {
-  const parsed = tool.input.safeParse(stage.input);
+  const parsed = tool.input.safeParse(stageInput);
   if (!parsed.success) {
     throw new PermanentError(
       `input of ${tool.name} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '$'}: ${i.message}`).join('; ')}`,
