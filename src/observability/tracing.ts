@@ -15,7 +15,7 @@ import {
 import type { ModelSpec, ToolContext } from '../definitions/types.js';
 import type { ClaimedStage } from '../store/lease.js';
 import { usageOf } from './model-usage.js';
-import { sha256Hex } from '../worker/errors.js';
+import { sha256Hex } from '../util/hash.js';
 
 /**
  * OpenTelemetry spans through `@opentelemetry/api` only: with no SDK registered every call here

@@ -1,4 +1,4 @@
-import { DB_NOW_SQL, CLAIMED_COLUMNS, failRunsFrom, failedAsValue, RUN_ACTIVE, settleFrom } from './lease-common.sql.js';
+import { DB_NOW_EXPR, CLAIMED_COLUMNS, failRunsFrom, failedAsValue, RUN_ACTIVE, settleFrom } from './lease-common.sql.js';
 
 /**
  * The claim (lease protocol step 1): one statement per purpose, each a single round trip and a
@@ -256,7 +256,7 @@ function check(limit: number, hashes: number): void {
 export const claimSql = (limit: number, hashes: number, by: ClaimOrder = 'priority'): string => {
   check(limit, hashes);
   return `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),${candidates(hashes, limit, false, 'fill', by)},
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),${candidates(hashes, limit, false, 'fill', by)},
 picked AS (SELECT id, prev_state, prev_owner, prev_fence FROM expired UNION ALL SELECT id, prev_state, prev_owner, prev_fence FROM queued),${claimPicked()}`;
 };
 
@@ -285,7 +285,7 @@ walk(k, visited) AS (SELECT $4::text, 0)`; // no keys walked: the cursor stays
     ORDER BY w.visited DESC LIMIT 1), ${lastVisited})`
       : lastVisited;
   return `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),${candidates(hashes, limit, keyed, 'own', by)},${walk},
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),${candidates(hashes, limit, keyed, 'own', by)},${walk},
 picked AS (${kinds.map((k) => `SELECT id, concurrency_key, concurrency_limit, ${k === 'expired' ? 0 : 1} AS rk, pr, at FROM ${k}`).join(' UNION ALL ')})
 SELECT p.id::text AS id, p.concurrency_key, p.concurrency_limit, $1::text AS owner,
   ${cursor} AS next_cursor

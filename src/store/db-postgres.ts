@@ -28,6 +28,9 @@ export interface PostgresOptions {
  * the last one parsed is the same instant, made a new Date from its time (no shared mutable Date)
  * instead of parsed again by postgres-date; anything that is not a valid Date (infinity) is not kept.
  * json/jsonb: the empty array every finish row answers as `woken` is not handed to JSON.parse.
+ * These are Ratchet's pool's own: pg's timestamptz parser is taken once, at import, and an application
+ * that later calls pg.types.setTypeParser for timestamptz, json or jsonb does not change Ratchet's
+ * answers (which read Dates and parsed JSON); other types still follow pg's global table.
  */
 const TIMESTAMPTZ_OID = 1184;
 const JSON_OID = 114;

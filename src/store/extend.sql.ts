@@ -1,4 +1,4 @@
-import { DB_NOW_SQL, BY_ID_RUNNING, failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
+import { DB_NOW_EXPR, BY_ID_RUNNING, failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
 
 /** Extend (heartbeat), release (graceful shutdown) and the embedded start-up's expiry of dead leases. */
 /**
@@ -20,7 +20,7 @@ import { DB_NOW_SQL, BY_ID_RUNNING, failRunsFrom, failedAsValue, settleFrom } fr
  * - lost: expired, taken over (another fence) or gone. Only these write heartbeat_lost.
  */
 export const EXTEND_SQL = `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),
 req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
 cur AS (
   SELECT s.id, s.run_id, s.state, s.fence, s.attempt, s.max_attempts,
@@ -91,7 +91,7 @@ ORDER BY req.id`;
  * The stage is `queued` again, available now; the attempt is not counted against the budget.
  */
 export const RELEASE_SQL = `
-WITH clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
+WITH clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),
 req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
 rel AS (
   UPDATE ratchet.stages s SET state = 'queued', available_at = clk.t, owner_id = NULL, lease_until = NULL,
@@ -111,7 +111,7 @@ SELECT r.id::text AS id, r.tool_class FROM rel r`;
  * belongs to a dead process. Expire them at once so the next claim reclaims them.
  */
 export const EXPIRE_ALL_LEASES_SQL = `
-WITH clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
+WITH clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),
 exp AS (
   UPDATE ratchet.stages s SET lease_until = clk.t - interval '1 millisecond', updated_at = clk.t
   FROM clk WHERE s.state = 'running' AND s.lease_until >= clk.t

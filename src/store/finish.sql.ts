@@ -1,5 +1,5 @@
 import {
-  DB_NOW_SQL,
+  DB_NOW_EXPR,
   BY_ID_RUNNING,
   NEXT_COLUMNS,
   RUN_ACTIVE,
@@ -53,7 +53,7 @@ const UNENDED = STAGE_UNENDED;
  * Returns every row's verdict: accepted (now or by a replay), the stages it queued (to wake), the next stage to run.
  */
 export const FINISH_SQL = `
-WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
+WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),
 req AS (
   SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id bigint, fence bigint, outcome text, result jsonb, error jsonb,
     "retryDelayMs" int, "asValue" boolean, "waitFor" int, "nextSeq" int, "nextInput" jsonb, "nextError" jsonb, "claimNext" boolean,
@@ -340,7 +340,7 @@ ORDER BY req.id`;
  * (RUN_IS_ACTIVE in claim.sql.ts). Their open waits end `cancelled`, as everywhere.
  */
 export const CANCEL_FAILED_LEFTOVERS_SQL = `
-WITH clk AS MATERIALIZED (SELECT ${DB_NOW_SQL} AS t),
+WITH clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),
 failed_runs AS (
   SELECT r.id FROM ratchet.runs r
   WHERE r.state = 'failed' AND (r.id = ANY($2::uuid[]) OR r.id IN (SELECT f.run_id FROM ratchet.stages f WHERE f.id = ANY($1::bigint[])))

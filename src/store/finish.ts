@@ -324,7 +324,7 @@ function handedStage(row: Row, dbNow: Date): Row {
   row.prev_state = 'queued';
   row.prev_fence = null;
   row.db_now = dbNow;
-  row.claimed_at = dbNow;
+  row.claimed_at = new Date(dbNow.getTime()); // its own Date: no two fields share one
   row.lease_until = new Date(dbNow.getTime() + (row.lease_ms as number));
   for (const f of DATE_FIELDS) if (typeof row[f] === 'string') row[f] = new Date(row[f] as string);
   return row;

@@ -124,7 +124,7 @@ ${prefix}_run_failed_ev AS (
  * (one plan per claim or finish batch). Inlined, the sub-select is planned once with the statement's
  * generic plan. test/store/db-now-inline.test.ts checks it gives what the function gives, offset included.
  */
-export const DB_NOW_SQL = `(now() + coalesce((SELECT c.offset_ms FROM ratchet.clock c WHERE c.id = 1), 0) * interval '1 millisecond')`;
+export const DB_NOW_EXPR = `(now() + coalesce((SELECT c.offset_ms FROM ratchet.clock c WHERE c.id = 1), 0) * interval '1 millisecond')`;
 
 /**
  * 'running' as the fence's UPDATEs compare it (`s.state = ${BY_ID_RUNNING}`) where they take stages by their

@@ -1,7 +1,7 @@
-import { hash } from 'node:crypto';
 import { ZodError } from 'zod';
 import { AttemptAbortedError, BudgetExceededError, PermanentError, RatchetError, TransientError } from '../errors.js';
 import type { RetryErrorKind } from '../planner/retry.js';
+import { sha256Hex } from '../util/hash.js';
 
 /** What a stage's error looks like in the database, the events and to callers. Never a stack. */
 export interface StageError {
@@ -55,12 +55,6 @@ export function describeError(err: unknown, attempt: number, fence: string): Sta
   }
   return { code: 'thrown_value', message: String(err).slice(0, 2000), kind, name: typeof err, attempt, fence };
 }
-
-/**
- * sha256 of a text, in hex: node's one-shot `crypto.hash` (20.12+, engines asks 20.19), the same
- * digest as createHash's, ~1 µs for a stage's result against ~4 µs for a Hash object, update and digest.
- */
-export const sha256Hex = (text: string): string => hash('sha256', text, 'hex');
 
 /** A payload's hash for events and logs (never the payload itself). */
 export function payloadHash(value: unknown): string {

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DB_NOW_SQL } from '../../src/store/lease-common.sql.js';
+import { DB_NOW_EXPR } from '../../src/store/lease-common.sql.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
 /**
  * The hot statements' clock (finish, claim, extend, release) is ratchet.db_now()'s body inlined
- * (DB_NOW_SQL, lease-common.sql.ts): it must give what the function gives, with the clock moved too.
+ * (DB_NOW_EXPR, lease-common.sql.ts): it must give what the function gives, with the clock moved too.
  */
 describe.each(['pglite', 'postgres'] as const)('inlined db_now on %s', (kind) => {
   let db: TestDatabase | undefined;
@@ -23,7 +23,7 @@ describe.each(['pglite', 'postgres'] as const)('inlined db_now on %s', (kind) =>
     for (const offset of [0, 123_456, -5_000, 0]) {
       await store.db.query('UPDATE ratchet.clock SET offset_ms = $1 WHERE id = 1', [offset]);
       const [row] = await store.db.query<{ fn: Date; inline: Date; now: Date }>(
-        `SELECT ratchet.db_now() AS fn, ${DB_NOW_SQL} AS inline, now() AS now`,
+        `SELECT ratchet.db_now() AS fn, ${DB_NOW_EXPR} AS inline, now() AS now`,
       );
       expect(new Date(row!.inline).getTime()).toBe(new Date(row!.fn).getTime());
       expect(new Date(row!.inline).getTime() - new Date(row!.now).getTime()).toBe(offset);
