@@ -8,6 +8,7 @@ import { silentLogger } from '../../src/logger.js';
 import type { Ratchet } from '../../src/engine.js';
 import { derivedRunSpanContext, parseTraceparent, traceModelCall, traceToolCall, traceparentOf } from '../../src/observability/tracing.js';
 import type { ClaimedStage } from '../../src/store/lease.js';
+import { TERMINAL_RUN_STATES } from '../../src/planner/states.js';
 
 /**
  * Without an OpenTelemetry SDK (no provider registered in this file's process) the worker makes no
@@ -44,7 +45,7 @@ const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProces
 async function untilSucceeded(r: Ratchet, id: string) {
   const end = Date.now() + 30_000;
   let run = await r.store.getRun(id);
-  while (run && !['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state) && Date.now() < end) {
+  while (run && !TERMINAL_RUN_STATES.includes(run.state) && Date.now() < end) {
     await new Promise((res) => setTimeout(res, 20));
     run = await r.store.getRun(id);
   }
@@ -74,13 +75,7 @@ describe('tracing without an SDK', () => {
       await r.worker({ pollIntervalMs: 20 }).start();
       const ids = await Promise.all([r.submit('untraced-twice', {}), r.submit('untraced-twice', {})]);
       for (const { id } of ids) {
-        const end = Date.now() + 30_000;
-        let run = await r.store.getRun(id);
-        while (run?.state !== 'succeeded' && Date.now() < end) {
-          await new Promise((res) => setTimeout(res, 20));
-          run = await r.store.getRun(id);
-        }
-        expect(run?.state).toBe('succeeded');
+        const run = await untilSucceeded(r, id);
         const want = traceparentOf(derivedRunSpanContext(id));
         expect(run!.stages.map((s) => (s.result as { traceparent: string | null }).traceparent)).toEqual([want, want]);
       }
@@ -96,13 +91,7 @@ describe('tracing without an SDK', () => {
       await r.worker({ pollIntervalMs: 20 }).start();
       trace.setGlobalTracerProvider(provider);
       const { id } = await r.submit('untraced-twice', {});
-      const end = Date.now() + 30_000;
-      let run = await r.store.getRun(id);
-      while (run?.state !== 'succeeded' && Date.now() < end) {
-        await new Promise((res) => setTimeout(res, 20));
-        run = await r.store.getRun(id);
-      }
-      expect(run?.state).toBe('succeeded');
+      const run = await untilSucceeded(r, id);
       const spans = exporter
         .getFinishedSpans()
         .filter((s) => s.attributes['ratchet.run_id'] === id || s.attributes['ratchet.stage_id'] !== undefined);
