@@ -32,6 +32,7 @@ import { assertThreadSources, createThreadRunner } from './worker/thread-runner.
 import type { Schedule } from './schedules/define.js';
 import { fireDueSchedules } from './schedules/fire.js';
 import { checkCodeSchedules, createScheduleService, syncCodeSchedules, type ScheduleService } from './schedules/service.js';
+import { retryWhileUnavailable } from './store/startup-wait.js';
 
 const ratchetOptions = z
   .object({
@@ -51,6 +52,8 @@ const ratchetOptions = z
     queryTimeoutMs: z.number().int().positive().optional(),
     /** Give up on a new PostgreSQL connection after this long (default 10 s). */
     connectionTimeoutMs: z.number().int().positive().optional(),
+    /** How long start-up (migrations, the schedules' sync) waits for a database that does not answer, trying again (default 30 s; 0 tries once). */
+    startupWaitMs: z.number().int().min(0).optional(),
     transport: z.custom<Transport>().optional(),
     threadRunner: z.custom<ToolRunner>().optional(),
     /** How long finished runs are kept, per state (`{ succeeded: '7d', failed: '30d' }`); workers' sweepers prune the rest. Default: kept. */
@@ -151,6 +154,7 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     poolSize: opts.poolSize,
     queryTimeoutMs: opts.queryTimeoutMs,
     connectionTimeoutMs: opts.connectionTimeoutMs,
+    startupWaitMs: opts.startupWaitMs,
     logger,
   });
   // PostgreSQL + Redis: BullMQ carries wake-ups between processes. Embedded: in-process.
@@ -165,7 +169,11 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
   // `schedules` (even []). That is what lets a schedule removed from the files be retired; a process given only `workflows` syncs nothing.
   if (codeSchedules.length > 0 || opts.workflowsDir || opts.schedules) {
     try {
-      await syncCodeSchedules(store.db, codeSchedules, [...new Set(workflows.map((w) => w.name))], logger);
+      await retryWhileUnavailable(
+        'schedules sync',
+        () => syncCodeSchedules(store.db, codeSchedules, [...new Set(workflows.map((w) => w.name))], logger),
+        { waitMs: opts.startupWaitMs, logger },
+      );
     } catch (err) {
       await transport.close().catch(() => {});
       await store.close().catch(() => {});

@@ -27,6 +27,7 @@ import { cancelRun, childRun, createRun, getRun, graphStages, listEvents, transi
 import { GET_CLOCK_SQL, SET_CLOCK_OFFSET_SQL } from './runs.sql.js';
 import { parseInput } from './validate.js';
 import { retryRun } from './retry-run.js';
+import { retryWhileUnavailable } from './startup-wait.js';
 import { listRuns, type ListRunsFilter } from './list-runs.js';
 import { prune, type PruneOptions } from './prune.js';
 
@@ -80,6 +81,8 @@ const storeOptions = z
     connectionTimeoutMs: z.number().int().positive().optional(),
     /** Client-side limit on one statement's answer (default 10 s); see db-postgres.ts. */
     queryTimeoutMs: z.number().int().positive().optional(),
+    /** How long opening waits for a database that does not answer, trying again (default 30 s; 0 tries once). See startup-wait.ts. */
+    startupWaitMs: z.number().int().min(0).optional(),
     logger: z.custom<Logger>().optional(),
   })
   .strict();
@@ -166,7 +169,8 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     }
   }
   try {
-    if (opts.migrate !== false) await db.migrate();
+    if (opts.migrate !== false)
+      await retryWhileUnavailable('migrations', () => db.migrate(), { waitMs: opts.startupWaitMs, logger: opts.logger });
     if (db.kind === 'pglite') {
       const [r] = await db.query(EXPIRE_ALL_LEASES_SQL);
       if (r && (r.expired as number) > 0)

@@ -1,0 +1,50 @@
+import type { Logger } from 'pino';
+import { classifyDbError, DatabaseUnavailableError } from './db-errors.js';
+
+/** How long start-up waits for a database that does not answer, by default (`startupWaitMs`). */
+export const DEFAULT_STARTUP_WAIT_MS = 30_000;
+
+const FIRST_PAUSE_MS = 200;
+const MAX_PAUSE_MS = 2_000;
+
+/**
+ * Runs one start-up step (migrations, the schedules' sync) and, while the database does not
+ * answer (refused, reset, "Connection terminated unexpectedly", a statement time limit), runs it
+ * again after a pause that doubles from 200 ms to 2 s, for at most `waitMs` in all. A process
+ * started while PostgreSQL restarts or a link is down then starts once it is back, instead of
+ * dying before it is ready. Each step must be safe to repeat (the migrator's transaction rolls
+ * back whole; the sync is an upsert). Any other error, or the wait running out, is thrown:
+ * the last `unavailable` one as DatabaseUnavailableError (code `database_unavailable`).
+ * `waitMs: 0` tries once.
+ */
+export async function retryWhileUnavailable<T>(
+  step: string,
+  fn: () => Promise<T>,
+  opts: { waitMs?: number; logger?: Logger } = {},
+): Promise<T> {
+  const waitMs = opts.waitMs ?? DEFAULT_STARTUP_WAIT_MS;
+  const giveUpAt = Date.now() + waitMs;
+  let pause = FIRST_PAUSE_MS;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (classifyDbError(err) !== 'unavailable' && !hasUnavailableCause(err)) throw err;
+      const left = giveUpAt - Date.now();
+      if (left <= 0) throw err instanceof DatabaseUnavailableError ? err : new DatabaseUnavailableError(err);
+      opts.logger?.warn(
+        { event: 'database_unavailable_at_start', step, attempt, retryInMs: Math.min(pause, left), err: (err as Error).message },
+        `database unavailable during ${step}; trying again`,
+      );
+      await new Promise((r) => setTimeout(r, Math.min(pause, left)));
+      pause = Math.min(MAX_PAUSE_MS, pause * 2);
+    }
+  }
+}
+
+/** drizzle's migrator wraps the driver's error: look along `cause`. */
+function hasUnavailableCause(err: unknown): boolean {
+  let e = (err as { cause?: unknown } | undefined)?.cause;
+  for (let i = 0; e && i < 5; i++, e = (e as { cause?: unknown }).cause) if (classifyDbError(e) === 'unavailable') return true;
+  return false;
+}
