@@ -380,6 +380,7 @@ async function runVariant(
     if (warmN > 0) {
       const tw = performance.now();
       await submitN(warmN);
+      const warmSnap = procSnap();
       for (const w of workers) w.child.stdin.write('warm\n');
       const wAdmin = new pg.Client({ connectionString: url });
       await wAdmin.connect();
@@ -393,15 +394,30 @@ async function runVariant(
           if (n >= warmN || workers.some((w) => w.exited)) break;
           await sleep(100);
         }
+        const warmS = (performance.now() - tw) / 1000;
+        // What the warm-up cost, per stage: against the measured window's, the per-process fixed cost (V8, plans).
+        const warmCpu = cpuPerStage(
+          cpuByKind(warmSnap, procSnap(), new Set(workers.map((w) => w.pid)), await pgPidsOf(wAdmin)),
+          warmN * NOOP_STEPS,
+        );
         for (const w of workers) w.child.stdin.write('rest\n');
         await Promise.all(workers.map((w) => waitFor(w, 'rested', 30_000)));
         since = (await wAdmin.query('SELECT ratchet.db_now() AS t')).rows[0].t as Date;
-        warmup = { runs: warmN, runs_per_process: warmN / procs, terminal: n, s: round((performance.now() - tw) / 1000, 2) };
+        warmup = {
+          runs: warmN,
+          runs_per_process: warmN / procs,
+          terminal: n,
+          s: round(warmS, 2),
+          stages_per_s: round((warmN * NOOP_STEPS) / warmS, 0),
+          cpu_ms_per_stage: warmCpu,
+        };
         if (n < warmN) throw new Error(`${variant}: warm-up: ${n}/${warmN} runs terminal`);
       } finally {
         await wAdmin.end();
       }
-      log(`${variant}: warm-up of ${warmN} runs (${warmN / procs} per process) in ${warmup.s} s`);
+      log(
+        `${variant}: warm-up of ${warmN} runs (${warmN / procs} per process) in ${warmup.s} s; cpu/stage ${JSON.stringify(warmup.cpu_ms_per_stage)} ms`,
+      );
     }
     const jobs0 = await bullQueue.count();
     const tSubmit = performance.now();
@@ -605,6 +621,7 @@ async function runVariant(
         info: {
           workers: cpuSt.workers,
           postgres_this_db: cpuSt.postgres,
+          warmup_cpu_ms_per_stage: warmup.cpu_ms_per_stage ?? null,
           of: 'CPU ms over the measured window by the worker processes + the PostgreSQL backends of the bench database, per succeeded stage (/proc)',
           ...lineInfo,
         },
@@ -1358,6 +1375,11 @@ if (!argv['skip-peers'] && !sectionOnly) {
   process.stderr.write(`\nratios (fast path stages/s over the peer's figure):\n${summary.join('\n')}\n`);
 }
 
+/** The warm-up's CPU per stage (its first runs per process), next to the measured window's. */
+const warmNote = (r: VariantResult): string => {
+  const w = (r.info.warmup as { cpu_ms_per_stage?: { total: number; workers: number; postgres: number } } | undefined)?.cpu_ms_per_stage;
+  return w ? `   warm-up: ${w.total} = ${w.workers} + ${w.postgres}` : '';
+};
 if (results.length) {
   process.stderr.write(
     `\n${'variant'.padEnd(36)}${'stages/s'.padStart(10)}${'runs/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'light p50'.padStart(11)}${'light p99'.padStart(11)}${'cpu%'.padStart(7)}${'xact/st'.padStart(9)}  all ok\n`,
@@ -1375,7 +1397,7 @@ if (results.length) {
   );
   for (const r of results)
     process.stderr.write(
-      `  ${r.label.padEnd(36)} ${String(r.cpu.total).padStart(6)} ms = workers ${r.cpu.workers} + postgres ${r.cpu.postgres}   (${round(r.stagesPerS, 0)} stages/s)\n`,
+      `  ${r.label.padEnd(36)} ${String(r.cpu.total).padStart(6)} ms = workers ${r.cpu.workers} + postgres ${r.cpu.postgres}   (${round(r.stagesPerS, 0)} stages/s)${warmNote(r)}\n`,
     );
   const bestRows = [...best.values()].map((r) => `${r.base} c=${r.concurrency} ${round(r.stagesPerS, 0)}`);
   process.stderr.write(`best concurrency per variant (of ${cfg.concurrencies.join(', ')}): ${bestRows.join('; ')}\n`);
