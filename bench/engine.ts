@@ -1364,6 +1364,8 @@ if (!argv['skip-peers'] && !sectionOnly) {
           goal: t.goal === null ? null : `>= ${t.goal}`,
           goal_met: t.goal === null ? null : ratio >= t.goal,
           ratchet_all_succeeded: r.allOk,
+          ratchet_warmup_runs_per_process: cfg.warmupRuns,
+          peer_warmup: 'none: run.sh times each library from its start (pool, first plans) over its 20,000 jobs',
           note: t.note,
         },
       });
