@@ -28,7 +28,7 @@
  */
 import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -70,7 +70,9 @@ const { values: argv } = parseArgs({
      */
     'warmup-runs': { type: 'string', default: '200' },
     /** Concurrencies of the scale sweep: numbers and/or "best" (fast:4's best of the variants above, when run). */
-    'scale-concurrency': { type: 'string', default: '10,best' },
+    'scale-concurrency': { type: 'string', default: '10' },
+    /** Warm-up runs per worker process at each point of the scale sweep (fewer than the variants': 8 processes x 200 is minutes). */
+    'scale-warmup-runs': { type: 'string', default: '50' },
     variants: { type: 'string', default: 'queue:1,queue:4,fast:1,fast:4' },
     'timeout-s': { type: 'string' },
     /** The "how it scales" section (after the variants; --scale-only: without them and the peers). */
@@ -125,7 +127,11 @@ const cfg = {
       throw new Error(`bad variant ${v}: use queue:N or fast:N (optionally :nograce, the sweeper without its grace)`);
     return { mode: mode as 'queue' | 'fast', procs: Number(procs), noGrace: flag === 'nograce' };
   }),
-  peersScript: join(ROOT, '..', 'shared', 'peers', 'run.sh'),
+  // ../shared/peers from the main checkout (/work/main); ../../shared/peers from a worktree (/work/wt/<name>).
+  peersScript:
+    process.env.RATCHET_PEERS_SCRIPT ??
+    [join(ROOT, '..', 'shared', 'peers', 'run.sh'), join(ROOT, '..', '..', 'shared', 'peers', 'run.sh')].find((f) => existsSync(f)) ??
+    join(ROOT, '..', 'shared', 'peers', 'run.sh'),
   workerScript: join(ROOT, 'bench', 'worker-process.ts'),
 };
 for (const [k, v] of Object.entries({ runs: cfg.runs, timeoutS: cfg.timeoutS, peerRuns: cfg.peerRuns })) {
@@ -942,7 +948,12 @@ async function scaleSection(bestFast4: number | undefined): Promise<void> {
   }
   for (const conc of concs)
     for (const procs of argv['scale-procs'].split(',').filter(Boolean).map(Number)) {
-      const r = await runVariant('fast', procs, { concurrency: conc, runs: scaleRuns, light: false });
+      const r = await runVariant('fast', procs, {
+        concurrency: conc,
+        runs: scaleRuns,
+        light: false,
+        warmupRuns: Number(argv['scale-warmup-runs']),
+      });
       const cpu = r.info.cpu_ms_by_kind as Record<string, number>;
       const stages = r.info.stages_succeeded as number;
       const per = (ms: number) => round((ms ?? 0) / Math.max(stages, 1), 3);
@@ -955,7 +966,7 @@ async function scaleSection(bestFast4: number | undefined): Promise<void> {
         unit: 'stages/s',
         info: {
           concurrency: conc,
-          warmup_runs_per_process: cfg.warmupRuns,
+          warmup_runs_per_process: Number(argv['scale-warmup-runs']),
           runs: scaleRuns,
           all_succeeded: r.allOk,
           cpu_ms_per_stage: {
@@ -1261,9 +1272,17 @@ log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv[
 const results: VariantResult[] = [];
 const sectionOnly = argv['scale-only'] || argv['stream-only'];
 if (!sectionOnly)
+  // The light-load phase (idle workers, one run at a time) only at the first concurrency of the list: it is the
+  // pick-up delay of an idle worker, not a throughput, and each costs ~10 s.
   for (const concurrency of cfg.concurrencies)
     for (const v of cfg.variants)
-      results.push(await runVariant(v.mode, v.procs, { concurrency, noGrace: v.noGrace, light: !argv['skip-light'] }));
+      results.push(
+        await runVariant(v.mode, v.procs, {
+          concurrency,
+          noGrace: v.noGrace,
+          light: !argv['skip-light'] && concurrency === cfg.concurrencies[0],
+        }),
+      );
 const best = bestByVariant(results);
 
 if (!argv['skip-peers'] && !sectionOnly) {
