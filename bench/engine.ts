@@ -28,7 +28,7 @@
  */
 import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -42,6 +42,7 @@ import { silentLogger } from '../src/logger.js';
 import { createBullmqTransport } from '../src/transport/bullmq.js';
 import { laneOf } from '../src/transport/lane.js';
 import { cpuBusyPct, cpuSnap, createDb, dropDb, emit, log, percentile, round, type Line } from './lib.js';
+import { bestByVariant, cpuPerStage, moreProcsChecks, parseConcurrencies } from './matrix.js';
 import { NOOP_CLASS, NOOP_STEPS, noop10 } from './workflows/noop.js';
 
 const { values: argv } = parseArgs({
@@ -56,7 +57,22 @@ const { values: argv } = parseArgs({
     'peer-runs': { type: 'string', default: '1' },
     /** Passed to run.sh --cap (seconds of processing per peer trial). */
     cap: { type: 'string' },
-    concurrency: { type: 'string', default: '10' },
+    /**
+     * Stages at once per worker process (the worker's claim and finish batch size), a list: every variant runs at
+     * each (fresh database each). The ratios to the peers come at 10 (the history's keys) and at each variant's best.
+     */
+    concurrency: { type: 'string', default: '10,50' },
+    /**
+     * Warm-up runs per worker process, before the measured window (0: none): the same processes first run these
+     * (not measured, not counted), then stop that worker, keep their pool's connections and make a fresh worker that
+     * the measured runs' "go" starts, so the figures leave out each process's fixed start cost (V8 compiling the
+     * hot paths, each PostgreSQL backend planning each statement its first times), as in a long-running service.
+     */
+    'warmup-runs': { type: 'string', default: '200' },
+    /** Concurrencies of the scale sweep: numbers and/or "best" (fast:4's best of the variants above, when run). */
+    'scale-concurrency': { type: 'string', default: '10' },
+    /** Warm-up runs per worker process at each point of the scale sweep (fewer than the variants': 8 processes x 200 is minutes). */
+    'scale-warmup-runs': { type: 'string', default: '50' },
     variants: { type: 'string', default: 'queue:1,queue:4,fast:1,fast:4' },
     'timeout-s': { type: 'string' },
     /** The "how it scales" section (after the variants; --scale-only: without them and the peers). */
@@ -96,7 +112,8 @@ const cfg = {
   adminUrl: argv['pg-url'],
   redisUrl: argv['redis-url'],
   runs: argv.runs ? Number(argv.runs) : argv.quick ? 200 : 1000,
-  concurrency: Number(argv.concurrency),
+  concurrencies: parseConcurrencies(argv.concurrency),
+  warmupRuns: Number(argv['warmup-runs']),
   timeoutS: argv['timeout-s'] ? Number(argv['timeout-s']) : argv.quick ? 180 : 600,
   submitters: 16,
   /** Light-load phase: runs submitted one by one, this far apart, to fresh workers (pick-up without a backlog). */
@@ -110,12 +127,17 @@ const cfg = {
       throw new Error(`bad variant ${v}: use queue:N or fast:N (optionally :nograce, the sweeper without its grace)`);
     return { mode: mode as 'queue' | 'fast', procs: Number(procs), noGrace: flag === 'nograce' };
   }),
-  peersScript: join(ROOT, '..', 'shared', 'peers', 'run.sh'),
+  // ../shared/peers from the main checkout (/work/main); ../../shared/peers from a worktree (/work/wt/<name>).
+  peersScript:
+    process.env.RATCHET_PEERS_SCRIPT ??
+    [join(ROOT, '..', 'shared', 'peers', 'run.sh'), join(ROOT, '..', '..', 'shared', 'peers', 'run.sh')].find((f) => existsSync(f)) ??
+    join(ROOT, '..', 'shared', 'peers', 'run.sh'),
   workerScript: join(ROOT, 'bench', 'worker-process.ts'),
 };
-for (const [k, v] of Object.entries({ runs: cfg.runs, concurrency: cfg.concurrency, timeoutS: cfg.timeoutS, peerRuns: cfg.peerRuns })) {
+for (const [k, v] of Object.entries({ runs: cfg.runs, timeoutS: cfg.timeoutS, peerRuns: cfg.peerRuns })) {
   if (!Number.isInteger(v) || v < 1) throw new Error(`--${k} must be a positive whole number`);
 }
+if (!Number.isInteger(cfg.warmupRuns) || cfg.warmupRuns < 0) throw new Error('--warmup-runs must be a whole number (0: no warm-up)');
 
 const out = (line: Line) => emit('engine', line);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -288,9 +310,14 @@ function redisConnection(url: string) {
 
 // ---- one variant ------------------------------------------------------------------------------
 interface VariantResult {
+  /** The variant with its concurrency, e.g. fast_path,procs=4,concurrency=10. */
   label: string;
+  /** Without the concurrency, e.g. fast_path,procs=4 (the ratio lines' keys). */
+  base: string;
   mode: 'queue' | 'fast';
   procs: number;
+  concurrency: number;
+  cpu: { workers: number; postgres: number; total: number };
   stagesPerS: number;
   runsPerS: number;
   allOk: boolean;
@@ -300,11 +327,14 @@ interface VariantResult {
 async function runVariant(
   mode: 'queue' | 'fast',
   procs: number,
-  o: { runs?: number; light?: boolean; noGrace?: boolean } = {},
+  o: { concurrency: number; runs?: number; light?: boolean; noGrace?: boolean; warmupRuns?: number },
 ): Promise<VariantResult> {
   const runsN = o.runs ?? cfg.runs;
-  const variant = `${label(mode, procs)}${o.noGrace ? ',nograce' : ''}`;
-  const dbName = `bench_engine_${mode}_p${procs}${o.noGrace ? '_ng' : ''}`;
+  const conc = o.concurrency;
+  const warmN = (o.warmupRuns ?? cfg.warmupRuns) * procs;
+  const base = `${label(mode, procs)}${o.noGrace ? ',nograce' : ''}`;
+  const variant = `${label(mode, procs)},concurrency=${conc}${o.noGrace ? ',nograce' : ''}`;
+  const dbName = `bench_engine_${mode}_p${procs}_c${conc}${o.noGrace ? '_ng' : ''}`;
   const url = await createDb(cfg.adminUrl, dbName);
   const prefix = `ratchet-bench-${randomBytes(4).toString('hex')}`;
   const workers: WorkerProc[] = [];
@@ -330,7 +360,7 @@ async function runVariant(
           REDIS_URL: cfg.redisUrl,
           BULL_PREFIX: prefix,
           FAST_PATH: mode === 'fast' ? '1' : '0',
-          CONCURRENCY: String(cfg.concurrency),
+          CONCURRENCY: String(conc),
           ...(o.noGrace ? { SWEEP_GRACE: '0' } : {}),
         }),
       );
@@ -338,23 +368,72 @@ async function runVariant(
     await Promise.all(workers.map((w) => waitFor(w, 'ready', 60_000)));
     const spawnS = (performance.now() - tSpawn) / 1000;
 
-    // Submit every run through the public API (validate, plan, one transaction, BullMQ wake-up for stage 1).
-    const tSubmit = performance.now();
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: cfg.submitters }, async () => {
-        while (next < runsN) {
-          next++;
-          await main!.submit('noop10', {});
+    // Submit runs through the public API (validate, plan, one transaction, BullMQ wake-up for stage 1).
+    const submitN = async (n: number) => {
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: cfg.submitters }, async () => {
+          while (next < n) {
+            next++;
+            await main!.submit('noop10', {});
+          }
+        }),
+      );
+    };
+    // Warm-up: the same processes run warmN runs (not measured), then rest with a fresh worker each (bench/worker-process.ts).
+    let warmup: Record<string, unknown> = { runs: 0 };
+    let since = new Date(0); // the measured runs are those created from here on
+    if (warmN > 0) {
+      const tw = performance.now();
+      await submitN(warmN);
+      const warmSnap = procSnap();
+      for (const w of workers) w.child.stdin.write('warm\n');
+      const wAdmin = new pg.Client({ connectionString: url });
+      await wAdmin.connect();
+      try {
+        const until = Date.now() + cfg.timeoutS * 1000;
+        let n = 0;
+        while (Date.now() < until) {
+          n = (
+            await wAdmin.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired')`)
+          ).rows[0].n as number;
+          if (n >= warmN || workers.some((w) => w.exited)) break;
+          await sleep(100);
         }
-      }),
-    );
+        const warmS = (performance.now() - tw) / 1000;
+        // What the warm-up cost, per stage: against the measured window's, the per-process fixed cost (V8, plans).
+        const warmCpu = cpuPerStage(
+          cpuByKind(warmSnap, procSnap(), new Set(workers.map((w) => w.pid)), await pgPidsOf(wAdmin)),
+          warmN * NOOP_STEPS,
+        );
+        for (const w of workers) w.child.stdin.write('rest\n');
+        await Promise.all(workers.map((w) => waitFor(w, 'rested', 30_000)));
+        since = (await wAdmin.query('SELECT ratchet.db_now() AS t')).rows[0].t as Date;
+        warmup = {
+          runs: warmN,
+          runs_per_process: warmN / procs,
+          terminal: n,
+          s: round(warmS, 2),
+          stages_per_s: round((warmN * NOOP_STEPS) / warmS, 0),
+          cpu_ms_per_stage: warmCpu,
+        };
+        if (n < warmN) throw new Error(`${variant}: warm-up: ${n}/${warmN} runs terminal`);
+      } finally {
+        await wAdmin.end();
+      }
+      log(
+        `${variant}: warm-up of ${warmN} runs (${warmN / procs} per process) in ${warmup.s} s; cpu/stage ${JSON.stringify(warmup.cpu_ms_per_stage)} ms`,
+      );
+    }
+    const jobs0 = await bullQueue.count();
+    const tSubmit = performance.now();
+    await submitN(runsN);
     const submitS = (performance.now() - tSubmit) / 1000;
     // The wake-ups are sent fire-and-forget: wait until BullMQ holds all of them before closing.
     const untilJobs = Date.now() + 30_000;
     let jobs = 0;
     while (Date.now() < untilJobs) {
-      jobs = await bullQueue.count();
+      jobs = (await bullQueue.count()) - jobs0;
       if (jobs >= runsN) break;
       await sleep(50);
     }
@@ -381,8 +460,12 @@ async function runVariant(
       let lastLog = t0;
       while (performance.now() < deadline) {
         terminal = Number(
-          (await admin.query(`SELECT count(*) AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired')`)).rows[0]
-            .n,
+          (
+            await admin.query(
+              `SELECT count(*) AS n FROM ratchet.runs WHERE state IN ('succeeded','failed','cancelled','expired') AND created_at >= $1`,
+              [since],
+            )
+          ).rows[0].n,
         );
         if (terminal >= runsN) break;
         if (workers.every((w) => w.exited)) break;
@@ -405,27 +488,41 @@ async function runVariant(
       const after = await pgCounters(url);
 
       const q = async (text: string, params: unknown[] = []) => (await admin.query(text, params)).rows;
-      const [runs] = await q(`SELECT count(*)::int AS total, count(*) FILTER (WHERE state = 'succeeded')::int AS succeeded,
-        count(*) FILTER (WHERE state = 'failed')::int AS failed FROM ratchet.runs`);
-      const [st] = await q(`SELECT count(*)::int AS total, count(*) FILTER (WHERE state = 'succeeded')::int AS succeeded,
+      // Only the measured runs (created since the warm-up ended; all of them without one).
+      const measured = `run_id IN (SELECT id FROM ratchet.runs WHERE created_at >= $1)`;
+      const [runs] = await q(
+        `SELECT count(*)::int AS total, count(*) FILTER (WHERE state = 'succeeded')::int AS succeeded,
+        count(*) FILTER (WHERE state = 'failed')::int AS failed FROM ratchet.runs WHERE created_at >= $1`,
+        [since],
+      );
+      const [st] = await q(
+        `SELECT count(*)::int AS total, count(*) FILTER (WHERE state = 'succeeded')::int AS succeeded,
         coalesce(sum(attempt), 0)::int AS attempts, count(DISTINCT owner_id)::int AS owners,
         extract(epoch FROM max(finished_at) - min(first_claimed_at))::float8 AS window_s
-        FROM ratchet.stages`);
-      const [ev] = await q(`SELECT count(*)::int AS events,
+        FROM ratchet.stages WHERE ${measured}`,
+        [since],
+      );
+      const [ev] = await q(
+        `SELECT count(*)::int AS events,
         count(*) FILTER (WHERE type = 'job_claimed' AND (data ->> 'fastPath') = 'true')::int AS fast_claims,
         count(*) FILTER (WHERE type = 'job_claimed')::int AS claims,
         count(*) FILTER (WHERE type = 'result_rejected')::int AS rejected,
         count(*) FILTER (WHERE type = 'lease_reclaimed')::int AS reclaimed,
         count(*) FILTER (WHERE type = 'heartbeat_lost')::int AS heartbeat_lost
-        FROM ratchet.events`);
-      const nextMs = await q(`SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms,
+        FROM ratchet.events WHERE ${measured}`,
+        [since],
+      );
+      const nextMs = await q(
+        `SELECT extract(epoch FROM s.first_claimed_at - p.finished_at)::float8 * 1000 AS ms,
           (s.owner_id = p.owner_id) AS same_owner
         FROM ratchet.stages s JOIN ratchet.stages p ON p.run_id = s.run_id AND p.seq = s.seq - 1
-        WHERE s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL`);
+        WHERE s.seq > 1 AND s.first_claimed_at IS NOT NULL AND p.finished_at IS NOT NULL AND s.${measured}`,
+        [since],
+      );
       const firstMs = await q(
         `SELECT extract(epoch FROM s.first_claimed_at - greatest(r.created_at, $1::timestamptz))::float8 * 1000 AS ms
-        FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.seq = 1 AND s.first_claimed_at IS NOT NULL`,
-        [goAt],
+        FROM ratchet.stages s JOIN ratchet.runs r ON r.id = s.run_id WHERE s.seq = 1 AND s.first_claimed_at IS NOT NULL AND r.created_at >= $2`,
+        [goAt, since],
       );
       const next = nextMs.map((r) => r.ms as number);
       const first = firstMs.map((r) => r.ms as number);
@@ -484,7 +581,9 @@ async function runVariant(
         window_s: round(windowS, 3),
         wall_s: round(wallS, 2),
         processes: procs,
-        concurrency_per_process: cfg.concurrency,
+        concurrency_per_process: conc,
+        concurrency: conc,
+        warmup,
         fast_path: mode === 'fast',
         pickup_p50_ms: pct(next, 50),
         pickup_p99_ms: pct(next, 99),
@@ -508,7 +607,10 @@ async function runVariant(
         attempt_ends: ended,
         bullmq_prefix: prefix,
       };
+      const cpuSt = cpuPerStage(cpuKinds, done);
       const lineInfo = {
+        concurrency: conc,
+        warmup_runs: warmN,
         all_succeeded: allOk,
         runs_succeeded: runs.succeeded,
         window_s: info.window_s,
@@ -517,6 +619,19 @@ async function runVariant(
         wal_fsyncs_per_stage: info.wal_fsyncs_per_stage,
       };
       out({ metric: 'stages_per_s', variant, value: round(stagesPerS, 1), unit: 'stages/s', info });
+      out({
+        metric: 'cpu_ms_per_stage',
+        variant,
+        value: cpuSt.total,
+        unit: 'ms',
+        info: {
+          workers: cpuSt.workers,
+          postgres_this_db: cpuSt.postgres,
+          warmup_cpu_ms_per_stage: warmup.cpu_ms_per_stage ?? null,
+          of: 'CPU ms over the measured window by the worker processes + the PostgreSQL backends of the bench database, per succeeded stage (/proc)',
+          ...lineInfo,
+        },
+      });
       out({ metric: 'runs_per_s', variant, value: round(runsPerS, 1), unit: 'runs/s', info: lineInfo });
       out({
         metric: 'pickup_p50',
@@ -525,26 +640,33 @@ async function runVariant(
         unit: 'ms',
         info: {
           of: 'first_claimed_at(stage n+1) - finished_at(stage n)',
+          concurrency: conc,
           samples: next.length,
           max_ms: next.length ? round(Math.max(...next), 1) : null,
           zero_pct: next.length ? round((100 * next.filter((x) => x === 0).length) / next.length, 1) : null,
         },
       });
-      out({ metric: 'pickup_p99', variant, value: pct(next, 99), unit: 'ms', info: { samples: next.length } });
+      out({ metric: 'pickup_p99', variant, value: pct(next, 99), unit: 'ms', info: { concurrency: conc, samples: next.length } });
       out({
         metric: 'first_pickup_p50',
         variant,
         value: pct(first, 50),
         unit: 'ms',
-        info: { of: 'first_claimed_at(stage 1) - greatest(run created_at, go); all runs wait at go: backlog wait', samples: first.length },
+        info: {
+          of: 'first_claimed_at(stage 1) - greatest(run created_at, go); all runs wait at go: backlog wait',
+          concurrency: conc,
+          samples: first.length,
+        },
       });
-      out({ metric: 'first_pickup_p99', variant, value: pct(first, 99), unit: 'ms', info: { samples: first.length } });
+      out({ metric: 'first_pickup_p99', variant, value: pct(first, 99), unit: 'ms', info: { concurrency: conc, samples: first.length } });
       out({
         metric: 'all_runs_succeeded',
         variant,
         value: allOk,
         unit: 'bool',
         info: {
+          concurrency: conc,
+          warmup_runs: warmN,
           runs: runsN,
           runs_succeeded: runs.succeeded,
           runs_failed: runs.failed,
@@ -561,6 +683,7 @@ async function runVariant(
         value: null,
         unit: 'statements',
         info: {
+          concurrency: conc,
           statements_per_stage: perStage,
           cpu_ms_by_kind: cpuKinds,
           worker_cpu_ms: workerCpu,
@@ -570,10 +693,21 @@ async function runVariant(
       });
       log(
         `${variant}: ${round(stagesPerS, 1)} stages/s, ${round(runsPerS, 1)} runs/s over ${round(windowS, 2)} s; pick-up p50 ${pct(next, 50)} ms p99 ${pct(next, 99)} ms; ` +
-          `${runs.succeeded}/${runsN} runs succeeded${allOk ? '' : ' — NOT ALL'}; cpu ${cpuBusy}%; ${info.xacts_per_stage} xacts/stage; cpu ms ${JSON.stringify(cpuKinds)}`,
+          `${runs.succeeded}/${runsN} runs succeeded${allOk ? '' : ' — NOT ALL'}; cpu ${cpuBusy}%; ${info.xacts_per_stage} xacts/stage; cpu/stage ${cpuSt.workers} + ${cpuSt.postgres} ms; cpu ms ${JSON.stringify(cpuKinds)}`,
       );
-      const light = o.light === false ? { allOk: true, skipped: true } : await lightPhase(variant, url, prefix, mode, procs, admin);
-      return { label: variant, mode, procs, stagesPerS, runsPerS, allOk: allOk && light.allOk === true, info: { ...info, light } };
+      const light = o.light === false ? { allOk: true, skipped: true } : await lightPhase(variant, url, prefix, mode, procs, conc, admin);
+      return {
+        label: variant,
+        base,
+        mode,
+        procs,
+        concurrency: conc,
+        cpu: cpuSt,
+        stagesPerS,
+        runsPerS,
+        allOk: allOk && light.allOk === true,
+        info: { ...info, light },
+      };
     } finally {
       await admin.end();
     }
@@ -597,6 +731,7 @@ async function lightPhase(
   prefix: string,
   mode: 'queue' | 'fast',
   procs: number,
+  conc: number,
   admin: pg.Client,
 ): Promise<Record<string, unknown>> {
   const workers: WorkerProc[] = [];
@@ -618,7 +753,7 @@ async function lightPhase(
           REDIS_URL: cfg.redisUrl,
           BULL_PREFIX: prefix,
           FAST_PATH: mode === 'fast' ? '1' : '0',
-          CONCURRENCY: String(cfg.concurrency),
+          CONCURRENCY: String(conc),
         }),
       );
     }
@@ -684,6 +819,7 @@ async function lightPhase(
     };
     const info = {
       of: 'light load: runs submitted one by one 100 ms apart to idle workers',
+      concurrency: conc,
       runs: ids.length,
       runs_succeeded: r.ok,
       samples: next.length,
@@ -798,41 +934,55 @@ async function runPeers(): Promise<PeerLine[]> {
  * from the kill to the new claim, against the lease; (4) the embedded default's stages/s (PGlite,
  * in-process worker, the in-process transport).
  */
-async function scaleSection(): Promise<void> {
+async function scaleSection(bestFast4: number | undefined): Promise<void> {
   const t0 = performance.now();
   const load = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   const rows: string[] = [];
   const sweep: { procs: number; stagesPerS: number; cpu: Record<string, unknown>; ok: boolean; load: string }[] = [];
   const scaleRuns = Number(argv['scale-runs']);
-  for (const procs of argv['scale-procs'].split(',').filter(Boolean).map(Number)) {
-    const r = await runVariant('fast', procs, { runs: scaleRuns, light: false });
-    const cpu = r.info.cpu_ms_by_kind as Record<string, number>;
-    const stages = r.info.stages_succeeded as number;
-    const per = (ms: number) => round((ms ?? 0) / Math.max(stages, 1), 3);
-    const entry = { procs, stagesPerS: r.stagesPerS, ok: r.allOk, load: load(), cpu };
-    sweep.push(entry);
-    out({
-      metric: 'scale_stages_per_s',
-      variant: `fast_path,procs=${procs}`,
-      value: round(r.stagesPerS, 1),
-      unit: 'stages/s',
-      info: {
-        runs: scaleRuns,
-        all_succeeded: r.allOk,
-        cpu_ms_per_stage: {
-          workers: per(cpu.ratchet_workers!),
-          postgres_this_db: per(cpu.postgres_this_db!),
-          postgres_background: per(cpu.postgres_background!),
-        },
-        cpu_ms_by_kind: cpu,
-        cpu_busy_pct: r.info.cpu_busy_pct,
-        loadavg: entry.load,
-      },
-    });
-    rows.push(
-      `fast path, ${String(procs).padStart(2)} proc  ${String(round(r.stagesPerS, 0)).padStart(8)} stages/s   cpu/stage: workers ${per(cpu.ratchet_workers!)} ms + postgres ${per(cpu.postgres_this_db!)} ms (+ bg ${per(cpu.postgres_background!)} ms)   ${r.allOk ? 'all ok' : 'NOT ALL OK'}   load ${entry.load}`,
-    );
+  // --scale-concurrency: numbers and "best" (fast:4's best concurrency of the variants run above; skipped without one).
+  const concs: number[] = [];
+  for (const x of argv['scale-concurrency'].split(',').map((y) => y.trim())) {
+    const c = x === 'best' ? bestFast4 : parseConcurrencies(x)[0];
+    if (c !== undefined && !concs.includes(c)) concs.push(c);
   }
+  for (const conc of concs)
+    for (const procs of argv['scale-procs'].split(',').filter(Boolean).map(Number)) {
+      const r = await runVariant('fast', procs, {
+        concurrency: conc,
+        runs: scaleRuns,
+        light: false,
+        warmupRuns: Number(argv['scale-warmup-runs']),
+      });
+      const cpu = r.info.cpu_ms_by_kind as Record<string, number>;
+      const stages = r.info.stages_succeeded as number;
+      const per = (ms: number) => round((ms ?? 0) / Math.max(stages, 1), 3);
+      const entry = { procs, stagesPerS: r.stagesPerS, ok: r.allOk, load: load(), cpu };
+      sweep.push(entry);
+      out({
+        metric: 'scale_stages_per_s',
+        variant: `fast_path,procs=${procs}${conc === 10 ? '' : `,concurrency=${conc}`}`,
+        value: round(r.stagesPerS, 1),
+        unit: 'stages/s',
+        info: {
+          concurrency: conc,
+          warmup_runs_per_process: Number(argv['scale-warmup-runs']),
+          runs: scaleRuns,
+          all_succeeded: r.allOk,
+          cpu_ms_per_stage: {
+            workers: per(cpu.ratchet_workers!),
+            postgres_this_db: per(cpu.postgres_this_db!),
+            postgres_background: per(cpu.postgres_background!),
+          },
+          cpu_ms_by_kind: cpu,
+          cpu_busy_pct: r.info.cpu_busy_pct,
+          loadavg: entry.load,
+        },
+      });
+      rows.push(
+        `fast path, ${String(procs).padStart(2)} proc, c=${String(conc).padEnd(3)} ${String(round(r.stagesPerS, 0)).padStart(8)} stages/s   cpu/stage: workers ${per(cpu.ratchet_workers!)} ms + postgres ${per(cpu.postgres_this_db!)} ms (+ bg ${per(cpu.postgres_background!)} ms)   ${r.allOk ? 'all ok' : 'NOT ALL OK'}   load ${entry.load}`,
+      );
+    }
   const parts = new Set(argv['scale-parts'].split(','));
   for (const n of !parts.has('claim') ? [] : argv['claim-1m'] ? [10_000, 1_000_000] : [10_000]) {
     const c = await claimLatency(n);
@@ -1122,7 +1272,18 @@ log(`bench:engine ${JSON.stringify({ ...cfg, quick: argv.quick, skipPeers: argv[
 const results: VariantResult[] = [];
 const sectionOnly = argv['scale-only'] || argv['stream-only'];
 if (!sectionOnly)
-  for (const v of cfg.variants) results.push(await runVariant(v.mode, v.procs, { noGrace: v.noGrace, light: !argv['skip-light'] }));
+  // The light-load phase (idle workers, one run at a time) only at the first concurrency of the list: it is the
+  // pick-up delay of an idle worker, not a throughput, and each costs ~10 s.
+  for (const concurrency of cfg.concurrencies)
+    for (const v of cfg.variants)
+      results.push(
+        await runVariant(v.mode, v.procs, {
+          concurrency,
+          noGrace: v.noGrace,
+          light: !argv['skip-light'] && concurrency === cfg.concurrencies[0],
+        }),
+      );
+const best = bestByVariant(results);
 
 if (!argv['skip-peers'] && !sectionOnly) {
   const peers = await runPeers();
@@ -1186,26 +1347,34 @@ if (!argv['skip-peers'] && !sectionOnly) {
     });
   }
   const summary: string[] = [];
-  for (const r of results.filter((x) => x.mode === 'fast')) {
+  // At concurrency 10 under the history's keys (fast_path,procs=4 / graphile_jobs); at each variant's best
+  // concurrency under <variant>,best_concurrency (info.concurrency says which).
+  const ratioRows: { r: VariantResult; key: string }[] = [
+    ...results.filter((x) => x.mode === 'fast' && x.concurrency === 10).map((r) => ({ r, key: r.base })),
+    ...[...best.values()].filter((x) => x.mode === 'fast').map((r) => ({ r, key: `${r.base},best_concurrency` })),
+  ];
+  for (const { r, key } of ratioRows) {
     for (const t of targets) {
       if (!t.peer?.median) {
         out({
           metric: 'ratio',
-          variant: `${r.label} / ${t.key}`,
+          variant: `${key} / ${t.key}`,
           value: null,
           unit: 'x',
-          info: { note: `${t.note}: no figure from the peers run` },
+          info: { concurrency: r.concurrency, note: `${t.note}: no figure from the peers run` },
         });
         continue;
       }
       const ratio = r.stagesPerS / t.peer.median;
       out({
         metric: 'ratio',
-        variant: `${r.label} / ${t.key}`,
+        variant: `${key} / ${t.key}`,
         value: round(ratio, 3),
         unit: 'x',
         info: {
+          concurrency: r.concurrency,
           ratchet_stages_per_s: round(r.stagesPerS, 1),
+          ratchet_cpu_ms_per_stage: r.cpu,
           peer: `${t.peer.measure} ${t.peer.variant}`,
           peer_value: t.peer.median,
           peer_unit: t.peer.unit,
@@ -1214,29 +1383,69 @@ if (!argv['skip-peers'] && !sectionOnly) {
           goal: t.goal === null ? null : `>= ${t.goal}`,
           goal_met: t.goal === null ? null : ratio >= t.goal,
           ratchet_all_succeeded: r.allOk,
+          ratchet_warmup_runs_per_process: cfg.warmupRuns,
+          peer_warmup: 'none: run.sh times each library from its start (pool, first plans) over its 20,000 jobs',
           note: t.note,
         },
       });
       summary.push(
-        `${r.label.padEnd(18)} / ${t.key.padEnd(22)} ${String(round(ratio, 3)).padStart(7)}  (${round(r.stagesPerS, 0)} vs ${t.peer.median} ${t.peer.unit}${t.goal === null ? '' : `, goal >= ${t.goal}: ${ratio >= t.goal ? 'met' : 'NOT met'}`})`,
+        `${`${r.base},c=${r.concurrency}${key.endsWith('best_concurrency') ? ' (best)' : ''}`.padEnd(30)} / ${t.key.padEnd(22)} ${String(round(ratio, 3)).padStart(7)}  (${round(r.stagesPerS, 0)} vs ${t.peer.median} ${t.peer.unit}${t.goal === null ? '' : `, goal >= ${t.goal}: ${ratio >= t.goal ? 'met' : 'NOT met'}`})`,
       );
     }
   }
   process.stderr.write(`\nratios (fast path stages/s over the peer's figure):\n${summary.join('\n')}\n`);
 }
 
-process.stderr.write(
-  `\n${'variant'.padEnd(20)}${'stages/s'.padStart(10)}${'runs/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'light p50'.padStart(11)}${'light p99'.padStart(11)}${'cpu%'.padStart(7)}${'xact/st'.padStart(9)}  all ok\n`,
-);
-for (const r of results) {
-  const light = r.info.light as Record<string, unknown>;
+/** The warm-up's CPU per stage (its first runs per process), next to the measured window's. */
+const warmNote = (r: VariantResult): string => {
+  const w = (r.info.warmup as { cpu_ms_per_stage?: { total: number; workers: number; postgres: number } } | undefined)?.cpu_ms_per_stage;
+  return w ? `   warm-up: ${w.total} = ${w.workers} + ${w.postgres}` : '';
+};
+if (results.length) {
   process.stderr.write(
-    `${r.label.padEnd(20)}${String(round(r.stagesPerS, 0)).padStart(10)}${String(round(r.runsPerS, 1)).padStart(9)}` +
-      `${String(r.info.pickup_p50_ms ?? '').padStart(9)}${String(r.info.pickup_p99_ms ?? '').padStart(9)}${String(light.pickup_p50_ms ?? '').padStart(11)}${String(light.pickup_p99_ms ?? '').padStart(11)}` +
-      `${String(r.info.cpu_busy_pct).padStart(7)}${String(r.info.xacts_per_stage).padStart(9)}  ${r.allOk}\n`,
+    `\n${'variant'.padEnd(36)}${'stages/s'.padStart(10)}${'runs/s'.padStart(9)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'light p50'.padStart(11)}${'light p99'.padStart(11)}${'cpu%'.padStart(7)}${'xact/st'.padStart(9)}  all ok\n`,
   );
+  for (const r of results) {
+    const light = r.info.light as Record<string, unknown>;
+    process.stderr.write(
+      `${r.label.padEnd(36)}${String(round(r.stagesPerS, 0)).padStart(10)}${String(round(r.runsPerS, 1)).padStart(9)}` +
+        `${String(r.info.pickup_p50_ms ?? '').padStart(9)}${String(r.info.pickup_p99_ms ?? '').padStart(9)}${String(light.pickup_p50_ms ?? '').padStart(11)}${String(light.pickup_p99_ms ?? '').padStart(11)}` +
+        `${String(r.info.cpu_busy_pct).padStart(7)}${String(r.info.xacts_per_stage).padStart(9)}  ${r.allOk}\n`,
+    );
+  }
+  process.stderr.write(
+    `\nCPU ms per stage (workers + PostgreSQL backends of the bench db, measured window${cfg.warmupRuns ? `, after a warm-up of ${cfg.warmupRuns} runs per process` : ', no warm-up'}):\n`,
+  );
+  for (const r of results)
+    process.stderr.write(
+      `  ${r.label.padEnd(36)} ${String(r.cpu.total).padStart(6)} ms = workers ${r.cpu.workers} + postgres ${r.cpu.postgres}   (${round(r.stagesPerS, 0)} stages/s)${warmNote(r)}\n`,
+    );
+  const bestRows = [...best.values()].map((r) => `${r.base} c=${r.concurrency} ${round(r.stagesPerS, 0)}`);
+  process.stderr.write(`best concurrency per variant (of ${cfg.concurrencies.join(', ')}): ${bestRows.join('; ')}\n`);
+  for (const r of best.values())
+    out({
+      metric: 'best_concurrency',
+      variant: r.base,
+      value: r.concurrency,
+      unit: 'stages at once per process',
+      info: { stages_per_s: round(r.stagesPerS, 1), cpu_ms_per_stage: r.cpu, of: cfg.concurrencies, all_succeeded: r.allOk },
+    });
+  const checks = moreProcsChecks(results);
+  for (const c of checks) {
+    const v = `${c.mode === 'fast' ? 'fast_path' : 'bullmq'},concurrency=${c.concurrency}`;
+    out({
+      metric: 'check_more_procs_not_slower',
+      variant: v,
+      value: c.ok,
+      unit: 'bool',
+      info: { stages_per_s_by_procs: Object.fromEntries(c.points.map(([p, x]) => [p, round(x, 1)])), ratios: c.ratios },
+    });
+    process.stderr.write(
+      `check more processes never slower, ${v}: ${c.ok ? 'ok' : 'FAILED'}   ${c.points.map(([p, x]) => `${p} proc ${round(x, 0)}`).join(' -> ')} (x${c.ratios.join(', x')})\n`,
+    );
+  }
 }
-if (argv.scale || argv['scale-only']) await scaleSection();
+if (argv.scale || argv['scale-only']) await scaleSection(best.get(label('fast', 4))?.concurrency);
 if (argv.stream || argv['stream-only']) await streamSection();
 log('done');
 process.exit(0);

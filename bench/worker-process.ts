@@ -12,6 +12,7 @@
  * {"ready":true}; the line "go" on stdin starts the worker ({"started":true}); the line "stop"
  * (or SIGTERM) stops it gracefully and prints {"stopped":true,...} with what it saw: attempt
  * ends, statements by name (count, rows, total ms), wake-ups sent and received, and its own CPU.
+ * Before "go", optionally: "warm" ({"warming":true}) and "rest" ({"rested":true}), see below.
  */
 import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
@@ -106,15 +107,17 @@ const profiled = async (text: string, params?: readonly unknown[], stmtName?: st
 (db as { query: unknown }).query = profiled;
 
 const fastPath = env('FAST_PATH', '1') !== '0';
-const worker = ratchet.worker({
-  name,
-  fastPath,
-  concurrency: optInt('CONCURRENCY') ?? 10,
-  ...(optInt('FINISH_BATCH_MS') !== undefined ? { finishBatchMs: optInt('FINISH_BATCH_MS') } : {}),
-  ...(optInt('POLL_MS') !== undefined ? { pollIntervalMs: optInt('POLL_MS') } : {}),
-  ...(optInt('SWEEP_MS') !== undefined ? { sweepIntervalMs: optInt('SWEEP_MS') } : {}),
-  graceMs: 2000,
-});
+const makeWorker = () =>
+  ratchet!.worker({
+    name,
+    fastPath,
+    concurrency: optInt('CONCURRENCY') ?? 10,
+    ...(optInt('FINISH_BATCH_MS') !== undefined ? { finishBatchMs: optInt('FINISH_BATCH_MS') } : {}),
+    ...(optInt('POLL_MS') !== undefined ? { pollIntervalMs: optInt('POLL_MS') } : {}),
+    ...(optInt('SWEEP_MS') !== undefined ? { sweepIntervalMs: optInt('SWEEP_MS') } : {}),
+    graceMs: 2000,
+  });
+let worker = makeWorker();
 send({ ready: true, owner: worker.owner, pid: process.pid, fastPath });
 
 let cpu0 = process.cpuUsage();
@@ -148,12 +151,35 @@ function stop(): Promise<void> {
   return stopping;
 }
 
+/**
+ * Warm-up (bench/engine.ts --warmup-runs): "warm" starts a worker on the runs the bench submitted for it; "rest"
+ * stops it once they are done and makes a fresh one (not started), keeping the process, its pool's connections (their
+ * backends' plans and caches) and V8's compiled code; until "go" the pool's connections are kept open (pg's pool
+ * closes a client idle for 10 s, and a service under load never idles them).
+ */
+let warming = false;
+let keepOpen: NodeJS.Timeout | undefined;
+const poolSize = optInt('POOL_SIZE') ?? 10;
 const input = createInterface({ input: process.stdin });
 input.on('close', () => void stop()); // the bench went away: do not linger
 input.on('line', (line) => {
   const cmd = line.trim();
-  if (cmd === 'go' && !started) {
+  if (cmd === 'warm' && !started && !warming) {
+    warming = true;
+    void worker.start().then(() => send({ warming: true }));
+  } else if (cmd === 'rest' && warming) {
+    warming = false;
+    void (async () => {
+      await worker.stop({ graceMs: 2000 });
+      worker = makeWorker();
+      const touch = () => Promise.all(Array.from({ length: poolSize }, () => rawQuery('SELECT 1'))).catch(() => {});
+      await touch();
+      keepOpen = setInterval(() => void touch(), 3000);
+      send({ rested: true, owner: worker.owner });
+    })();
+  } else if (cmd === 'go' && !started && !warming) {
     started = true;
+    clearInterval(keepOpen);
     for (const k of Object.keys(stmts)) delete stmts[k]; // count only the measured phase
     wakes.notified = 0;
     wakes.received = 0;
@@ -161,6 +187,7 @@ input.on('line', (line) => {
     t0 = performance.now();
     void worker.start().then(() => send({ started: true }));
   } else if (cmd === 'stop') {
+    clearInterval(keepOpen);
     void stop();
   }
 });
