@@ -24,7 +24,7 @@
  *     statement profile (count, rows, ms per prepared statement).
  * Then, in the same invocation, ../shared/peers/run.sh (DBOS, pg-boss, graphile-worker, BullMQ,
  * pgbench; --peer-runs N repetitions, --cap S passed through) and the ratios of the fast path's
- * stages/s to each. --runs N is the number of workflow runs per variant (default 1000; --quick 200).
+ * stages/s to each. --runs N is the number of workflow runs per variant (default 2000, 20,000 stages like the peers' 20,000 jobs; --quick 200).
  */
 import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -67,8 +67,10 @@ const { values: argv } = parseArgs({
      * (not measured, not counted), then stop that worker, keep their pool's connections and make a fresh worker that
      * the measured runs' "go" starts, so the figures leave out each process's fixed start cost (V8 compiling the
      * hot paths, each PostgreSQL backend planning each statement its first times), as in a long-running service.
+     * Default 0: the peers of ../shared/peers/run.sh are timed from their start over 20,000 jobs, so by default
+     * Ratchet is too (2,000 runs of 10 stages, start-up inside the window): ratios like for like. 200 gives the steady state.
      */
-    'warmup-runs': { type: 'string', default: '200' },
+    'warmup-runs': { type: 'string', default: '0' },
     /** Concurrencies of the scale sweep: numbers and/or "best" (fast:4's best of the variants above, when run). */
     'scale-concurrency': { type: 'string', default: '10' },
     /** Warm-up runs per worker process at each point of the scale sweep (fewer than the variants': 8 processes x 200 is minutes). */
@@ -111,7 +113,8 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const cfg = {
   adminUrl: argv['pg-url'],
   redisUrl: argv['redis-url'],
-  runs: argv.runs ? Number(argv.runs) : argv.quick ? 200 : 1000,
+  // 2,000 runs = 20,000 stages, the peers' job count (run.sh), timed the same way (from start): ratios like for like.
+  runs: argv.runs ? Number(argv.runs) : argv.quick ? 200 : 2000,
   concurrencies: parseConcurrencies(argv.concurrency),
   warmupRuns: Number(argv['warmup-runs']),
   timeoutS: argv['timeout-s'] ? Number(argv['timeout-s']) : argv.quick ? 180 : 600,
