@@ -380,8 +380,12 @@ async function produce(
     }
     attempt.effectKey = idempotencyKey;
   }
+  // `signal` is a getter: the attempt makes its AbortSignal only when the tool reads it (most never
+  // do); tracing copies the ctx with its property descriptors, so the getter stays one (PERF-NOTES §15).
   const ctx: ToolContext = {
-    signal: attempt.signal,
+    get signal() {
+      return attempt.signal;
+    },
     fence: stage.fence,
     idempotencyKey,
     attempt: stage.attempt,
