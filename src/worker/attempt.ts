@@ -121,7 +121,8 @@ export class Attempt {
   private readonly finalListeners = new Set<(err: AttemptAbortedError) => void>();
   /** The deadline of the call in progress (reconcile, run, a model call), monotonic ms; null between calls. */
   private callDeadline: number | null = null;
-  private readonly confirmListeners = new Set<(confirmedUntil: number) => void>();
+  /** Made at the first onConfirm (only the thread runner listens). */
+  private confirmListeners: Set<(confirmedUntil: number) => void> | null = null;
   private readonly metrics: Metrics | undefined;
 
   constructor(
@@ -183,13 +184,14 @@ export class Attempt {
     this.lastConfirmedAt = monotonicNow();
     this.lastLeaseUntil = leaseUntil;
     this.armDeadline();
-    for (const listener of this.confirmListeners) listener(this.confirmedUntil);
+    if (this.confirmListeners) for (const listener of this.confirmListeners) listener(this.confirmedUntil);
   }
 
   /** Calls `listener` after each newer confirmation (the thread runner mirrors the deadline); returns an unsubscribe. */
   onConfirm(listener: (confirmedUntil: number) => void): () => void {
-    this.confirmListeners.add(listener);
-    return () => this.confirmListeners.delete(listener);
+    const listeners = (this.confirmListeners ??= new Set());
+    listeners.add(listener);
+    return () => listeners.delete(listener);
   }
 
   /** Calls `listener` once when the attempt ends for good (at once if it has); returns an unsubscribe. */
