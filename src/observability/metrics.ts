@@ -59,7 +59,8 @@ export function createMetrics(registry = new Registry()): Metrics {
   const registers = [registry];
   registerScrapeGauges(registers, () => [...sources].map((s) => s()));
   const byClassAndWorkflow: ('tool_class' | 'workflow')[] = ['tool_class', 'workflow'];
-  const counter = <L extends string>(name: string, help: string, labelNames: L[]) => new Counter<L>({ name, help, labelNames, registers });
+  const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
+    cachedCounter(new Counter<L>({ name, help, labelNames, registers }));
   return {
     registry,
     track(sample) {
@@ -78,13 +79,15 @@ export function createMetrics(registry = new Registry()): Metrics {
       'Finishes the fence refused (stale owner, token, lease)',
       byClassAndWorkflow,
     ),
-    stageDuration: new Histogram({
-      name: 'ratchet_stage_duration_seconds',
-      help: 'One attempt from claim to finish',
-      labelNames: [...ATTEMPT_LABELS, 'outcome'],
-      buckets,
-      registers,
-    }),
+    stageDuration: cachedHistogram(
+      new Histogram({
+        name: 'ratchet_stage_duration_seconds',
+        help: 'One attempt from claim to finish',
+        labelNames: [...ATTEMPT_LABELS, 'outcome'],
+        buckets,
+        registers,
+      }),
+    ),
     stagesClaimed: counter('ratchet_stages_claimed_total', 'Attempts claimed', byClassAndWorkflow),
     ownershipUnknown: counter(
       'ratchet_ownership_unknown_total',
@@ -101,6 +104,109 @@ export function createMetrics(registry = new Registry()): Metrics {
 }
 
 const ATTEMPT_LABELS: AttemptLabelName[] = ['tool_class', 'workflow', 'model'];
+
+/*
+ * prom-client validates and hashes a call's labels every time (~2% of a worker's CPU for
+ * stage_duration's observe and stages_claimed's inc per stage, PERF-NOTES §15). The executor
+ * passes frozen label sets, made once per tool class/workflow/model (and outcome): for such a
+ * set, the value cell prom-client made for it at its first call (validated, hashed, stored under
+ * its hash) is kept by the set's identity and counted into directly — the same cell the next
+ * slow call would find, so the scrape is the same. A cell is used only while prom-client still
+ * holds it under that hash (a reset, a remove or a zero() replace it: the next call goes the slow
+ * way and keeps the new one). A label set that is not frozen (it could change), a value that is
+ * not a plain finite number, or a cell that cannot be found (prom-client's hash spelled
+ * differently) always go the slow way.
+ */
+type Cells = Record<string, { labels: object; value?: number; sum?: number; count?: number; bucketValues?: Record<string, number> }>;
+interface Kept<E> {
+  hash: string;
+  cell: E;
+}
+
+/** prom-client's key for a label set (its hashObject over the sorted label names), or null for a set with other names. */
+function cellKey(sortedNames: readonly string[], labels: Record<string, unknown>): string | null {
+  let key = '';
+  for (const name of Object.keys(labels)) if (!sortedNames.includes(name)) return null;
+  for (const name of sortedNames) {
+    const value = labels[name];
+    if (value !== undefined) key += `${name}:${String(value)},`;
+  }
+  return key;
+}
+
+/** The cell prom-client now holds for a frozen label set, if it can be found (see above). */
+function findCell(metric: object, labels: object): Kept<Cells[string]> | null {
+  const m = metric as unknown as { hashMap: Cells; sortedLabelNames: string[] };
+  if (!Object.isFrozen(labels) || !m.hashMap || !Array.isArray(m.sortedLabelNames)) return null;
+  const hash = cellKey(m.sortedLabelNames, labels as Record<string, unknown>);
+  const cell = hash === null ? undefined : m.hashMap[hash];
+  if (hash === null || cell === undefined) return null;
+  // The cell's own labels must be this set's (a cell made from an equal set is as good).
+  const own = cell.labels as Record<string, unknown>;
+  for (const [k, v] of Object.entries(labels)) if (own[k] !== v) return null;
+  for (const [k, v] of Object.entries(own)) if ((labels as Record<string, unknown>)[k] !== v) return null;
+  return { hash, cell };
+}
+
+/** A counter whose inc(frozenLabels[, n]) adds to its kept cell (see above); anything else is prom-client's own inc. */
+function cachedCounter<L extends string>(counter: Counter<L>): Counter<L> {
+  const m = counter as unknown as { inc: (labels?: unknown, value?: unknown) => void; hashMap: Cells };
+  const slow = m.inc.bind(counter);
+  const kept = new WeakMap<object, Kept<Cells[string]>>();
+  m.inc = (labels?: unknown, value?: unknown) => {
+    if (typeof labels === 'object' && labels !== null) {
+      const k = kept.get(labels);
+      if (
+        k !== undefined &&
+        m.hashMap[k.hash] === k.cell &&
+        (value === undefined || (typeof value === 'number' && Number.isFinite(value) && value >= 0))
+      ) {
+        k.cell.value! += value === undefined ? 1 : value;
+        return;
+      }
+      slow(labels, value);
+      const found = findCell(counter, labels);
+      if (found && typeof found.cell.value === 'number') kept.set(labels, found);
+      return;
+    }
+    slow(labels, value);
+  };
+  return counter;
+}
+
+/** A histogram whose observe(frozenLabels, seconds) counts into its kept cell (see above); anything else is prom-client's own observe. */
+function cachedHistogram<L extends string>(histogram: Histogram<L>): Histogram<L> {
+  const m = histogram as unknown as { observe: (labels?: unknown, value?: unknown) => void; hashMap: Cells; upperBounds: number[] };
+  if (!Array.isArray(m.upperBounds)) return histogram;
+  const bounds = m.upperBounds;
+  const slow = m.observe.bind(histogram);
+  const kept = new WeakMap<object, Kept<Cells[string]>>();
+  m.observe = (labels?: unknown, value?: unknown) => {
+    if (typeof labels === 'object' && labels !== null && typeof value === 'number' && Number.isFinite(value)) {
+      const k = kept.get(labels);
+      if (k !== undefined && m.hashMap[k.hash] === k.cell) {
+        const cell = k.cell;
+        cell.sum! += value;
+        cell.count! += 1;
+        // prom-client's findBound: the first upper bound at or over the value; past the last, no bucket (+Inf is the count).
+        for (const bound of bounds) {
+          if (value <= bound) {
+            if (Object.hasOwn(cell.bucketValues!, bound)) cell.bucketValues![bound]! += 1;
+            break;
+          }
+        }
+        return;
+      }
+      slow(labels, value);
+      const found = findCell(histogram, labels);
+      if (found && typeof found.cell.sum === 'number' && typeof found.cell.count === 'number' && found.cell.bucketValues)
+        kept.set(labels, found);
+      return;
+    }
+    slow(labels, value);
+  };
+  return histogram;
+}
 
 /** Sums a per-worker number by tool class. */
 function byClass(samples: WorkerSample[], value: (slot: WorkerSample['slots'][number]) => number): Map<string, number> {

@@ -212,22 +212,43 @@ export async function traceAttempt<T extends string>(stage: ClaimedStage, run: (
 }
 
 /**
+ * `{ ...ctx, traceparent }` without reading ctx's getters: the same own enumerable keys (strings
+ * and symbols), a data property copied as its value, an accessor copied as the accessor, so the
+ * executor's `ctx.signal` getter stays lazy (the attempt makes its AbortSignal at the tool's first
+ * read, not here; PERF-NOTES §15). Exported for its test.
+ */
+export function withTraceparent(ctx: ToolContext, traceparent: string): ToolContext {
+  const copy: Record<PropertyKey, unknown> = {};
+  for (const key of Reflect.ownKeys(ctx)) {
+    if (key === 'traceparent') continue;
+    const d = Object.getOwnPropertyDescriptor(ctx, key);
+    if (!d?.enumerable) continue;
+    if (d.get || d.set) Object.defineProperty(copy, key, { get: d.get, set: d.set, enumerable: true, configurable: true });
+    else copy[key] = d.value;
+  }
+  copy.traceparent = traceparent;
+  return copy as unknown as ToolContext;
+}
+
+/**
  * The `ratchet.tool` span around a tool's run or reconcile: the tool gets a ctx whose
- * `traceparent` is this span's (what it sends downstream). Also set without an SDK: then it is
+ * `traceparent` is this span's (what it sends downstream), made by `withTp` (default: a copy of
+ * ctx that keeps its getters; the executor makes its own ctx literal again, faster than a copy). Also set without an SDK: then it is
  * the run's (derived or stored) context, so a downstream service still joins the run's trace.
  */
 export async function traceToolCall<T>(
   inv: { tool: { name: string; class: { name: string } }; ctx: ToolContext },
   op: 'run' | 'reconcile',
   call: (ctx: ToolContext) => Promise<T>,
+  withTp: (ctx: ToolContext, traceparent: string) => ToolContext = withTraceparent,
 ): Promise<T> {
   const { ctx } = inv;
   if (!sdkRegistered()) {
     // The no-op tool span's context would be its attempt's: the tool gets that as its traceparent.
     const plain = plainAttempts.get(attemptKey(ctx.stageId, ctx.fence));
-    if (plain) return call(plain.traceparent === undefined ? ctx : { ...ctx, traceparent: plain.traceparent });
+    if (plain) return call(plain.traceparent === undefined ? ctx : withTp(ctx, plain.traceparent));
     const sc = trace.getSpanContext(attemptContext(ctx.stageId, ctx.fence, ctx.runId));
-    return call(sc && isSpanContextValid(sc) ? { ...ctx, traceparent: traceparentOf(sc) } : ctx);
+    return call(sc && isSpanContextValid(sc) ? withTp(ctx, traceparentOf(sc)) : ctx);
   }
   const span = tracer.startSpan(
     `ratchet.tool ${inv.tool.name}`,
@@ -246,7 +267,7 @@ export async function traceToolCall<T>(
     attemptContext(ctx.stageId, ctx.fence, ctx.runId),
   );
   const sc = span.spanContext();
-  const traced: ToolContext = isSpanContextValid(sc) ? { ...ctx, traceparent: traceparentOf(sc) } : ctx;
+  const traced: ToolContext = isSpanContextValid(sc) ? withTp(ctx, traceparentOf(sc)) : ctx;
   try {
     return await call(traced);
   } catch (err) {

@@ -7,6 +7,72 @@ import type { EventWriter } from './event-writer.js';
 /** setTimeout fires at once past 2^31-1 ms: every delay is bounded. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/**
+ * One timer for the confirmation deadlines of every attempt in the process, instead of one per
+ * attempt (a setTimeout per attempt, each with its own duration — a new node timer list, a
+ * priority-queue insert and removal — was ~2% of a worker's CPU, PERF-NOTES §15). It is armed
+ * for the earliest deadline it knows of; at each firing it aborts (ownership_unknown) every
+ * attempt whose deadline passed on the monotonic clock now — never one before its deadline —
+ * and re-arms for the earliest of the rest. An attempt that is added with an earlier deadline
+ * than the armed one re-arms it; a confirmation only moves a deadline later, so it re-arms
+ * nothing (the timer fires, finds it not due, and re-arms). Attempts leave at their end. The
+ * timer holds the process open only while it watches an attempt (as the per-attempt timers did).
+ */
+class DeadlineWatch {
+  private readonly watched = new Set<Attempt>();
+  private timer: NodeJS.Timeout | null = null;
+  /** When the armed timer fires (monotonic ms), Infinity when none is armed. */
+  private dueAt = Infinity;
+  private readonly fire = (): void => this.check();
+
+  watch(a: Attempt): void {
+    if (a.ended) return;
+    if (this.watched.size === 0) this.timer?.ref();
+    this.watched.add(a);
+    if (a.confirmedUntil < this.dueAt) this.arm(a.confirmedUntil);
+  }
+
+  unwatch(a: Attempt): void {
+    if (this.watched.delete(a) && this.watched.size === 0) this.timer?.unref();
+  }
+
+  /** How many attempts it watches (tests). */
+  get size(): number {
+    return this.watched.size;
+  }
+
+  private arm(at: number): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.dueAt = at;
+    this.timer = setTimeout(this.fire, Math.min(Math.max(0, at - monotonicNow()), MAX_TIMER_MS));
+    if (this.watched.size === 0) this.timer.unref();
+  }
+
+  private check(): void {
+    this.timer = null;
+    this.dueAt = Infinity;
+    let next = Infinity;
+    let thrown: { err: unknown } | null = null;
+    for (const a of this.watched) {
+      let done: boolean;
+      try {
+        done = a.deadlineDue(monotonicNow());
+      } catch (err) {
+        thrown ??= { err }; // the others are still checked; the first error is thrown after, as a timer's would be
+        done = true;
+      }
+      if (done) this.watched.delete(a);
+      else if (a.confirmedUntil < next) next = a.confirmedUntil;
+    }
+    if (next < this.dueAt) this.arm(next);
+    if (thrown) throw thrown.err;
+  }
+}
+const deadlines = new DeadlineWatch();
+
+/** The attempts the deadline timer watches now (tests). */
+export const watchedDeadlines = (): number => deadlines.size;
+
 export interface AttemptOptions {
   /** Bounded labels for its metrics (default: its tool class and workflow). */
   labels?: AttemptLabels;
@@ -28,7 +94,14 @@ export interface AttemptOptions {
  * waiting, the slot is freed, a tool thread is terminated after its grace).
  */
 export class Attempt {
-  readonly controller = new AbortController();
+  /**
+   * Made at the first read of `signal` (most tools never read theirs: an AbortSignal and its
+   * EventTarget per attempt were ~3% of a worker's CPU, PERF-NOTES §15); until then the first
+   * abort is kept in `firstAbort`, and a signal made after it is aborted with it at once.
+   */
+  private controller: AbortController | null = null;
+  /** The first abort (the signal's reason), kept whether or not the signal exists. */
+  private firstAbort: AttemptAbortedError | null = null;
   readonly startedAt = monotonicNow();
   /** Monotonic time of the last confirmation (claim or extend). */
   lastConfirmedAt = this.startedAt;
@@ -48,8 +121,8 @@ export class Attempt {
   private readonly finalListeners = new Set<(err: AttemptAbortedError) => void>();
   /** The deadline of the call in progress (reconcile, run, a model call), monotonic ms; null between calls. */
   private callDeadline: number | null = null;
-  private deadlineTimer: NodeJS.Timeout | null = null;
-  private readonly confirmListeners = new Set<(confirmedUntil: number) => void>();
+  /** Made at the first onConfirm (only the thread runner listens). */
+  private confirmListeners: Set<(confirmedUntil: number) => void> | null = null;
   private readonly metrics: Metrics | undefined;
 
   constructor(
@@ -66,13 +139,28 @@ export class Attempt {
     this.armDeadline();
   }
 
+  /** The attempt's abort signal: made at its first read, already aborted with the first reason if one came before. */
   get signal(): AbortSignal {
+    if (this.controller === null) {
+      this.controller = new AbortController();
+      if (this.firstAbort !== null) this.controller.abort(this.firstAbort);
+    }
     return this.controller.signal;
+  }
+
+  /** Whether the signal has been made (tests: an attempt whose tool never reads its signal makes none). */
+  get signalMade(): boolean {
+    return this.controller !== null;
+  }
+
+  /** Whether it aborted (the signal's `aborted`, without making the signal). */
+  get aborted(): boolean {
+    return this.firstAbort !== null;
   }
 
   /** The reason that ends the attempt, else the signal's (ownership_unknown), else null. */
   get abortReason(): AbortReason | null {
-    return this.final?.reason ?? (this.signal.aborted ? (this.signal.reason as AttemptAbortedError).reason : null);
+    return this.final?.reason ?? this.firstAbort?.reason ?? null;
   }
 
   /** The reason that ended the attempt (anything but ownership_unknown), or null while it may still finish. */
@@ -86,7 +174,7 @@ export class Attempt {
 
   /** Whether its signal aborted with ownership_unknown (whatever came after). */
   get ownershipLapsed(): boolean {
-    return this.signal.aborted && (this.signal.reason as AttemptAbortedError).reason === 'ownership_unknown';
+    return this.firstAbort?.reason === 'ownership_unknown';
   }
 
   /** A newer confirmation from an extend statement. */
@@ -96,13 +184,14 @@ export class Attempt {
     this.lastConfirmedAt = monotonicNow();
     this.lastLeaseUntil = leaseUntil;
     this.armDeadline();
-    for (const listener of this.confirmListeners) listener(this.confirmedUntil);
+    if (this.confirmListeners) for (const listener of this.confirmListeners) listener(this.confirmedUntil);
   }
 
   /** Calls `listener` after each newer confirmation (the thread runner mirrors the deadline); returns an unsubscribe. */
   onConfirm(listener: (confirmedUntil: number) => void): () => void {
-    this.confirmListeners.add(listener);
-    return () => this.confirmListeners.delete(listener);
+    const listeners = (this.confirmListeners ??= new Set());
+    listeners.add(listener);
+    return () => listeners.delete(listener);
   }
 
   /** Calls `listener` once when the attempt ends for good (at once if it has); returns an unsubscribe. */
@@ -124,11 +213,12 @@ export class Attempt {
     const err = new AttemptAbortedError(reason, message ?? `attempt aborted: ${reason}`, { runId, stageId, fence });
     const ends = reason !== 'ownership_unknown' && this.final === null;
     if (ends) this.final = err; // before the signal's listeners run, so they see it
-    if (!this.signal.aborted) {
-      this.controller.abort(err);
+    if (this.firstAbort === null) {
+      this.firstAbort = err;
+      this.controller?.abort(err); // a signal made later is aborted with it at its first read
       if (reason === 'ownership_unknown') this.reportOwnershipUnknown();
     } else if (ends) {
-      const from = (this.signal.reason as AttemptAbortedError).reason;
+      const from = this.firstAbort.reason;
       this.logger.warn({ event: 'attempt_escalated', runId, stageId, fence, from, reason }, 'attempt ended after ownership became unknown');
     }
     if (!ends) return;
@@ -161,8 +251,8 @@ export class Attempt {
   }
 
   checkOwnership(): void {
-    if (!this.signal.aborted && monotonicNow() >= this.confirmedUntil) this.abort('ownership_unknown');
-    if (this.signal.aborted) throw this.final ?? (this.signal.reason as AttemptAbortedError);
+    if (this.firstAbort === null && monotonicNow() >= this.confirmedUntil) this.abort('ownership_unknown');
+    if (this.firstAbort !== null) throw this.final ?? this.firstAbort;
   }
 
   /** A call starts with `limitMs` to run; returns its deadline (monotonic ms). */
@@ -192,8 +282,7 @@ export class Attempt {
 
   end(): void {
     this.ended = true;
-    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-    this.deadlineTimer = null;
+    deadlines.unwatch(this);
   }
 
   private reportOwnershipUnknown(): void {
@@ -204,14 +293,16 @@ export class Attempt {
     this.metrics?.ownershipUnknown.inc({ tool_class: this.labels.tool_class, workflow: this.labels.workflow });
   }
 
+  /** Watched by the process's one deadline timer until it ends (or its deadline passes). */
   private armDeadline(): void {
-    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-    const wait = Math.min(Math.max(0, this.confirmedUntil - monotonicNow()), MAX_TIMER_MS);
-    this.deadlineTimer = setTimeout(() => {
-      this.deadlineTimer = null;
-      if (this.ended) return;
-      if (monotonicNow() >= this.confirmedUntil) this.abort('ownership_unknown');
-      else this.armDeadline();
-    }, wait);
+    deadlines.watch(this);
+  }
+
+  /** The deadline watch's callback: past its confirmation deadline (on the clock now), ownership becomes unknown. */
+  deadlineDue(now: number): boolean {
+    if (this.ended) return true;
+    if (now < this.confirmedUntil) return false;
+    this.abort('ownership_unknown');
+    return true;
   }
 }

@@ -350,6 +350,38 @@ function isFinal(attempt: Attempt): boolean {
 }
 
 /**
+ * A tool's ctx. `signal` is a getter: the attempt makes its AbortSignal only when the tool reads
+ * it (most never do; PERF-NOTES §15). An own enumerable accessor, so a tool's `{ ...ctx }` still
+ * copies the signal. `traceparent` is always a key (undefined without a trace context).
+ */
+function toolContext(
+  attempt: Attempt,
+  stage: ClaimedStage,
+  idempotencyKey: string,
+  log: Logger,
+  traceparent: string | undefined,
+): ToolContext {
+  return {
+    get signal() {
+      return attempt.signal;
+    },
+    fence: stage.fence,
+    idempotencyKey,
+    attempt: stage.attempt,
+    runId: stage.runId,
+    stageId: stage.id,
+    heartbeat(details?: unknown) {
+      log.debug({ event: 'tool_heartbeat', details }, 'tool heartbeat');
+    },
+    beginEffect(requestId: string) {
+      return attempt.beginEffect(requestId);
+    },
+    log,
+    traceparent,
+  };
+}
+
+/**
  * reconcile (when an earlier attempt's outcome is unknown), then run; validated output. `input` is
  * the one decided at the claim (the stage's stored one, or computed): passed beside the stage, not
  * as a copy of its ~28 fields per stage.
@@ -380,23 +412,11 @@ async function produce(
     }
     attempt.effectKey = idempotencyKey;
   }
-  const ctx: ToolContext = {
-    signal: attempt.signal,
-    fence: stage.fence,
-    idempotencyKey,
-    attempt: stage.attempt,
-    runId: stage.runId,
-    stageId: stage.id,
-    heartbeat(details?: unknown) {
-      log.debug({ event: 'tool_heartbeat', details }, 'tool heartbeat');
-    },
-    beginEffect(requestId: string) {
-      return attempt.beginEffect(requestId);
-    },
-    log,
-  };
+  const ctx = toolContext(attempt, stage, idempotencyKey, log, undefined);
   const runner = tool.class.isolation === 'thread' && deps.runners.thread ? deps.runners.thread : deps.runners.inline;
   const inv: ToolInvocation = { tool, workflow, input, ctx, attempt };
+  // The tool's ctx with its call's traceparent (tracing asks for it): the same literal again, not a copy of ctx.
+  const retraced = (_: ToolContext, traceparent: string) => toolContext(attempt, stage, idempotencyKey, log, traceparent);
 
   if (tool.reconcile && stage.attempt > 1) {
     const unknown =
@@ -414,7 +434,7 @@ async function produce(
       // reconcile has its own time limit (the class's timeout): it never eats into the run's.
       const found = await runGuarded(
         attempt,
-        () => traceToolCall(inv, 'reconcile', (ctx) => runner.reconcile({ ...inv, ctx })),
+        () => traceToolCall(inv, 'reconcile', (ctx) => runner.reconcile({ ...inv, ctx }), retraced),
         `reconcile of ${tool.name}`,
         stage.timeoutMs,
       );
@@ -433,7 +453,7 @@ async function produce(
   // issue 12: the tool call's span
   const output = await runGuarded(
     attempt,
-    () => traceToolCall(inv, 'run', (ctx) => runner.run({ ...inv, ctx })),
+    () => traceToolCall(inv, 'run', (ctx) => runner.run({ ...inv, ctx }), retraced),
     tool.name,
     stage.timeoutMs,
   );
