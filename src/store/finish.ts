@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { InvalidInputError } from '../errors.js';
 import { canTransition } from '../planner/states.js';
 import type { Queryable, Row } from './db.js';
+import { FINISH_LIGHT_SQL } from './finish-light.sql.js';
 import { FINISH_SQL } from './finish.sql.js';
 import { cancelFailedLeftovers } from './leftovers.js';
 import { checkJson } from './json.js';
@@ -287,6 +288,78 @@ function byStageId(rows: Record<string, unknown>[]): Record<string, unknown>[] {
 export async function finishEncoded(q: Queryable, owner: string, rows: Record<string, unknown>[]): Promise<FinishVerdict[]> {
   if (rows.length === 0) return [];
   const sorted = rows.length === 1 ? rows : byStageId(rows);
+  if (!lightFinishEnabled || !sorted.every(lightRow)) return finishFull(q, owner, sorted);
+  // Every row looks plain: the light statement takes those the database proves plain; the rest,
+  // left untouched by it, go through the full statement, which decides them as it always did.
+  const sentAt = monotonicNow();
+  const light = await q.query(FINISH_LIGHT_SQL, [owner, JSON.stringify(sorted), sorted.map((r) => r.id as string)], 'ratchet_finish_light');
+  const taken = new Set<string>();
+  const verdicts: FinishVerdict[] = [];
+  for (const r of light) {
+    if (!r.taken) continue;
+    taken.add(r.id as string);
+    const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
+    verdicts.push({
+      stageId: r.id as string,
+      accepted: true,
+      replayed: false,
+      nextStageId: woken[0]?.stageId ?? null,
+      nextToolClass: woken[0]?.toolClass ?? null,
+      woken,
+      currentState: 'succeeded',
+      currentFence: (r.current_fence as string | null) ?? null,
+      nextClaimed: r.next_claimed ? toClaimed(handedStage(r.next_claimed as Row, r.db_now as Date), sentAt) : null,
+    });
+  }
+  if (taken.size === sorted.length) return verdicts;
+  const rest = await finishFull(
+    q,
+    owner,
+    sorted.filter((r) => !taken.has(r.id as string)),
+  );
+  // In stage id order, as one statement answers.
+  const byId = new Map([...verdicts, ...rest].map((v) => [v.stageId, v]));
+  return sorted.map((r) => byId.get(r.id as string)).filter((v): v is FinishVerdict => v !== undefined);
+}
+
+/**
+ * Whether a row may go to the light statement (FINISH_LIGHT_SQL, finish-light.sql.ts): a success
+ * with nothing but its result, its next stage (input, fast-path claim) or an explicit successful run
+ * end without a next stage, its effect key and event data. The statement proves the rest (fence,
+ * sink, run, no other row of its run) and leaves whatever it cannot prove to the full one.
+ */
+function lightRow(r: Record<string, unknown>): boolean {
+  if (r.outcome !== 'succeeded') return false;
+  for (const k in r) if (!LIGHT_KEYS.has(k)) return false;
+  return r.runState === undefined || (r.runState === 'succeeded' && r.nextSeq === undefined);
+}
+const LIGHT_KEYS = new Set([
+  'id',
+  'fence',
+  'outcome',
+  'result',
+  'error',
+  'nextSeq',
+  'nextInput',
+  'claimNext',
+  'runState',
+  'runResult',
+  'runError',
+  'effectKey',
+  'data',
+]);
+
+/** RATCHET_FINISH_LIGHT=0 sends every batch through the full statement (for A/B measurements and tests). */
+let lightFinishEnabled = process.env.RATCHET_FINISH_LIGHT !== '0';
+/** For tests: the light statement on or off (returns the previous setting). */
+export function setLightFinish(on: boolean): boolean {
+  const was = lightFinishEnabled;
+  lightFinishEnabled = on;
+  return was;
+}
+
+/** Every row through FINISH_SQL (finish.sql.ts), in stage id order. */
+async function finishFull(q: Queryable, owner: string, sorted: Record<string, unknown>[]): Promise<FinishVerdict[]> {
   const sentAt = monotonicNow();
   const out = await q.query(FINISH_SQL, [owner, JSON.stringify(sorted), sorted.map((r) => r.id as string)], 'ratchet_finish');
   // A group failure: what a concurrent finish inserted into the failed run meanwhile is cancelled by a statement of its own.

@@ -183,6 +183,47 @@ export const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class
  */
 export function settleFrom(source: string, prefix: string, owner = 'NULL::text'): string {
   const p = prefix;
+  return `${settleJoinFrom(source, prefix, owner)},
+-- The run's own counter: the sinks that ended here, their values accumulated in the runs row's
+-- UPDATE (re-evaluated on the newest version of the row, so two sinks finishing at once both land;
+-- never a SELECT of other sinks: its snapshot may predate their commit).
+${p}_sink_done AS (
+  SELECT run_id, count(*)::int AS k, min(id) AS by_id, bool_or(sink = 'only') AS only,
+    (array_agg(value) FILTER (WHERE sink = 'only'))[1] AS only_value,
+    coalesce(jsonb_object_agg(step, value) FILTER (WHERE sink = 'one_of' AND NOT coalesce(skipped, false)), '{}'::jsonb) AS part
+  FROM ${source} WHERE sink IS NOT NULL GROUP BY run_id
+),
+${p}_run_done AS (
+  UPDATE ratchet.runs r SET sinks_left = r.sinks_left - k.k,
+    result = CASE WHEN k.only THEN k.only_value ELSE coalesce(r.result, '{}'::jsonb) || k.part END,
+    state = CASE WHEN r.sinks_left - k.k <= 0 THEN 'succeeded' ELSE r.state END,
+    finished_at = CASE WHEN r.sinks_left - k.k <= 0 THEN clk.t ELSE r.finished_at END, updated_at = clk.t
+  FROM ${p}_sink_done k, clk
+  WHERE r.id = k.run_id AND r.state IN (${RUN_ACTIVE}) AND r.sinks_left IS NOT NULL
+  RETURNING r.id, r.state, r.parent_stage_id, k.by_id
+),
+-- A run that succeeded here wakes the stage of its parent that started it (waiting without a
+-- lease): claimed again, that stage takes the child's result.
+${p}_parent_woken AS (
+  UPDATE ratchet.stages ps SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
+  FROM ${p}_run_done e, clk
+  WHERE ps.id = e.parent_stage_id AND e.state = 'succeeded' AND ps.state = 'waiting'
+  RETURNING ps.id, ps.run_id, ps.tool_class, ps.definition_hash, e.by_id
+),
+${p}_events AS (
+  ${settleClaimedEvents(p)}
+  UNION ALL
+  SELECT d.id, NULL::bigint, 'run_succeeded', NULL::bigint, NULL::int, clk.t, NULL::jsonb FROM ${p}_run_done d, clk WHERE d.state = 'succeeded'
+)`;
+}
+
+/**
+ * The first part of settleFrom (its CTEs ${prefix}_dec, _dec_claim, _joined, see there): the successors'
+ * counters and the fast path's claim, without the run's sink counter. settleFrom is this plus the rest;
+ * the light finish (finish-light.sql.ts) takes only this, for stages without a sink.
+ */
+export function settleJoinFrom(source: string, prefix: string, owner = 'NULL::text'): string {
+  const p = prefix;
   const claimNow = `s.deps_left - d.k <= 0 AND d.may_claim AND s.state = 'pending'`;
   return `
 -- One row per successor, however many rows of ${source} feed it. The fast path: one row alone feeds
@@ -227,41 +268,15 @@ ${p}_joined AS (
   FROM ${p}_dec_claim d, clk
   WHERE s.run_id = d.run_id AND s.seq = d.seq AND s.state IN ('pending', 'waiting')
   RETURNING ${NEXT_COLUMNS}, s.deps_left, s.definition_hash, d.by_id AS after_id, d.by_fence AS after_fence
-),
--- The run's own counter: the sinks that ended here, their values accumulated in the runs row's
--- UPDATE (re-evaluated on the newest version of the row, so two sinks finishing at once both land;
--- never a SELECT of other sinks: its snapshot may predate their commit).
-${p}_sink_done AS (
-  SELECT run_id, count(*)::int AS k, min(id) AS by_id, bool_or(sink = 'only') AS only,
-    (array_agg(value) FILTER (WHERE sink = 'only'))[1] AS only_value,
-    coalesce(jsonb_object_agg(step, value) FILTER (WHERE sink = 'one_of' AND NOT coalesce(skipped, false)), '{}'::jsonb) AS part
-  FROM ${source} WHERE sink IS NOT NULL GROUP BY run_id
-),
-${p}_run_done AS (
-  UPDATE ratchet.runs r SET sinks_left = r.sinks_left - k.k,
-    result = CASE WHEN k.only THEN k.only_value ELSE coalesce(r.result, '{}'::jsonb) || k.part END,
-    state = CASE WHEN r.sinks_left - k.k <= 0 THEN 'succeeded' ELSE r.state END,
-    finished_at = CASE WHEN r.sinks_left - k.k <= 0 THEN clk.t ELSE r.finished_at END, updated_at = clk.t
-  FROM ${p}_sink_done k, clk
-  WHERE r.id = k.run_id AND r.state IN (${RUN_ACTIVE}) AND r.sinks_left IS NOT NULL
-  RETURNING r.id, r.state, r.parent_stage_id, k.by_id
-),
--- A run that succeeded here wakes the stage of its parent that started it (waiting without a
--- lease): claimed again, that stage takes the child's result.
-${p}_parent_woken AS (
-  UPDATE ratchet.stages ps SET state = 'queued', deps_left = 0, available_at = clk.t, updated_at = clk.t
-  FROM ${p}_run_done e, clk
-  WHERE ps.id = e.parent_stage_id AND e.state = 'succeeded' AND ps.state = 'waiting'
-  RETURNING ps.id, ps.run_id, ps.tool_class, ps.definition_hash, e.by_id
-),
-${p}_events AS (
-  SELECT n.run_id, n.id AS stage_id, 'job_claimed'::text AS type, n.fence, n.attempt, clk.t AS at,
+)`;
+}
+
+/** The job_claimed events of settleJoinFrom's fast-path claims (as settleFrom's _events writes them). */
+export function settleClaimedEvents(prefix: string): string {
+  return `SELECT n.run_id, n.id AS stage_id, 'job_claimed'::text AS type, n.fence, n.attempt, clk.t AS at,
     jsonb_build_object('owner', n.owner_id, 'leaseUntil', n.lease_until, 'fastPath', true, 'byStage', n.after_id::text,
       'byFence', n.after_fence::text) AS data
-  FROM ${p}_joined n, clk WHERE n.state = 'running'
-  UNION ALL
-  SELECT d.id, NULL::bigint, 'run_succeeded', NULL::bigint, NULL::int, clk.t, NULL::jsonb FROM ${p}_run_done d, clk WHERE d.state = 'succeeded'
-)`;
+  FROM ${prefix}_joined n, clk WHERE n.state = 'running'`;
 }
 
 /**
