@@ -312,14 +312,35 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
     });
   }
   if (taken.size === sorted.length) return verdicts;
-  const rest = await finishFull(
-    q,
-    owner,
-    sorted.filter((r) => !taken.has(r.id as string)),
-  );
+  let rest: FinishVerdict[];
+  try {
+    rest = await finishFull(
+      q,
+      owner,
+      sorted.filter((r) => !taken.has(r.id as string)),
+    );
+  } catch (err) {
+    // The light statement committed its rows: their verdicts (a handed next stage included) stand; only the rest is unknown.
+    throw verdicts.length > 0 ? new FinishPartlyCommitted(verdicts, err) : err;
+  }
   // In stage id order, as one statement answers.
   const byId = new Map([...verdicts, ...rest].map((v) => [v.stageId, v]));
   return sorted.map((r) => byId.get(r.id as string)).filter((v): v is FinishVerdict => v !== undefined);
+}
+
+/**
+ * A batch split between the light and the full statement whose full statement failed after the
+ * light one committed: `committed` are the light rows' verdicts (final, each may hand a next
+ * stage to this worker), every other row's outcome is unknown (`cause`). finishEncoded throws it
+ * so that a caller answers the committed rows and only the rest get the error.
+ */
+export class FinishPartlyCommitted extends Error {
+  constructor(
+    readonly committed: FinishVerdict[],
+    override readonly cause: unknown,
+  ) {
+    super(`finish: ${committed.length} rows committed, the rest unknown: ${cause instanceof Error ? cause.message : String(cause)}`);
+  }
 }
 
 /**

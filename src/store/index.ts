@@ -35,7 +35,7 @@ export { DatabaseUnavailableError, classifyDbError, type DbErrorKind } from './d
 export type { Db, DbSession, QueryOptions, Queryable } from './db.js';
 export { StatementTimeLimitError } from './db.js';
 export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow } from './lease.js';
-export { encodeFinishRow, finishEncoded } from './finish.js';
+export { encodeFinishRow, FinishPartlyCommitted, finishEncoded } from './finish.js';
 export type { ClaimedStage, Lease } from './lease.js';
 export type { Extender, ExtendResult, ExtendVerdict } from './extend.js';
 export type { ExpiredRuns } from './deadline.js';

@@ -1,4 +1,12 @@
-import { encodeFinishRow, finishEncoded, monotonicNow, type FinishRow, type FinishVerdict, type Queryable } from '../store/index.js';
+import {
+  encodeFinishRow,
+  FinishPartlyCommitted,
+  finishEncoded,
+  monotonicNow,
+  type FinishRow,
+  type FinishVerdict,
+  type Queryable,
+} from '../store/index.js';
 
 /** How long a finish waits for others to join it. */
 export const FINISH_BATCH_WINDOW_MS = 2;
@@ -17,7 +25,9 @@ interface Pending {
  * statement over a JSON array, each row still fenced on its own owner + token + lease. Each
  * row is validated before it joins (one bad row cannot sink the batch); a row joins only when
  * its local deadline leaves room; each caller learns its own row's verdict; a failed commit
- * leaves every row's outcome unknown (every caller gets the error), not lost.
+ * leaves every row's outcome unknown (every caller gets the error), not lost; when only the
+ * second of a split batch's statements failed (FinishPartlyCommitted), the committed rows keep
+ * their verdicts and only the others get the error.
  */
 export class FinishBatcher {
   private pending: Pending[] = [];
@@ -64,6 +74,16 @@ export class FinishBatcher {
         else p.reject(new Error(`finish returned no verdict for stage ${String(p.row.id)}`));
       }
     } catch (err) {
+      if (err instanceof FinishPartlyCommitted) {
+        // Rows the light statement committed keep their verdicts; the others' outcome is unknown.
+        const byId = new Map(err.committed.map((v) => [v.stageId, v]));
+        for (const p of batch) {
+          const v = byId.get(String(p.row.id));
+          if (v) p.resolve(v);
+          else p.reject(err.cause);
+        }
+        return;
+      }
       for (const p of batch) p.reject(err);
     }
   }

@@ -123,4 +123,33 @@ describe('FinishBatcher', () => {
       { id: '3', fence: '2', outcome: 'failed', error: { message: 'z' }, asValue: true, effectKey: 'k' },
     ]);
   });
+
+  it('a split batch whose full statement fails after the light one committed: the light rows keep their verdicts (and handed stages), only the rest get the error', async () => {
+    const calls: string[] = [];
+    const db: Queryable = {
+      async query<R extends Row>(_text: string, params: readonly unknown[] = [], name?: string): Promise<R[]> {
+        calls.push(String(name));
+        const ids = params[2] as string[] | undefined;
+        if (name === 'ratchet_finish_light') {
+          // The database takes 1 and 3 (1 hands its next stage); 2 is left for the full statement.
+          return ids!.map((id) => ({
+            id,
+            taken: id !== '2',
+            woken: id === '1' ? [{ stageId: '11', toolClass: 'c' }] : [],
+            current_fence: '1',
+            db_now: new Date(),
+            next_claimed: null,
+          })) as unknown as R[];
+        }
+        if (name === 'ratchet_finish') throw Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' });
+        return [];
+      },
+    };
+    const b = new FinishBatcher(db, 'w', 5);
+    const settled = await Promise.allSettled(['1', '2', '3'].map((id) => b.finish(success(id), farAhead())));
+    expect(calls).toEqual(['ratchet_finish_light', 'ratchet_finish']);
+    expect(settled[0]).toMatchObject({ status: 'fulfilled', value: { stageId: '1', accepted: true, nextStageId: '11' } });
+    expect(settled[1]).toMatchObject({ status: 'rejected', reason: { message: 'Connection terminated unexpectedly' } });
+    expect(settled[2]).toMatchObject({ status: 'fulfilled', value: { stageId: '3', accepted: true } });
+  });
 });
