@@ -145,6 +145,9 @@ export function createPostgresDb(opts: PostgresOptions): Db {
   const pool = new pg.Pool({
     ...connection,
     max: opts.max ?? 10,
+    // pg's default closes a client idle for 10 s; each new backend plans the finish and the claims again (6 times each,
+    // 15-85 ms a plan: PERF-NOTES §14) and fills its catalog caches. A worker's pool goes idle between bursts: keep a minute.
+    idleTimeoutMillis: 60_000,
     connectionTimeoutMillis: opts.connectionTimeoutMs ?? 10_000,
     ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
     query_timeout: opts.queryTimeoutMs ?? 10_000,
