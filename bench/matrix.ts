@@ -25,12 +25,17 @@ export interface MatrixResult {
   allOk: boolean;
 }
 
-/** Per variant (base), the result of the highest stages/s among the runs that all succeeded (else among all). */
+/**
+ * Per variant (base), the result of the highest stages/s among the runs that all succeeded; a variant with no such run
+ * has no best (no "best concurrency" ratio is printed for it). `allOk` here is the measured phase's: the light-load
+ * phase runs at the first concurrency only, so counting it would weigh the concurrencies differently.
+ */
 export function bestByVariant<T extends MatrixResult>(results: readonly T[]): Map<string, T> {
   const best = new Map<string, T>();
   for (const r of results) {
+    if (!r.allOk) continue;
     const b = best.get(r.base);
-    if (!b || (r.allOk && !b.allOk) || (r.allOk === b.allOk && r.stagesPerS > b.stagesPerS)) best.set(r.base, r);
+    if (!b || r.stagesPerS > b.stagesPerS) best.set(r.base, r);
   }
   return best;
 }

@@ -155,7 +155,7 @@ function stop(): Promise<void> {
  * Warm-up (bench/engine.ts --warmup-runs): "warm" starts a worker on the runs the bench submitted for it; "rest"
  * stops it once they are done and makes a fresh one (not started), keeping the process, its pool's connections (their
  * backends' plans and caches) and V8's compiled code; until "go" the pool's connections are kept open (pg's pool
- * closes a client idle for 10 s, and a service under load never idles them).
+ * closes an idle client (src/store/db-postgres.ts: after 60 s), and a service under load never idles them).
  */
 let warming = false;
 let keepOpen: NodeJS.Timeout | undefined;

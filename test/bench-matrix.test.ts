@@ -23,6 +23,7 @@ describe('bench matrix (bench/matrix.ts)', () => {
     expect(best.get('fast_path,procs=1')?.concurrency).toBe(10);
     const failed = bestByVariant([r('queue', 1, 10, 1000), r('queue', 1, 50, 9000, false)]);
     expect(failed.get('bullmq,procs=1')?.concurrency).toBe(10);
+    expect(bestByVariant([r('queue', 4, 10, 1000, false)]).has('bullmq,procs=4')).toBe(false); // no run all succeeded: no best
   });
 
   it('checks that more processes are never slower, per mode and concurrency', () => {

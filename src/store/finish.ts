@@ -335,11 +335,14 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
  * so that a caller answers the committed rows and only the rest get the error.
  */
 export class FinishPartlyCommitted extends Error {
+  /** The cause's code (a SQLSTATE, ECONNRESET...), so that classifyDbError reads this error as it reads its cause. */
+  readonly code: unknown;
   constructor(
     readonly committed: FinishVerdict[],
     override readonly cause: unknown,
   ) {
     super(`finish: ${committed.length} rows committed, the rest unknown: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.code = (cause as { code?: unknown } | null)?.code;
   }
 }
 

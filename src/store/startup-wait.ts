@@ -13,7 +13,8 @@ const MAX_PAUSE_MS = 2_000;
  * again after a pause that doubles from 200 ms to 2 s, for at most `waitMs` in all. A process
  * started while PostgreSQL restarts or a link is down then starts once it is back, instead of
  * dying before it is ready. Each step must be safe to repeat (the migrator's transaction rolls
- * back whole; the sync is an upsert). Any other error, or the wait running out, is thrown:
+ * back whole; the sync is an upsert). Any other error (a host name that does not resolve included),
+ * or the wait running out, is thrown:
  * the last `unavailable` one as DatabaseUnavailableError (code `database_unavailable`).
  * `waitMs: 0` tries once.
  */
@@ -29,7 +30,7 @@ export async function retryWhileUnavailable<T>(
     try {
       return await fn();
     } catch (err) {
-      if (classifyDbError(err) !== 'unavailable' && !hasUnavailableCause(err)) throw err;
+      if ((classifyDbError(err) !== 'unavailable' && !hasUnavailableCause(err)) || isUnknownHost(err)) throw err;
       const left = giveUpAt - Date.now();
       if (left <= 0) throw err instanceof DatabaseUnavailableError ? err : new DatabaseUnavailableError(err);
       opts.logger?.warn(
@@ -40,6 +41,11 @@ export async function retryWhileUnavailable<T>(
       pause = Math.min(MAX_PAUSE_MS, pause * 2);
     }
   }
+}
+
+/** A host name that does not resolve is a mistake in the URL far more often than a fault that passes: not waited for. */
+function isUnknownHost(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === 'ENOTFOUND';
 }
 
 /** drizzle's migrator wraps the driver's error: look along `cause`. */

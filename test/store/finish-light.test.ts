@@ -25,6 +25,8 @@ const graph = (stages: { deps: number[]; nextSeqs: number[]; sink?: 'only' | 'on
 
 interface Outcome {
   statements: string[][];
+  /** The run of each row the light statement took, in the order taken. */
+  takenRuns: string[];
   verdicts: unknown[];
   stages: unknown[];
   runs: unknown[];
@@ -44,14 +46,18 @@ function noTimes(v: unknown): unknown {
 
 async function scenario(store: Store): Promise<Outcome> {
   const statements: string[][] = [];
+  const takenStages: string[] = [];
   const verdicts: unknown[] = [];
   const db = store.db;
   const send = async (rows: FinishRow[]) => {
     const names: string[] = [];
     const q: Queryable = {
-      query: (text, params, name, opts) => {
+      query: async (text, params, name, opts) => {
         names.push(name ?? '?');
-        return db.query(text, params, name, opts);
+        const rows = await db.query(text, params, name, opts);
+        // Which rows the light statement took (mapped to their runs at the end).
+        if (name === 'ratchet_finish_light') for (const r of rows) if (r.taken) takenStages.push(String(r.id));
+        return rows;
       },
     } as Queryable;
     const out = await finishEncoded(
@@ -185,8 +191,15 @@ async function scenario(store: Store): Promise<Outcome> {
   );
   const events = await db.query(`SELECT run_id, stage_id::text, type, fence::text, attempt, data FROM ratchet.events ORDER BY run_id, id`);
   const waits = await db.query(`SELECT run_id, stage_id::text, kind, outcome FROM ratchet.waits ORDER BY stage_id`);
+  const runOf = new Map(
+    (await db.query(`SELECT id::text AS id, run_id FROM ratchet.stages WHERE id = ANY($1::bigint[])`, [takenStages])).map((r) => [
+      String(r.id),
+      String(r.run_id),
+    ]),
+  );
   return {
     statements,
+    takenRuns: takenStages.map((id) => runOf.get(id) ?? '?'),
     verdicts,
     stages: noTimes(stages) as unknown[],
     runs: noTimes(runs) as unknown[],
@@ -228,6 +241,10 @@ describe.each(['postgres', 'pglite'] as const)('the light finish on %s', (kind) 
       ['ratchet_finish_light', 'ratchet_finish'],
     ]);
     expect(full.statements.flat().every((n) => n !== 'ratchet_finish_light')).toBe(true);
+    // The light statement took the plain rows, and only them: batch A's chains and sink-free first stages (runs 1, 2, 3,
+    // 5) and run 4's plain end; nothing of the replayed batch; in batch D run 1's plain end, not run 5's sink.
+    expect(light.takenRuns).toEqual([1, 2, 3, 4, 5, 1].map(runId));
+    expect(full.takenRuns).toEqual([]);
     expect(light.verdicts).toEqual(full.verdicts);
     expect(light.stages).toEqual(full.stages);
     expect(light.runs).toEqual(full.runs);
