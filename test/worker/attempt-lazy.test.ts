@@ -7,6 +7,7 @@ import { monotonicNow } from '../../src/store/index.js';
 import { Attempt, watchedDeadlines } from '../../src/worker/attempt.js';
 import type { EventWriter } from '../../src/worker/event-writer.js';
 import type { ToolContext } from '../../src/definitions/types.js';
+import { claimedStage } from '../helpers/claimed-stage.js';
 
 /**
  * PERF-NOTES §15: the attempt's AbortSignal is made at its first read (an abort before that is
@@ -14,36 +15,7 @@ import type { ToolContext } from '../../src/definitions/types.js';
  * attempt's confirmation deadline (never before it, promptly after). No database.
  */
 const events = { push: () => {} } as unknown as EventWriter;
-const stage = (id: string, confirmedInMs = 59_000): ClaimedStage => ({
-  id,
-  runId: '00000000-0000-7000-8000-000000000000',
-  seq: 1,
-  name: 's',
-  tool: 't',
-  toolClass: 'c',
-  state: 'running',
-  fence: id,
-  attempt: 1,
-  maxAttempts: 3,
-  input: {},
-  idempotencyKey: 'k',
-  leaseUntil: new Date(Date.now() + 60_000),
-  leaseMs: 60_000,
-  timeoutMs: 60_000,
-  maxDurationMs: 120_000,
-  claimedAt: new Date(),
-  firstClaimedAt: new Date(),
-  error: null,
-  previousState: 'queued',
-  previousFence: null,
-  dbNow: new Date(),
-  workflow: 'w',
-  definitionHash: 'h',
-  runInput: {},
-  runDeadline: null,
-  confirmedUntil: monotonicNow() + confirmedInMs,
-  sentAt: monotonicNow(),
-});
+const stage = (id: string, confirmedInMs = 59_000): ClaimedStage => claimedStage(id, { confirmedUntil: monotonicNow() + confirmedInMs });
 const made: Attempt[] = [];
 const attempt = (id: string, confirmedInMs?: number) => {
   const a = new Attempt(stage(id, confirmedInMs), 1000, events, silentLogger());

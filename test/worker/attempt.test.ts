@@ -5,6 +5,7 @@ import type { ClaimedStage } from '../../src/store/index.js';
 import { Attempt } from '../../src/worker/attempt.js';
 import type { EventWriter } from '../../src/worker/event-writer.js';
 import { runGuarded } from '../../src/worker/run-guarded.js';
+import { claimedStage } from '../helpers/claimed-stage.js';
 
 /**
  * Aborts escalate (issue 9, item 5), on the Attempt and runGuarded alone: after
@@ -13,36 +14,7 @@ import { runGuarded } from '../../src/worker/run-guarded.js';
  * (The same on real PostgreSQL and worker processes: escalation.test.ts, worker-runtime.test.ts.)
  */
 const events = { push: () => {} } as unknown as EventWriter;
-const stage = (id: string): ClaimedStage => ({
-  id,
-  runId: '00000000-0000-7000-8000-000000000000',
-  seq: 1,
-  name: 's',
-  tool: 't',
-  toolClass: 'c',
-  state: 'running',
-  fence: id,
-  attempt: 1,
-  maxAttempts: 3,
-  input: {},
-  idempotencyKey: 'k',
-  leaseUntil: new Date(Date.now() + 60_000),
-  leaseMs: 60_000,
-  timeoutMs: 60_000,
-  maxDurationMs: 120_000,
-  claimedAt: new Date(),
-  firstClaimedAt: new Date(),
-  error: null,
-  previousState: 'queued',
-  previousFence: null,
-  dbNow: new Date(),
-  workflow: 'w',
-  definitionHash: 'h',
-  runInput: {},
-  runDeadline: null,
-  confirmedUntil: performance.now() + 59_000,
-  sentAt: performance.now(),
-});
+const stage = (id: string): ClaimedStage => claimedStage(id);
 const never = () => new Promise<never>(() => {}); // a tool deaf to its signal
 
 describe('Attempt: aborts escalate past ownership_unknown', () => {

@@ -131,7 +131,8 @@ describe('finishes under real operations (PostgreSQL, one process)', () => {
     // A Queryable that commits, then loses the answer: what a reset after the statement was sent does.
     r.store.db.query = (async (text: string, params?: readonly unknown[], name?: string) => {
       const out = await real(text, params, name);
-      if (name === 'ratchet_finish' && dropAnswer && dropAnswer(JSON.parse(params![1] as string))) {
+      // Either finish statement (the light one takes plain batches: PERF-NOTES §12); its retry then goes light and full.
+      if ((name === 'ratchet_finish' || name === 'ratchet_finish_light') && dropAnswer && dropAnswer(JSON.parse(params![1] as string))) {
         dropAnswer = null;
         dropped++;
         throw new DatabaseUnavailableError(new Error('Connection terminated unexpectedly (answer lost after commit)'));

@@ -4,38 +4,10 @@ import type { ClaimedStage, ExtendResult, Lease } from '../../src/store/index.js
 import { Attempt } from '../../src/worker/attempt.js';
 import type { EventWriter } from '../../src/worker/event-writer.js';
 import { LeaseKeeper, MIN_TICK_LIMIT_MS, tickLimitOf } from '../../src/worker/lease-keeper.js';
+import { claimedStage } from '../helpers/claimed-stage.js';
 
 const events = { push: () => {} } as unknown as EventWriter;
-const stage = (id: string): ClaimedStage => ({
-  id,
-  runId: '00000000-0000-7000-8000-000000000000',
-  seq: 1,
-  name: 's',
-  tool: 't',
-  toolClass: 'c',
-  state: 'running',
-  fence: id,
-  attempt: 1,
-  maxAttempts: 3,
-  input: {},
-  idempotencyKey: 'k',
-  leaseUntil: new Date(Date.now() + 60_000),
-  leaseMs: 60_000,
-  timeoutMs: 60_000,
-  maxDurationMs: 60_000,
-  claimedAt: new Date(),
-  firstClaimedAt: new Date(),
-  error: null,
-  previousState: 'queued',
-  previousFence: null,
-  dbNow: new Date(),
-  workflow: 'w',
-  definitionHash: 'h',
-  runInput: {},
-  runDeadline: null,
-  confirmedUntil: performance.now() + 59_000,
-  sentAt: performance.now(),
-});
+const stage = (id: string): ClaimedStage => claimedStage(id, { maxDurationMs: 60_000 });
 
 /** The lease keeper against a fake extender (its one dependency). */
 describe('LeaseKeeper', () => {
