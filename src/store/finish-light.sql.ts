@@ -1,7 +1,12 @@
-import { BY_ID_RUNNING, DB_NOW_EXPR, RUN_ACTIVE, STAGE_UNENDED, settleClaimedEvents, settleJoinFrom } from './lease-common.sql.js';
-
-const NEXT_NAMES = `id, run_id, seq, name, tool, tool_class, state, owner_id, fence, attempt, max_attempts, input, idempotency_key,
-    lease_until, lease_ms, timeout_ms, max_duration_ms, claimed_at, first_claimed_at, error, prev_state, prev_fence`;
+import {
+  BY_ID_RUNNING,
+  DB_NOW_EXPR,
+  NEXT_NAMES,
+  RUN_ACTIVE,
+  STAGE_UNENDED,
+  settleClaimedEvents,
+  settleJoinFrom,
+} from './lease-common.sql.js';
 
 /**
  * The light finish (issue 14, PERF-NOTES §12): the plain rows of FINISH_SQL (finish.sql.ts), and only

@@ -2,6 +2,7 @@ import {
   DB_NOW_EXPR,
   BY_ID_RUNNING,
   NEXT_COLUMNS,
+  NEXT_NAMES,
   RUN_ACTIVE,
   STAGE_CANCEL_EVENT,
   STAGE_UNENDED,
@@ -12,9 +13,6 @@ import {
 /** The event a finish writes for each outcome; a replay finds its own earlier finish by it. */
 const outcomeEvent = (outcome: string) => `CASE ${outcome} WHEN 'succeeded' THEN 'stage_succeeded' WHEN 'failed' THEN 'stage_failed'
       WHEN 'cancelled' THEN 'stage_cancelled' WHEN 'skipped' THEN 'stage_skipped' WHEN 'waiting' THEN 'stage_waiting' ELSE 'retry_scheduled' END`;
-
-const NEXT_NAMES = `id, run_id, seq, name, tool, tool_class, state, owner_id, fence, attempt, max_attempts, input, idempotency_key,
-    lease_until, lease_ms, timeout_ms, max_duration_ms, claimed_at, first_claimed_at, error, prev_state, prev_fence`;
 
 /**
  * Unended stages of a run that a failure for good (or an explicit end) cancels, from the state table

@@ -298,18 +298,11 @@ export async function finishEncoded(q: Queryable, owner: string, rows: Record<st
   for (const r of light) {
     if (!r.taken) continue;
     taken.add(r.id as string);
-    const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
-    verdicts.push({
-      stageId: r.id as string,
-      accepted: true,
-      replayed: false,
-      nextStageId: woken[0]?.stageId ?? null,
-      nextToolClass: woken[0]?.toolClass ?? null,
-      woken,
-      currentState: 'succeeded',
-      currentFence: (r.current_fence as string | null) ?? null,
-      nextClaimed: r.next_claimed ? toClaimed(handedStage(r.next_claimed as Row, r.db_now as Date), sentAt) : null,
-    });
+    // What FINISH_SQL answers for an accepted success (the light statement takes nothing else); the row is this answer's own.
+    r.accepted = true;
+    r.replayed = false;
+    r.current_state = 'succeeded';
+    verdicts.push(verdictOf(r, sentAt));
   }
   if (taken.size === sorted.length) return verdicts;
   let rest: FinishVerdict[];
@@ -393,20 +386,23 @@ async function finishFull(q: Queryable, owner: string, sorted: Record<string, un
       q,
       failing.map((r) => r.id as string),
     );
-  return out.map((r) => {
-    const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
-    return {
-      stageId: r.id as string,
-      accepted: r.accepted as boolean,
-      replayed: r.replayed as boolean,
-      nextStageId: woken[0]?.stageId ?? null,
-      nextToolClass: woken[0]?.toolClass ?? null,
-      woken,
-      currentState: (r.current_state as string | null) ?? null,
-      currentFence: (r.current_fence as string | null) ?? null,
-      nextClaimed: r.next_claimed ? toClaimed(handedStage(r.next_claimed as Row, r.db_now as Date), sentAt) : null,
-    };
-  });
+  return out.map((r) => verdictOf(r, sentAt));
+}
+
+/** A finish statement's answer row as the verdict its caller gets (both statements answer in these columns). */
+function verdictOf(r: Row, sentAt: number): FinishVerdict {
+  const woken = (r.woken as FinishVerdict['woken'] | null) ?? [];
+  return {
+    stageId: r.id as string,
+    accepted: r.accepted as boolean,
+    replayed: r.replayed as boolean,
+    nextStageId: woken[0]?.stageId ?? null,
+    nextToolClass: woken[0]?.toolClass ?? null,
+    woken,
+    currentState: (r.current_state as string | null) ?? null,
+    currentFence: (r.current_fence as string | null) ?? null,
+    nextClaimed: r.next_claimed ? toClaimed(handedStage(r.next_claimed as Row, r.db_now as Date), sentAt) : null,
+  };
 }
 
 /**

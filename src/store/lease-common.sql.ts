@@ -142,6 +142,9 @@ export const BY_ID_RUNNING = `(SELECT 'running'::text)`;
 export const NEXT_COLUMNS = `s.id, s.run_id, s.seq, s.name, s.tool, s.tool_class, s.state, s.owner_id, s.fence, s.attempt,
     s.max_attempts, s.input, s.idempotency_key, s.lease_until, s.lease_ms, s.timeout_ms,
     s.max_duration_ms, s.claimed_at, s.first_claimed_at, s.error, 'queued'::text AS prev_state, NULL::bigint AS prev_fence`;
+/** The names of NEXT_COLUMNS, to select them again from the CTE that returned them (finish's `handed`). */
+export const NEXT_NAMES = `id, run_id, seq, name, tool, tool_class, state, owner_id, fence, attempt, max_attempts, input, idempotency_key,
+    lease_until, lease_ms, timeout_ms, max_duration_ms, claimed_at, first_claimed_at, error, prev_state, prev_fence`;
 
 /**
  * The settle fragment of the run graph: what happens when stages count as DONE (succeeded, skipped,

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTool, defineToolClass, defineWorkflow, type ToolStepOptions } from '../../src/definitions/index.js';
 import { createRatchet, type Ratchet, type RunView } from '../../src/engine.js';
+import { settledRun } from '../helpers/settled-run.js';
 import { TransientError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
@@ -115,15 +116,7 @@ describe('timeout per call, maxDuration per attempt', () => {
     await db.drop();
   });
 
-  async function settled(id: string, timeoutMs = 30_000): Promise<RunView> {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const run = await r.getRun(id);
-      if (run && ['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state)) return run;
-      if (Date.now() > end) throw new Error(`run ${id} did not settle: ${JSON.stringify(run)}`);
-      await sleep(50);
-    }
-  }
+  const settled = (id: string, timeoutMs = 30_000): Promise<RunView> => settledRun(r, id, timeoutMs);
 
   it('maxDuration fires: a reconcile and a run, each within the timeout, together pass maxDuration and the extend ends the attempt', async () => {
     const { id } = await r.submit('overrun', {});

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTool, defineToolClass, defineWorkflow, type ToolStepOptions } from '../../src/definitions/index.js';
 import { createRatchet, type Ratchet, type RunView } from '../../src/engine.js';
+import { settledRun } from '../helpers/settled-run.js';
 import { silentLogger } from '../../src/logger.js';
 import { Attempt } from '../../src/worker/attempt.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
@@ -91,15 +92,7 @@ describe('ctx.signal made at the tool’s first read', () => {
     await db.drop();
   });
 
-  async function settled(id: string, timeoutMs = 20_000): Promise<RunView> {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const run = await r.getRun(id);
-      if (run && ['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state)) return run;
-      if (Date.now() > end) throw new Error(`run ${id} did not settle: ${JSON.stringify(run)}`);
-      await sleep(50);
-    }
-  }
+  const settled = (id: string, timeoutMs = 20_000): Promise<RunView> => settledRun(r, id, timeoutMs);
 
   it('a tool that never reads its signal: no one else reads it (no AbortSignal made); its ctx still has the traceparent', async () => {
     const { id } = await r.submit('quiet', {});
