@@ -547,7 +547,9 @@ async function runVariant(
       const ended: Record<string, number> = {};
       const wakes = { notified: 0, received: 0 };
       const workerCpu: number[] = [];
+      const threadCpu: Record<string, number> = {}; // summed over the processes: main thread, other threads
       for (const s of stopped as Record<string, any>[]) {
+        for (const [k, v] of Object.entries((s.thread_cpu_ms ?? {}) as Record<string, number>)) threadCpu[k] = (threadCpu[k] ?? 0) + v;
         for (const [k, v] of Object.entries((s.statements ?? {}) as Record<string, Stmt>)) {
           const t = (statements[k] ??= { n: 0, rows: 0, ms: 0, max_ms: 0 });
           t.n += v.n;
@@ -599,6 +601,7 @@ async function runVariant(
         wal_fsyncs_per_stage: round((after.fsyncs - before.fsyncs) / Math.max(done, 1), 3),
         cpu_ms_by_kind: cpuKinds,
         worker_cpu_ms: workerCpu,
+        worker_thread_cpu_ms: threadCpu,
         events_per_stage: round((ev.events as number) / Math.max(done, 1), 2),
         fast_path_claims: ev.fast_claims,
         claims: ev.claims,

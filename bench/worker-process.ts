@@ -14,6 +14,7 @@
  * ends, statements by name (count, rows, total ms), wake-ups sent and received, and its own CPU.
  * Before "go", optionally: "warm" ({"warming":true}) and "rest" ({"rested":true}), see below.
  */
+import { readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
@@ -120,6 +121,26 @@ const makeWorker = () =>
 let worker = makeWorker();
 send({ ready: true, owner: worker.owner, pid: process.pid, fastPath });
 
+/** CPU ms of the main thread and of the others (V8's compiler and GC helpers, libuv's pool) from /proc (Linux only). */
+function threadCpuMs(): Record<string, number> {
+  const out: Record<string, number> = {};
+  try {
+    for (const tid of readdirSync('/proc/self/task')) {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const close = stat.lastIndexOf(')');
+      const comm = Number(tid) === process.pid ? 'main' : 'other_threads'; // Node 20 names every thread 'node'
+      const f = stat.slice(close + 2).split(' ');
+      out[comm] = (out[comm] ?? 0) + (Number(f[11]) + Number(f[12])) * 10; // utime + stime, 100 ticks/s
+    }
+    const status = readFileSync(`/proc/self/task/${process.pid}/status`, 'utf8');
+    out.main_switches_voluntary = Number(/voluntary_ctxt_switches:\s+(\d+)/.exec(status)?.[1] ?? 0);
+    out.main_switches_involuntary = Number(/nonvoluntary_ctxt_switches:\s+(\d+)/.exec(status)?.[1] ?? 0);
+  } catch {
+    /* not Linux */
+  }
+  return out;
+}
+let threads0 = threadCpuMs();
 let cpu0 = process.cpuUsage();
 let t0 = performance.now();
 let started = false;
@@ -128,6 +149,8 @@ let stopping: Promise<void> | null = null;
 function stop(): Promise<void> {
   stopping ??= (async () => {
     const cpu = process.cpuUsage(cpu0);
+    const threads = threadCpuMs();
+    for (const [k, v] of Object.entries(threads0)) threads[k] = (threads[k] ?? 0) - v;
     const wallMs = performance.now() - t0;
     await worker.stop({ graceMs: 2000 });
     await ratchet!.close();
@@ -138,6 +161,7 @@ function stop(): Promise<void> {
       ended: worker.ended,
       wakes,
       cpu_ms: { user: round(cpu.user / 1000), system: round(cpu.system / 1000) },
+      thread_cpu_ms: threads,
       wall_ms: round(wallMs),
       statements: Object.fromEntries(
         Object.entries(stmts).map(([k, s]) => [
@@ -184,6 +208,7 @@ input.on('line', (line) => {
     wakes.notified = 0;
     wakes.received = 0;
     cpu0 = process.cpuUsage();
+    threads0 = threadCpuMs();
     t0 = performance.now();
     void worker.start().then(() => send({ started: true }));
   } else if (cmd === 'stop') {
