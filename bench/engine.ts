@@ -548,6 +548,7 @@ async function runVariant(
       const wakes = { notified: 0, received: 0 };
       const workerCpu: number[] = [];
       const threadCpu: Record<string, number> = {}; // summed over the processes: main thread, other threads
+      const dbLanes = (stopped as Record<string, any>[]).map((s) => s.db_lanes ?? null); // each process's share at its end
       for (const s of stopped as Record<string, any>[]) {
         for (const [k, v] of Object.entries((s.thread_cpu_ms ?? {}) as Record<string, number>)) threadCpu[k] = (threadCpu[k] ?? 0) + v;
         for (const [k, v] of Object.entries((s.statements ?? {}) as Record<string, Stmt>)) {
@@ -602,6 +603,7 @@ async function runVariant(
         cpu_ms_by_kind: cpuKinds,
         worker_cpu_ms: workerCpu,
         worker_thread_cpu_ms: threadCpu,
+        db_lanes: dbLanes,
         events_per_stage: round((ev.events as number) / Math.max(done, 1), 2),
         fast_path_claims: ev.fast_claims,
         claims: ev.claims,

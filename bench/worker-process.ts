@@ -162,6 +162,7 @@ function stop(): Promise<void> {
       wakes,
       cpu_ms: { user: round(cpu.user / 1000), system: round(cpu.system / 1000) },
       thread_cpu_ms: threads,
+      db_lanes: worker.dbLanes.width === Infinity ? 'off' : worker.dbLanes.width,
       wall_ms: round(wallMs),
       statements: Object.fromEntries(
         Object.entries(stmts).map(([k, s]) => [

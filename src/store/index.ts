@@ -105,7 +105,8 @@ export interface Store {
   graphStages(runId: string): ReturnType<typeof graphStages>;
   /** The child run a stage started, if any (runs.ts). */
   childRun(stageId: string): ReturnType<typeof childRun>;
-  upsertWorker(owner: string, classes: string[], definitions: string[]): Promise<void>;
+  /** Answers the workers seen within `liveWithinMs` (default 15 s), this one included. */
+  upsertWorker(owner: string, classes: string[], definitions: string[], liveWithinMs?: number): Promise<number>;
   deleteWorker(owner: string): Promise<void>;
   /** Due stages to re-send: queued ones once they have waited `graceMs` (default 0) in that state, and expired leases. */
   sweep(lanes: Lane[], limit: number, graceMs?: number): Promise<SweptStage[]>;
@@ -211,7 +212,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     runStages: (runId) => runStages(db, runId),
     graphStages: (runId) => graphStages(db, runId),
     childRun: (stageId) => childRun(db, stageId),
-    upsertWorker: (owner, classes, definitions) => upsertWorker(db, owner, classes, definitions),
+    upsertWorker: (owner, classes, definitions, liveWithinMs) => upsertWorker(db, owner, classes, definitions, liveWithinMs),
     deleteWorker: (owner) => deleteWorker(db, owner),
     sweep: (lanes, limit, graceMs) => sweep(db, lanes, limit, graceMs),
     nextLeaseExpiryMs: (lanes) => nextLeaseExpiryMs(db, lanes),

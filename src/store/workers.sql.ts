@@ -2,11 +2,17 @@ import { failRunsFrom, failedAsValue, settleFrom } from './lease-common.sql.js';
 
 /** Statements about workers and the stages waiting for them (sweeper, registry). */
 
-/** A worker's presence: $1 owner, $2 classes it serves, $3 hashes of the definitions it has loaded. */
+/**
+ * A worker's presence: $1 owner, $2 classes it serves, $3 hashes of the definitions it has loaded.
+ * Answers `live`: the workers of the database seen within the last $4 ms, this one included
+ * (its share of the statement lanes, src/worker/db-lanes.ts).
+ */
 export const UPSERT_WORKER_SQL = `
 INSERT INTO ratchet.workers (owner_id, classes, definitions, started_at, last_seen_at)
 VALUES ($1, $2::text[], $3::text[], ratchet.db_now(), ratchet.db_now())
-ON CONFLICT (owner_id) DO UPDATE SET classes = excluded.classes, definitions = excluded.definitions, last_seen_at = excluded.last_seen_at`;
+ON CONFLICT (owner_id) DO UPDATE SET classes = excluded.classes, definitions = excluded.definitions, last_seen_at = excluded.last_seen_at
+RETURNING 1 + (SELECT count(*) FROM ratchet.workers w
+  WHERE w.owner_id <> $1 AND w.last_seen_at > ratchet.db_now() - $4::int * interval '1 millisecond')::int AS live`;
 
 export const DELETE_WORKER_SQL = `DELETE FROM ratchet.workers WHERE owner_id = $1`;
 

@@ -7,6 +7,7 @@ import {
   type FinishVerdict,
   type Queryable,
 } from '../store/index.js';
+import type { DbLanes } from './db-lanes.js';
 
 /** How long a finish waits for others to join it. */
 export const FINISH_BATCH_WINDOW_MS = 2;
@@ -28,23 +29,34 @@ interface Pending {
  * leaves every row's outcome unknown (every caller gets the error), not lost; when only the
  * second of a split batch's statements failed (FinishPartlyCommitted), the committed rows keep
  * their verdicts and only the others get the error.
+ *
+ * With lanes (DbLanes), a batch goes out only once a lane is free; the finishes that come while
+ * it waits join it, so a worker whose statements queue sends fewer, fuller ones. A finish whose
+ * lease leaves less than FINISH_BATCH_MIN_ROOM_MS goes at once, without a lane.
  */
 export class FinishBatcher {
   private pending: Pending[] = [];
   private timer: NodeJS.Timeout | null = null;
+  /** A batch is waiting for a lane: finishes that come now join it. */
+  private waitingForLane = false;
 
   constructor(
     private readonly db: Queryable,
     private readonly owner: string,
     private readonly windowMs = FINISH_BATCH_WINDOW_MS,
+    private readonly lanes: DbLanes | null = null,
   ) {}
 
   finish(row: FinishRow, confirmedUntil: number): Promise<FinishVerdict> {
     const encoded = encodeFinishRow(row); // throws for this row alone
     return new Promise<FinishVerdict>((resolve, reject) => {
       const p = { row: encoded, resolve, reject };
-      if (this.windowMs <= 0 || confirmedUntil - monotonicNow() < FINISH_BATCH_MIN_ROOM_MS) {
-        void this.send([p]);
+      if (confirmedUntil - monotonicNow() < FINISH_BATCH_MIN_ROOM_MS) {
+        void this.send([p]); // its lease is short: at once, no lane
+        return;
+      }
+      if (this.windowMs <= 0) {
+        void this.sendInLane([p]);
         return;
       }
       this.pending.push(p);
@@ -56,8 +68,30 @@ export class FinishBatcher {
   flush(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    const batch = this.pending.splice(0);
-    if (batch.length > 0) void this.send(batch);
+    if (this.pending.length === 0) return;
+    if (!this.lanes) {
+      void this.send(this.pending.splice(0));
+      return;
+    }
+    if (this.waitingForLane) return; // these rows join the batch that goes when the lane comes
+    this.waitingForLane = true;
+    void this.lanes.acquire().then((release) => {
+      this.waitingForLane = false;
+      const batch = this.pending.splice(0, MAX_BATCH);
+      if (this.pending.length > 0) this.flush();
+      void this.send(batch).finally(release);
+    });
+  }
+
+  /** One batch as it is (no rows join it), once a lane is free. */
+  private async sendInLane(batch: Pending[]): Promise<void> {
+    if (!this.lanes) return this.send(batch);
+    const release = await this.lanes.acquire();
+    try {
+      await this.send(batch);
+    } finally {
+      release();
+    }
   }
 
   private async send(batch: Pending[]): Promise<void> {

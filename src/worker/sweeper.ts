@@ -24,6 +24,10 @@ const WAKE_BATCH = 200;
 const WAKE_BATCHES = 5;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
+/** A worker seen within this long (or three of this sweeper's intervals, when longer) counts as live. */
+export const LIVE_WORKER_MS = 15_000;
+/** The tick after the first comes this soon at most: workers started together learn of each other. */
+const SECOND_TICK_MS = 1000;
 
 /**
  * Losing Redis loses nothing: from PostgreSQL alone, in bounded batches, the sweeper re-sends
@@ -38,6 +42,8 @@ export class Sweeper {
   private leaseTimer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stopped = false;
+  /** The tick after start's first comes sooner (SECOND_TICK_MS). */
+  private secondTickSoon = false;
 
   constructor(
     private readonly store: Store,
@@ -58,10 +64,13 @@ export class Sweeper {
     private readonly fireSchedules: (() => Promise<void>) | null = null,
     /** The loaded definitions, to refuse approvals whose timeout passed (issue 10); null: waits are not swept here. */
     private readonly registry: Registry | null = null,
+    /** The live workers of the database (this one included), at each tick: the worker's share of the statement lanes. */
+    private readonly onPeers: ((live: number) => void) | null = null,
   ) {}
 
   start(): void {
     this.stopped = false;
+    this.secondTickSoon = true;
     void this.tick();
   }
 
@@ -77,7 +86,9 @@ export class Sweeper {
   }
 
   private schedule(): void {
-    this.timer = setTimeout(() => void this.tick(), this.intervalMs);
+    const delay = this.secondTickSoon ? Math.min(this.intervalMs, SECOND_TICK_MS) : this.intervalMs;
+    this.secondTickSoon = false;
+    this.timer = setTimeout(() => void this.tick(), delay);
     this.timer.unref();
   }
 
@@ -90,7 +101,13 @@ export class Sweeper {
       );
       try {
         const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
-        await this.store.upsertWorker(this.owner, [...this.definitions.keys()], [...new Set(lanes.map((l) => l.definitionHash))]);
+        const live = await this.store.upsertWorker(
+          this.owner,
+          [...this.definitions.keys()],
+          [...new Set(lanes.map((l) => l.definitionHash))],
+          Math.max(LIVE_WORKER_MS, 3 * this.intervalMs),
+        );
+        this.onPeers?.(live);
         const unserved = new Set(await this.store.unservedClasses(this.known, UNSERVED_AFTER_MS));
         for (const c of this.known) this.metrics.unservedClass.set({ tool_class: c }, unserved.has(c) ? 1 : 0);
         if (unserved.size > 0) {

@@ -10,6 +10,7 @@ import { laneOf } from '../transport/lane.js';
 import type { StageReady, Transport } from '../transport/transport.js';
 import { EventWriter } from './event-writer.js';
 import { executeStage, inlineRunner, type AttemptEnd, type ExecutorDeps, type Slot, type ToolRunner } from './executor.js';
+import { DbLanes, DEFAULT_DB_LANES, dbLanesFromEnv } from './db-lanes.js';
 import { FinishBatcher, FINISH_BATCH_WINDOW_MS } from './finish-batcher.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { makeOwnerId } from './owner-id.js';
@@ -35,6 +36,12 @@ export const workerOptionsSchema = z
     finishBatchMs: z.number().int().min(0).max(100).optional(),
     /** How often the sweeper re-sends due stages and expired leases to the transport (default 5000 ms). */
     sweepIntervalMs: z.number().int().min(50).max(600_000).optional(),
+    /**
+     * Claim and finish statements that the live workers of this database keep in flight together
+     * (default 4), shared out: each worker's share is this divided by the live workers (from
+     * ratchet.workers), at least 1. `Infinity` (or an engine-wide RATCHET_DB_LANES=0) turns the limit off.
+     */
+    dbLanes: z.number().int().min(1).or(z.literal(Infinity)).optional(),
     /** Opt-in: fail stages of classes that no worker has served for this long (default: never). */
     failUnservedAfterMs: z
       .number()
@@ -102,7 +109,7 @@ export class Worker {
   readonly classes: string[];
   /** Per class served: the hashes of the loaded definitions (every version) with stages of it; claims keep to them. */
   readonly definitions: ReadonlyMap<string, readonly string[]>;
-  private readonly opts: Required<Omit<WorkerOptions, 'classes' | 'name' | 'failUnservedAfterMs'>>;
+  private readonly opts: Required<Omit<WorkerOptions, 'classes' | 'name' | 'failUnservedAfterMs' | 'dbLanes'>>;
   private readonly keeper: LeaseKeeper;
   /** The keeper's own database connection (outside the pool). */
   private readonly extender: Extender;
@@ -110,6 +117,8 @@ export class Worker {
   private untrack: (() => void) | null = null;
   private readonly events: EventWriter;
   private readonly batcher: FinishBatcher;
+  /** This worker's share of the database's claim and finish statements in flight (DbLanes). */
+  private readonly lanes: DbLanes;
   private readonly sweeper: Sweeper;
   private readonly limits = new Map<string, ClaimLimits | undefined>();
   private readonly inFlight = new Map<string, { stage: ClaimedStage; done: Promise<AttemptEnd> }>();
@@ -184,7 +193,8 @@ export class Worker {
     this.metrics = metrics;
     this.extender = deps.store.openExtender();
     this.keeper = new LeaseKeeper(this.extender, this.owner, logger, () => void this.events.flush(), metrics);
-    this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs);
+    this.lanes = new DbLanes(o.dbLanes ?? dbLanesFromEnv() ?? DEFAULT_DB_LANES);
+    this.batcher = new FinishBatcher(deps.store.db, this.owner, this.opts.finishBatchMs, this.lanes);
     this.sweeper = new Sweeper(
       deps.store,
       deps.transport,
@@ -198,6 +208,7 @@ export class Worker {
       deps.retention ?? null,
       deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null,
       deps.registry,
+      (live) => this.lanes.setPeers(live),
     );
     this.executorDeps = {
       store: deps.store,
@@ -219,6 +230,11 @@ export class Worker {
         this.free(nextClass) + (nextClass === currentClass ? 1 : 0) > 0,
       onClaimed: (stage) => this.launch(stage),
     };
+  }
+
+  /** This worker's share of the database's claim and finish statements in flight (DbLanes), and how many it has in flight now. */
+  get dbLanes(): { width: number; inFlight: number } {
+    return { width: this.lanes.width, inFlight: this.lanes.inFlight };
   }
 
   private get logger(): Logger {
@@ -362,10 +378,17 @@ export class Worker {
   private async claimLoop(cls: string): Promise<void> {
     let backoff = 100;
     while (this.running) {
+      // A lane first (DbLanes): the claim then asks for the slots free once it may go.
+      const release = this.free(cls) > 0 ? await this.lanes.acquire() : null;
+      if (!this.running) {
+        release?.();
+        break;
+      }
       const answering = this.takeWaiters(cls);
       const began = ++this.handSeq; // hand-offs numbered below this were committed before the claim began
       const free = this.free(cls);
       if (free <= 0) {
+        release?.();
         answer(answering); // no slot: the wake-up is answered; polling or a finish brings us back
         this.passOnHanded(cls, began); // and what was handed to us goes to a worker with room
         await this.sleep(cls, this.pollMs());
@@ -382,12 +405,14 @@ export class Worker {
         });
         backoff = 100;
       } catch (err) {
+        release?.();
         this.logger.warn({ event: 'claim_failed', toolClass: cls, err: (err as Error).message }, 'claim failed');
         answer(answering);
         await this.sleep(cls, backoff);
         backoff = Math.min(backoff * 2, 5000);
         continue;
       }
+      release?.();
       answer(answering);
       this.settleHanded(cls, claimed, claimed.length < free, began);
       for (const stage of claimed) this.launch(stage);

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { DbLanes } from '../../src/worker/db-lanes.js';
 import { FinishBatcher } from '../../src/worker/finish-batcher.js';
 import type { FinishRow, Queryable } from '../../src/store/index.js';
 import type { Row } from '../../src/store/db.js';
@@ -151,5 +152,52 @@ describe('FinishBatcher', () => {
     expect(settled[0]).toMatchObject({ status: 'fulfilled', value: { stageId: '1', accepted: true, nextStageId: '11' } });
     expect(settled[1]).toMatchObject({ status: 'rejected', reason: { message: 'Connection terminated unexpectedly' } });
     expect(settled[2]).toMatchObject({ status: 'fulfilled', value: { stageId: '3', accepted: true } });
+  });
+
+  it('with its lane busy, finishes wait and go out together when it frees, one statement, each caller its own verdict', async () => {
+    const { db, sent } = fakeDb(async (s) => s.rows.map((r) => verdictRow(String(r.id))));
+    const lanes = new DbLanes(1);
+    const held = await lanes.acquire(); // another statement of this worker (a claim) is in flight
+    const b = new FinishBatcher(db, 'w', 2, lanes);
+    const first = b.finish(success('1'), farAhead());
+    await new Promise((r) => setTimeout(r, 20)); // well past the window: it would have gone alone
+    const later = ['2', '3'].map((id) => b.finish(success(id), farAhead()));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(sent).toHaveLength(0);
+    held();
+    const verdicts = await Promise.all([first, ...later]);
+    expect(verdicts.map((v) => v.stageId)).toEqual(['1', '2', '3']);
+    expect(sent.map((s) => s.ids)).toEqual([['1', '2', '3']]);
+    expect(lanes.inFlight).toBe(0);
+  });
+
+  it('a failed statement gives its lane back: the next batch goes out', async () => {
+    let fail = true;
+    const { db, sent } = fakeDb(async (s) => {
+      if (fail) throw Object.assign(new Error('connection terminated'), { code: '57P01' });
+      return s.rows.map((r) => verdictRow(String(r.id)));
+    });
+    const lanes = new DbLanes(1);
+    const b = new FinishBatcher(db, 'w', 2, lanes);
+    await expect(b.finish(success('1'), farAhead())).rejects.toThrow(/connection terminated/);
+    expect(lanes.inFlight).toBe(0);
+    fail = false;
+    await expect(b.finish(success('2'), farAhead())).resolves.toMatchObject({ stageId: '2', accepted: true });
+    expect(sent.map((s) => s.ids)).toEqual([['1'], ['2']]);
+  });
+
+  it('a finish with little lease left goes at once without a lane; with batching off, each goes alone in a lane', async () => {
+    const { db, sent } = fakeDb(async (s) => s.rows.map((r) => verdictRow(String(r.id))));
+    const lanes = new DbLanes(1);
+    const held = await lanes.acquire();
+    const urgent = await new FinishBatcher(db, 'w', 2, lanes).finish(success('7'), performance.now() + 10);
+    expect(urgent.stageId).toBe('7');
+    const unbatched = new FinishBatcher(db, 'w', 0, lanes);
+    const two = ['8', '9'].map((id) => unbatched.finish(success(id), farAhead()));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(sent.map((s) => s.ids)).toEqual([['7']]);
+    held();
+    await Promise.all(two);
+    expect(sent.map((s) => s.ids)).toEqual([['7'], ['8'], ['9']]);
   });
 });
