@@ -25,8 +25,18 @@ export interface Lane {
  * A worker's presence: the classes it serves and the definitions (hashes) it has loaded. Answers
  * the workers of the database seen within `liveWithinMs`, this one included.
  */
-export async function upsertWorker(q: Queryable, owner: string, classes: string[], definitions: string[], liveWithinMs = 15_000): Promise<number> {
-  const [row] = await q.query(UPSERT_WORKER_SQL, [owner, classes, definitions, Math.max(1, Math.round(liveWithinMs))], 'ratchet_upsert_worker');
+export async function upsertWorker(
+  q: Queryable,
+  owner: string,
+  classes: string[],
+  definitions: string[],
+  liveWithinMs = 15_000,
+): Promise<number> {
+  const [row] = await q.query(
+    UPSERT_WORKER_SQL,
+    [owner, classes, definitions, Math.max(1, Math.round(liveWithinMs))],
+    'ratchet_upsert_worker',
+  );
   return Number(row?.live ?? 1);
 }
 

@@ -67,7 +67,8 @@ export class DbLanes {
 export function dbLanesFromEnv(env: NodeJS.ProcessEnv = process.env): number | undefined {
   const v = env.RATCHET_DB_LANES?.trim();
   if (v === undefined || v === '') return undefined;
-  if (!/^\d{1,6}$/.test(v)) throw new InvalidInputError(`RATCHET_DB_LANES must be a whole number (0: no limit), not "${v}"`, 'RATCHET_DB_LANES');
+  if (!/^\d{1,6}$/.test(v))
+    throw new InvalidInputError(`RATCHET_DB_LANES must be a whole number (0: no limit), not "${v}"`, 'RATCHET_DB_LANES');
   const n = Number(v);
   return n === 0 ? Infinity : n;
 }

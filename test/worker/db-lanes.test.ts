@@ -84,7 +84,17 @@ const step = defineTool({
     return {};
   },
 });
-const workflows = [defineWorkflow({ name: 'lanes', input: empty, steps: [{ name: 'a', tool: step }, { name: 'b', tool: step }, { name: 'c', tool: step }] })];
+const workflows = [
+  defineWorkflow({
+    name: 'lanes',
+    input: empty,
+    steps: [
+      { name: 'a', tool: step },
+      { name: 'b', tool: step },
+      { name: 'c', tool: step },
+    ],
+  }),
+];
 const RUNS = 150;
 const HOT = /^ratchet_(claim|finish)/;
 
@@ -106,7 +116,10 @@ describe('statement lanes on PostgreSQL', () => {
       const n = (inFlight.get(owner) ?? 0) + 1;
       inFlight.set(owner, n);
       most.set(owner, Math.max(most.get(owner) ?? 0, n));
-      mostTogether = Math.max(mostTogether, [...inFlight.values()].reduce((a, b) => a + b, 0));
+      mostTogether = Math.max(
+        mostTogether,
+        [...inFlight.values()].reduce((a, b) => a + b, 0),
+      );
       try {
         return await query(text, params, name);
       } finally {
@@ -128,7 +141,10 @@ describe('statement lanes on PostgreSQL', () => {
       await new Promise((res) => setTimeout(res, 25));
     }
     await Promise.all(workers.map((w) => w.stop({ graceMs: 1000 })));
-    const [done] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.runs WHERE state = 'succeeded' AND id = ANY($1::uuid[])`, [ids]);
+    const [done] = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ratchet.runs WHERE state = 'succeeded' AND id = ANY($1::uuid[])`,
+      [ids],
+    );
     expect(done!.n).toBe(RUNS);
   }
 
