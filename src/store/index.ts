@@ -43,6 +43,7 @@ export type { FinishRow, FinishVerdict } from './finish.js';
 export { IdempotencyConflictError, requestHash, stageRows, stageSpecSchema } from './runs.js';
 export type { NewEvent, RunStageRow } from './events.js';
 export type { Lane, SweptStage } from './workers.js';
+export { LIVE_WORKER_MS } from './workers.js';
 export type { ClaimLimits } from './claim.js';
 export { MAX_CLAIM_DEFINITIONS } from './claim.sql.js';
 export type {
@@ -105,7 +106,7 @@ export interface Store {
   graphStages(runId: string): ReturnType<typeof graphStages>;
   /** The child run a stage started, if any (runs.ts). */
   childRun(stageId: string): ReturnType<typeof childRun>;
-  /** Answers the workers seen within `liveWithinMs` (default 15 s), this one included. */
+  /** Answers the workers seen within `liveWithinMs` (default LIVE_WORKER_MS), this one included. */
   upsertWorker(owner: string, classes: string[], definitions: string[], liveWithinMs?: number): Promise<number>;
   deleteWorker(owner: string): Promise<void>;
   /** Due stages to re-send: queued ones once they have waited `graceMs` (default 0) in that state, and expired leases. */

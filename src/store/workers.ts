@@ -25,12 +25,15 @@ export interface Lane {
  * A worker's presence: the classes it serves and the definitions (hashes) it has loaded. Answers
  * the workers of the database seen within `liveWithinMs`, this one included.
  */
+/** A worker seen within this long counts as live (by default; the sweeper asks for 3 of its intervals when longer). */
+export const LIVE_WORKER_MS = 15_000;
+
 export async function upsertWorker(
   q: Queryable,
   owner: string,
   classes: string[],
   definitions: string[],
-  liveWithinMs = 15_000,
+  liveWithinMs = LIVE_WORKER_MS,
 ): Promise<number> {
   const [row] = await q.query(
     UPSERT_WORKER_SQL,

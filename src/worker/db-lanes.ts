@@ -15,15 +15,20 @@ export const DEFAULT_DB_LANES = 4;
  * a lane frees, and its claim asks for the slots free by then.
  *
  * Lease heartbeats, the sweeper and event writes do not take a lane: a lease is never extended
- * late for it.
+ * late for it. Nor do a finish whose lease is nearly out (it goes at once, also when it has been
+ * waiting), a finish asked again after a conflict, or a claim of a class with limits (its own
+ * transaction serialises it on the class lock).
  */
 export class DbLanes {
   private busy = 0;
   private peers = 1;
   private readonly waiters: (() => void)[] = [];
 
-  /** `total`: lanes shared by every live worker of the database; `Infinity` turns the limit off. */
-  constructor(private readonly total: number) {}
+  /** `total`: lanes shared by every live worker of the database; `Infinity` (or 0) turns the limit off. */
+  private readonly total: number;
+  constructor(total: number) {
+    this.total = total === 0 ? Infinity : total;
+  }
 
   /** This worker's lanes now. */
   get width(): number {
@@ -41,10 +46,36 @@ export class DbLanes {
     this.drain();
   }
 
-  /** Waits for a lane; the answer releases it (once). */
-  async acquire(): Promise<() => void> {
-    if (this.busy >= this.width || this.waiters.length > 0) await new Promise<void>((r) => this.waiters.push(r));
-    else this.busy++;
+  /** A lane now if one is free and nobody waits (its release), else null. */
+  tryAcquire(): (() => void) | null {
+    if (this.busy >= this.width || this.waiters.length > 0) return null;
+    this.busy++;
+    return this.releaser();
+  }
+
+  /** Waits for a lane; the answer releases it (once). Null when `signal` aborted the wait (no lane taken). */
+  async acquire(signal?: AbortSignal): Promise<(() => void) | null> {
+    if (signal?.aborted) return null;
+    if (this.busy >= this.width || this.waiters.length > 0) {
+      const got = await new Promise<boolean>((resolve) => {
+        const waiter = () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(true);
+        };
+        const onAbort = () => {
+          const i = this.waiters.indexOf(waiter);
+          if (i >= 0) this.waiters.splice(i, 1);
+          resolve(false);
+        };
+        signal?.addEventListener('abort', onAbort, { once: true });
+        this.waiters.push(waiter);
+      });
+      if (!got) return null;
+    } else this.busy++;
+    return this.releaser();
+  }
+
+  private releaser(): () => void {
     let released = false;
     return () => {
       if (released) return;

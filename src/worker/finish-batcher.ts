@@ -17,6 +17,8 @@ const MAX_BATCH = 200;
 
 interface Pending {
   row: Record<string, unknown>;
+  /** The lease is confirmed until then (monotonic ms). */
+  confirmedUntil: number;
   resolve(v: FinishVerdict): void;
   reject(e: unknown): void;
 }
@@ -39,6 +41,8 @@ export class FinishBatcher {
   private timer: NodeJS.Timeout | null = null;
   /** A batch is waiting for a lane: finishes that come now join it. */
   private waitingForLane = false;
+  /** Fires when a waiting row's lease room runs short (armShortLeases). */
+  private shortTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly db: Queryable,
@@ -50,7 +54,7 @@ export class FinishBatcher {
   finish(row: FinishRow, confirmedUntil: number): Promise<FinishVerdict> {
     const encoded = encodeFinishRow(row); // throws for this row alone
     return new Promise<FinishVerdict>((resolve, reject) => {
-      const p = { row: encoded, resolve, reject };
+      const p = { row: encoded, confirmedUntil, resolve, reject };
       if (confirmedUntil - monotonicNow() < FINISH_BATCH_MIN_ROOM_MS) {
         void this.send([p]); // its lease is short: at once, no lane
         return;
@@ -73,14 +77,51 @@ export class FinishBatcher {
       void this.send(this.pending.splice(0));
       return;
     }
+    if (!this.waitingForLane) {
+      const release = this.lanes.tryAcquire();
+      if (release) {
+        const batch = this.pending.splice(0, MAX_BATCH);
+        if (this.pending.length > 0) this.flush();
+        void this.send(batch).finally(release);
+        return;
+      }
+    }
+    this.armShortLeases();
     if (this.waitingForLane) return; // these rows join the batch that goes when the lane comes
     this.waitingForLane = true;
     void this.lanes.acquire().then((release) => {
       this.waitingForLane = false;
       const batch = this.pending.splice(0, MAX_BATCH);
+      this.armShortLeases();
+      if (batch.length === 0) return release!(); // every waiting row went at once, its lease short
       if (this.pending.length > 0) this.flush();
-      void this.send(batch).finally(release);
+      void this.send(batch).finally(release!);
     });
+  }
+
+  /**
+   * While rows wait for a lane, the one whose lease room runs short first is sent then, at once and
+   * without a lane, with every other waiting row as short by then: the keeper no longer extends a
+   * finishing attempt, so a wait for a lane must never cost a lease.
+   */
+  private armShortLeases(): void {
+    if (this.shortTimer) clearTimeout(this.shortTimer);
+    this.shortTimer = null;
+    if (this.pending.length === 0) return;
+    const first = Math.min(...this.pending.map((p) => p.confirmedUntil));
+    this.shortTimer = setTimeout(
+      () => {
+        this.shortTimer = null;
+        const cut = monotonicNow() + FINISH_BATCH_MIN_ROOM_MS;
+        const short = this.pending.filter((p) => p.confirmedUntil <= cut);
+        if (short.length > 0) {
+          this.pending = this.pending.filter((p) => p.confirmedUntil > cut);
+          void this.send(short);
+        }
+        this.armShortLeases();
+      },
+      Math.max(0, first - FINISH_BATCH_MIN_ROOM_MS - monotonicNow()),
+    );
   }
 
   /** One batch as it is (no rows join it), once a lane is free. */
@@ -90,7 +131,7 @@ export class FinishBatcher {
     try {
       await this.send(batch);
     } finally {
-      release();
+      release!();
     }
   }
 

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { Store } from '../store/index.js';
+import { LIVE_WORKER_MS, type Store } from '../store/index.js';
 import { laneOf } from '../transport/lane.js';
 import type { Transport } from '../transport/transport.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -24,8 +24,6 @@ const WAKE_BATCH = 200;
 const WAKE_BATCHES = 5;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
-/** A worker seen within this long (or three of this sweeper's intervals, when longer) counts as live. */
-export const LIVE_WORKER_MS = 15_000;
 /** The tick after the first comes this soon at most: workers started together learn of each other. */
 const SECOND_TICK_MS = 1000;
 
@@ -102,6 +100,7 @@ export class Sweeper {
       try {
         const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
         const live = await this.store.upsertWorker(
+          // live: this worker's share of the statement lanes (DbLanes)
           this.owner,
           [...this.definitions.keys()],
           [...new Set(lanes.map((l) => l.definitionHash))],

@@ -39,9 +39,9 @@ export const workerOptionsSchema = z
     /**
      * Claim and finish statements that the live workers of this database keep in flight together
      * (default 4), shared out: each worker's share is this divided by the live workers (from
-     * ratchet.workers), at least 1. `Infinity` (or an engine-wide RATCHET_DB_LANES=0) turns the limit off.
+     * ratchet.workers), at least 1. 0 or `Infinity` (or RATCHET_DB_LANES=0 for every worker of the process) turns the limit off.
      */
-    dbLanes: z.number().int().min(1).or(z.literal(Infinity)).optional(),
+    dbLanes: z.number().int().min(0).max(100_000).or(z.literal(Infinity)).optional(),
     /** Opt-in: fail stages of classes that no worker has served for this long (default: never). */
     failUnservedAfterMs: z
       .number()
@@ -119,6 +119,8 @@ export class Worker {
   private readonly batcher: FinishBatcher;
   /** This worker's share of the database's claim and finish statements in flight (DbLanes). */
   private readonly lanes: DbLanes;
+  /** Aborted by stop(): ends a claim loop's wait for a lane. */
+  private stopping = new AbortController();
   private readonly sweeper: Sweeper;
   private readonly limits = new Map<string, ClaimLimits | undefined>();
   private readonly inFlight = new Map<string, { stage: ClaimedStage; done: Promise<AttemptEnd> }>();
@@ -244,6 +246,7 @@ export class Worker {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    this.stopping = new AbortController();
     this.untrack = this.metrics.track(() => this.sample());
     this.keeper.start();
     this.sweeper.start();
@@ -275,6 +278,7 @@ export class Worker {
   async stop(opts: { graceMs?: number } = {}): Promise<void> {
     if (!this.running) return;
     this.running = false;
+    this.stopping.abort(); // a claim loop waiting for a lane ends now
     await Promise.all(this.unsubscribe.splice(0).map((u) => u()));
     for (const wake of this.wakers.values()) wake();
     await Promise.all(this.loops);
@@ -379,7 +383,8 @@ export class Worker {
     let backoff = 100;
     while (this.running) {
       // A lane first (DbLanes): the claim then asks for the slots free once it may go.
-      const release = this.free(cls) > 0 ? await this.lanes.acquire() : null;
+      // Not for a class with limits: its claim is a transaction serialised on the class lock, whose waits must not hold a lane.
+      const release = this.free(cls) > 0 && this.limits.get(cls) === undefined ? await this.lanes.acquire(this.stopping.signal) : null;
       if (!this.running) {
         release?.();
         break;

@@ -34,11 +34,11 @@ describe('DbLanes', () => {
 
   it('waiters get lanes oldest first, a release counts once, and a smaller share holds new statements until enough ended', async () => {
     const l = new DbLanes(2);
-    const a = await l.acquire();
-    const b = await l.acquire();
+    const a = (await l.acquire())!;
+    const b = (await l.acquire())!;
     const order: string[] = [];
-    const c = l.acquire().then((rel) => (order.push('c'), rel));
-    const d = l.acquire().then((rel) => (order.push('d'), rel));
+    const c = l.acquire().then((rel) => (order.push('c'), rel!));
+    const d = l.acquire().then((rel) => (order.push('d'), rel!));
     await new Promise((r) => setTimeout(r, 5));
     expect(order).toEqual([]);
     expect(l.inFlight).toBe(2);
@@ -59,6 +59,24 @@ describe('DbLanes', () => {
     relC();
     relD();
     expect(l.inFlight).toBe(0);
+  });
+
+  it('a wait ended by its signal takes no lane and leaves the others their turn', async () => {
+    const l = new DbLanes(1);
+    const a = (await l.acquire())!;
+    const stop = new AbortController();
+    const aborted = l.acquire(stop.signal);
+    const next = l.acquire();
+    stop.abort();
+    expect(await aborted).toBeNull();
+    a();
+    const rel = await next;
+    expect(l.inFlight).toBe(1);
+    rel!();
+    expect(await l.acquire(stop.signal)).toBeNull(); // already aborted: no wait, no lane
+    expect(l.inFlight).toBe(0);
+    expect(l.tryAcquire()).not.toBeNull();
+    expect(l.tryAcquire()).toBeNull();
   });
 
   it('RATCHET_DB_LANES: a whole number, 0 for no limit; anything else is refused with its name', () => {
@@ -146,6 +164,14 @@ describe('statement lanes on PostgreSQL', () => {
       [ids],
     );
     expect(done!.n).toBe(RUNS);
+    // Nothing doubled by a wait for a lane: one attempt and one success per stage.
+    const [once] = await db.query<{ stages: number; attempts: number; succeeded: number }>(
+      `SELECT count(*)::int AS stages, sum(s.attempt)::int AS attempts,
+              (SELECT count(*)::int FROM ratchet.events e WHERE e.run_id = ANY($1::uuid[]) AND e.type = 'stage_succeeded') AS succeeded
+       FROM ratchet.stages s WHERE s.run_id = ANY($1::uuid[])`,
+      [ids],
+    );
+    expect(once).toEqual({ stages: RUNS * 3, attempts: RUNS * 3, succeeded: RUNS * 3 });
   }
 
   async function twoWorkers(dbLanes: number): Promise<Worker[]> {
@@ -173,5 +199,20 @@ describe('statement lanes on PostgreSQL', () => {
     const ws = await twoWorkers(Infinity as number);
     await drain(ws);
     expect(Math.max(...most.values())).toBeGreaterThan(1);
+  });
+
+  it('stop ends a claim loop waiting for a lane at once, the lane still held elsewhere', async () => {
+    const w = r.worker({ dbLanes: 1, fastPath: false, pollIntervalMs: 20, sweepIntervalMs: 100 });
+    const lanes = (w as unknown as { lanes: DbLanes }).lanes;
+    const held = (await lanes.acquire())!; // the worker's only lane, held by the test
+    await r.submit('lanes', { waiting: true });
+    await w.start();
+    await new Promise((res) => setTimeout(res, 100)); // its claim loop now waits for the lane
+    const began = Date.now();
+    await w.stop({ graceMs: 0 });
+    const took = Date.now() - began;
+    held();
+    expect(took).toBeLessThan(5000); // not a timing goal: without the abort, stop waits for the lane for good
+    expect(lanes.inFlight).toBe(0);
   });
 });

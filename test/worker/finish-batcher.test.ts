@@ -157,7 +157,7 @@ describe('FinishBatcher', () => {
   it('with its lane busy, finishes wait and go out together when it frees, one statement, each caller its own verdict', async () => {
     const { db, sent } = fakeDb(async (s) => s.rows.map((r) => verdictRow(String(r.id))));
     const lanes = new DbLanes(1);
-    const held = await lanes.acquire(); // another statement of this worker (a claim) is in flight
+    const held = (await lanes.acquire())!; // another statement of this worker (a claim) is in flight
     const b = new FinishBatcher(db, 'w', 2, lanes);
     const first = b.finish(success('1'), farAhead());
     await new Promise((r) => setTimeout(r, 20)); // well past the window: it would have gone alone
@@ -189,7 +189,7 @@ describe('FinishBatcher', () => {
   it('a finish with little lease left goes at once without a lane; with batching off, each goes alone in a lane', async () => {
     const { db, sent } = fakeDb(async (s) => s.rows.map((r) => verdictRow(String(r.id))));
     const lanes = new DbLanes(1);
-    const held = await lanes.acquire();
+    const held = (await lanes.acquire())!;
     const urgent = await new FinishBatcher(db, 'w', 2, lanes).finish(success('7'), performance.now() + 10);
     expect(urgent.stageId).toBe('7');
     const unbatched = new FinishBatcher(db, 'w', 0, lanes);
@@ -199,5 +199,38 @@ describe('FinishBatcher', () => {
     held();
     await Promise.all(two);
     expect(sent.map((s) => s.ids)).toEqual([['7'], ['8'], ['9']]);
+  });
+
+  it('a finish waiting for a lane whose lease room runs short goes then, at once and without a lane', async () => {
+    const { db, sent } = fakeDb(async (s) => s.rows.map((r) => verdictRow(String(r.id))));
+    const lanes = new DbLanes(1);
+    const held = (await lanes.acquire())!; // held for good: only the lease can send it
+    const b = new FinishBatcher(db, 'w', 2, lanes);
+    const shortSoon = b.finish(success('1'), performance.now() + 400); // room enough to wait, for 150 ms
+    const long = b.finish(success('2'), farAhead());
+    await new Promise((r) => setTimeout(r, 60));
+    expect(sent).toHaveLength(0);
+    await expect(shortSoon).resolves.toMatchObject({ stageId: '1', accepted: true });
+    expect(sent.map((s) => s.ids)).toEqual([['1']]);
+    expect(lanes.inFlight).toBe(1);
+    held();
+    await expect(long).resolves.toMatchObject({ stageId: '2' });
+    expect(sent.map((s) => s.ids)).toEqual([['1'], ['2']]);
+  });
+
+  it('more than a batch waiting for a lane: 200 go in the first statement, the rest in the next, none lost', async () => {
+    const { db, sent } = fakeDb(async (s) => s.rows.map((r) => verdictRow(String(r.id))));
+    const lanes = new DbLanes(1);
+    const held = (await lanes.acquire())!;
+    const b = new FinishBatcher(db, 'w', 2, lanes);
+    const ids = Array.from({ length: 250 }, (_, i) => String(i + 1));
+    const all = Promise.all(ids.map((id) => b.finish(success(id), farAhead())));
+    await new Promise((r) => setTimeout(r, 10));
+    held();
+    const verdicts = await all;
+    expect(verdicts.map((v) => v.stageId)).toEqual(ids);
+    expect(sent.map((s) => s.ids.length)).toEqual([200, 50]);
+    expect(new Set(sent.flatMap((s) => s.ids)).size).toBe(250);
+    expect(lanes.inFlight).toBe(0);
   });
 });
