@@ -21,13 +21,13 @@ export interface Lane {
   definitionHash: string;
 }
 
+/** A worker seen within this long counts as live (by default; the sweeper asks for 3 of its intervals when longer). */
+export const LIVE_WORKER_MS = 15_000;
+
 /**
  * A worker's presence: the classes it serves and the definitions (hashes) it has loaded. Answers
  * the workers of the database seen within `liveWithinMs`, this one included.
  */
-/** A worker seen within this long counts as live (by default; the sweeper asks for 3 of its intervals when longer). */
-export const LIVE_WORKER_MS = 15_000;
-
 export async function upsertWorker(
   q: Queryable,
   owner: string,

@@ -41,8 +41,9 @@ export class FinishBatcher {
   private timer: NodeJS.Timeout | null = null;
   /** A batch is waiting for a lane: finishes that come now join it. */
   private waitingForLane = false;
-  /** Fires when a waiting row's lease room runs short (armShortLeases). */
+  /** Fires when a waiting row's lease room runs short (armShortLeases), at shortAt (monotonic ms). */
   private shortTimer: NodeJS.Timeout | null = null;
+  private shortAt = Infinity;
 
   constructor(
     private readonly db: Queryable,
@@ -60,10 +61,11 @@ export class FinishBatcher {
         return;
       }
       if (this.windowMs <= 0) {
-        void this.sendInLane([p]);
+        void this.sendInLane(p);
         return;
       }
       this.pending.push(p);
+      if (this.shortTimer && confirmedUntil - FINISH_BATCH_MIN_ROOM_MS < this.shortAt) this.armShortLeases();
       if (this.pending.length >= MAX_BATCH) this.flush();
       else this.timer ??= setTimeout(() => this.flush(), this.windowMs);
     });
@@ -81,12 +83,13 @@ export class FinishBatcher {
       const release = this.lanes.tryAcquire();
       if (release) {
         const batch = this.pending.splice(0, MAX_BATCH);
+        this.armShortLeases();
         if (this.pending.length > 0) this.flush();
         void this.send(batch).finally(release);
         return;
       }
     }
-    this.armShortLeases();
+    if (!this.shortTimer) this.armShortLeases(); // a row joining later re-arms it when its lease is shorter (finish)
     if (this.waitingForLane) return; // these rows join the batch that goes when the lane comes
     this.waitingForLane = true;
     void this.lanes.acquire().then((release) => {
@@ -107,8 +110,11 @@ export class FinishBatcher {
   private armShortLeases(): void {
     if (this.shortTimer) clearTimeout(this.shortTimer);
     this.shortTimer = null;
+    this.shortAt = Infinity;
     if (this.pending.length === 0) return;
-    const first = Math.min(...this.pending.map((p) => p.confirmedUntil));
+    let first = Infinity;
+    for (const p of this.pending) first = Math.min(first, p.confirmedUntil);
+    this.shortAt = first - FINISH_BATCH_MIN_ROOM_MS;
     this.shortTimer = setTimeout(
       () => {
         this.shortTimer = null;
@@ -116,22 +122,32 @@ export class FinishBatcher {
         const short = this.pending.filter((p) => p.confirmedUntil <= cut);
         if (short.length > 0) {
           this.pending = this.pending.filter((p) => p.confirmedUntil > cut);
-          void this.send(short);
+          for (let i = 0; i < short.length; i += MAX_BATCH) void this.send(short.slice(i, i + MAX_BATCH));
         }
         this.armShortLeases();
       },
-      Math.max(0, first - FINISH_BATCH_MIN_ROOM_MS - monotonicNow()),
+      Math.max(0, this.shortAt - monotonicNow()),
     );
+    this.shortTimer.unref(); // the statements in flight, not this timer, keep a worker alive
   }
 
-  /** One batch as it is (no rows join it), once a lane is free. */
-  private async sendInLane(batch: Pending[]): Promise<void> {
-    if (!this.lanes) return this.send(batch);
-    const release = await this.lanes.acquire();
+  /** One finish alone (batching off), once a lane is free, or at once without one when its lease room runs short first. */
+  private async sendInLane(p: Pending): Promise<void> {
+    if (!this.lanes) return this.send([p]);
+    let release = this.lanes.tryAcquire();
+    if (!release) {
+      const short = new AbortController();
+      const timer = setTimeout(() => short.abort(), Math.max(0, p.confirmedUntil - FINISH_BATCH_MIN_ROOM_MS - monotonicNow()));
+      try {
+        release = await this.lanes.acquire(short.signal);
+      } finally {
+        clearTimeout(timer);
+      }
+    }
     try {
-      await this.send(batch);
+      await this.send([p]);
     } finally {
-      release!();
+      release?.();
     }
   }
 

@@ -99,8 +99,8 @@ export class Sweeper {
       );
       try {
         const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
+        // The live workers (this one included) set this worker's share of the statement lanes (DbLanes).
         const live = await this.store.upsertWorker(
-          // live: this worker's share of the statement lanes (DbLanes)
           this.owner,
           [...this.definitions.keys()],
           [...new Set(lanes.map((l) => l.definitionHash))],

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { traceAttempt } from '../observability/tracing.js';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -247,6 +248,7 @@ export class Worker {
     if (this.running) return;
     this.running = true;
     this.stopping = new AbortController();
+    setMaxListeners(0, this.stopping.signal); // one listener per class's claim loop waiting for a lane
     this.untrack = this.metrics.track(() => this.sample());
     this.keeper.start();
     this.sweeper.start();
@@ -381,11 +383,12 @@ export class Worker {
 
   private async claimLoop(cls: string): Promise<void> {
     let backoff = 100;
-    while (this.running) {
+    const stopping = this.stopping.signal; // this start's: a loop a stop ended never claims again
+    while (this.running && !stopping.aborted) {
       // A lane first (DbLanes): the claim then asks for the slots free once it may go.
       // Not for a class with limits: its claim is a transaction serialised on the class lock, whose waits must not hold a lane.
-      const release = this.free(cls) > 0 && this.limits.get(cls) === undefined ? await this.lanes.acquire(this.stopping.signal) : null;
-      if (!this.running) {
+      const release = this.free(cls) > 0 && this.limits.get(cls) === undefined ? await this.lanes.acquire(stopping) : null;
+      if (!this.running || stopping.aborted) {
         release?.();
         break;
       }

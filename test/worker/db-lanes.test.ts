@@ -30,6 +30,7 @@ describe('DbLanes', () => {
     const open = new DbLanes(Infinity);
     open.setPeers(8);
     expect(open.width).toBe(Infinity);
+    expect(new DbLanes(0).width).toBe(Infinity);
   });
 
   it('waiters get lanes oldest first, a release counts once, and a smaller share holds new statements until enough ended', async () => {
@@ -102,7 +103,25 @@ const step = defineTool({
     return {};
   },
 });
+const limited = defineToolClass({
+  name: 'lanes_limited',
+  concurrency: 2,
+  lease: '20s',
+  heartbeat: '5s',
+  jitter: '100ms',
+  timeout: '30s',
+  maxDuration: '60s',
+});
+const limitedStep = defineTool({
+  name: 'lanes_limited_step',
+  description: 'work of a class with a limit',
+  class: limited,
+  input: empty,
+  output: empty,
+  run: async () => ({}),
+});
 const workflows = [
+  defineWorkflow({ name: 'lanes_limited', input: empty, steps: [{ tool: limitedStep }] }),
   defineWorkflow({
     name: 'lanes',
     input: empty,
@@ -214,5 +233,35 @@ describe('statement lanes on PostgreSQL', () => {
     held();
     expect(took).toBeLessThan(5000); // not a timing goal: without the abort, stop waits for the lane for good
     expect(lanes.inFlight).toBe(0);
+  });
+
+  it('dbLanes 0 is no limit; a claim of a class with limits takes no lane (its finish waits for one)', async () => {
+    expect(r.worker({ dbLanes: 0 }).dbLanes.width).toBe(Infinity);
+    const w = r.worker({ dbLanes: 1, classes: ['lanes_limited'], pollIntervalMs: 20, sweepIntervalMs: 100 });
+    const lanes = (w as unknown as { lanes: DbLanes }).lanes;
+    const held = (await lanes.acquire())!;
+    const { id } = await r.submit('lanes_limited', {});
+    await w.start();
+    try {
+      let claimed = 0;
+      for (let i = 0; i < 200 && claimed === 0; i++) {
+        await new Promise((res) => setTimeout(res, 20));
+        [{ n: claimed }] = (await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ratchet.events WHERE run_id = $1 AND type = 'job_claimed'`,
+          [id],
+        )) as [{ n: number }];
+      }
+      expect(claimed).toBe(1); // claimed while the worker's only lane is held
+      held();
+      for (let i = 0; i < 200; i++) {
+        const run = await r.getRun(id);
+        if (run?.state === 'succeeded') break;
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      expect((await r.getRun(id))?.state).toBe('succeeded');
+    } finally {
+      held();
+      await w.stop({ graceMs: 1000 });
+    }
   });
 });

@@ -206,9 +206,9 @@ describe('FinishBatcher', () => {
     const lanes = new DbLanes(1);
     const held = (await lanes.acquire())!; // held for good: only the lease can send it
     const b = new FinishBatcher(db, 'w', 2, lanes);
-    const shortSoon = b.finish(success('1'), performance.now() + 400); // room enough to wait, for 150 ms
+    const shortSoon = b.finish(success('1'), performance.now() + 1250); // room enough to wait, for about 1 s
     const long = b.finish(success('2'), farAhead());
-    await new Promise((r) => setTimeout(r, 60));
+    await new Promise((r) => setTimeout(r, 300));
     expect(sent).toHaveLength(0);
     await expect(shortSoon).resolves.toMatchObject({ stageId: '1', accepted: true });
     expect(sent.map((s) => s.ids)).toEqual([['1']]);
@@ -231,6 +231,20 @@ describe('FinishBatcher', () => {
     expect(verdicts.map((v) => v.stageId)).toEqual(ids);
     expect(sent.map((s) => s.ids.length)).toEqual([200, 50]);
     expect(new Set(sent.flatMap((s) => s.ids)).size).toBe(250);
+    expect(lanes.inFlight).toBe(0);
+  });
+
+  it('batching off: a finish waiting for a lane also goes at once without one when its lease room runs short', async () => {
+    const { db, sent } = fakeDb(async (s) => s.rows.map((r) => verdictRow(String(r.id))));
+    const lanes = new DbLanes(1);
+    const held = (await lanes.acquire())!;
+    const b = new FinishBatcher(db, 'w', 0, lanes);
+    const shortSoon = b.finish(success('1'), performance.now() + 1250);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(sent).toHaveLength(0);
+    await expect(shortSoon).resolves.toMatchObject({ stageId: '1', accepted: true });
+    expect(lanes.inFlight).toBe(1); // the test's lane only
+    held();
     expect(lanes.inFlight).toBe(0);
   });
 });
