@@ -56,23 +56,22 @@ export class DbLanes {
   /** Waits for a lane; the answer releases it (once). Null when `signal` aborted the wait (no lane taken). */
   async acquire(signal?: AbortSignal): Promise<(() => void) | null> {
     if (signal?.aborted) return null;
-    if (this.busy >= this.width || this.waiters.length > 0) {
-      const got = await new Promise<boolean>((resolve) => {
-        const waiter = () => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve(true);
-        };
-        const onAbort = () => {
-          const i = this.waiters.indexOf(waiter);
-          if (i >= 0) this.waiters.splice(i, 1);
-          resolve(false);
-        };
-        signal?.addEventListener('abort', onAbort, { once: true });
-        this.waiters.push(waiter);
-      });
-      if (!got) return null;
-    } else this.busy++;
-    return this.releaser();
+    const now = this.tryAcquire();
+    if (now) return now;
+    const got = await new Promise<boolean>((resolve) => {
+      const waiter = () => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve(true);
+      };
+      const onAbort = () => {
+        const i = this.waiters.indexOf(waiter);
+        if (i >= 0) this.waiters.splice(i, 1);
+        resolve(false);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.waiters.push(waiter);
+    });
+    return got ? this.releaser() : null;
   }
 
   private releaser(): () => void {

@@ -404,23 +404,23 @@ export class Worker {
       }
       let claimed: ClaimedStage[];
       try {
-        claimed = await this.deps.store.claim({
-          owner: this.owner,
-          toolClass: cls,
-          limit: free,
-          definitions: [...this.definitions.get(cls)!],
-          limits: this.limits.get(cls),
-        });
+        claimed = await this.deps.store
+          .claim({
+            owner: this.owner,
+            toolClass: cls,
+            limit: free,
+            definitions: [...this.definitions.get(cls)!],
+            limits: this.limits.get(cls),
+          })
+          .finally(() => release?.()); // the lane is the statement's alone, never held across a sleep
         backoff = 100;
       } catch (err) {
-        release?.();
         this.logger.warn({ event: 'claim_failed', toolClass: cls, err: (err as Error).message }, 'claim failed');
         answer(answering);
         await this.sleep(cls, backoff);
         backoff = Math.min(backoff * 2, 5000);
         continue;
       }
-      release?.();
       answer(answering);
       this.settleHanded(cls, claimed, claimed.length < free, began);
       for (const stage of claimed) this.launch(stage);
