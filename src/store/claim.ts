@@ -1,7 +1,7 @@
 import { cancelFailedLeftovers } from './leftovers.js';
 import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
-import { transactionOn } from './transaction-on.js';
+import { ROW_HOLDING_IDLE_LIMIT_MS, transactionOn } from './transaction-on.js';
 import {
   AGE_SHARE,
   CLAIM_IDS_SQL,
@@ -149,14 +149,6 @@ const codeOf = (err: unknown): unknown => (err instanceof Error ? (err as { code
  * committed: only the first transaction's error is the claim's. Otherwise its stages would stay
  * leased to this owner, never run, until their leases expired (an attempt spent each).
  */
-/**
- * How long a limited claim's transaction may wait for its claimer's next statement before PostgreSQL
- * ends it. It holds the class lock and its candidate rows (FOR UPDATE) between round trips: a claimer
- * paused there (SIGSTOP, a long GC pause) would otherwise keep every other worker from those stages,
- * expired leases included, until its connection died (a 15-minute soak saw a reclaim 4.3 s past its
- * lease this way). A claim cut short claims nothing; its loop asks again.
- */
-export const CLAIM_IDLE_LIMIT_MS = 1000;
 
 async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
   const cursors = keyCursors.get(db) ?? new Map<string, string>();
@@ -179,7 +171,7 @@ async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeo
   try {
     // PGlite has one connection shared by every caller: only its own transaction() keeps others' statements out.
     if (db.kind === 'postgres')
-      await db.withConnection((conn) => attempts((fn) => transactionOn(conn, fn, { idleLimitMs: CLAIM_IDLE_LIMIT_MS })));
+      await db.withConnection((conn) => attempts((fn) => transactionOn(conn, fn, { idleLimitMs: ROW_HOLDING_IDLE_LIMIT_MS })));
     else await attempts((fn) => db.transaction(fn));
   } catch (err) {
     if (!committed) throw err;

@@ -21,6 +21,8 @@ const CONNECTION_CODES = new Set([
   '57P01',
   '57P02',
   '57P03',
+  '57P05', // idle_session_timeout
+  '25P03', // idle_in_transaction_session_timeout: the session is ended (a limited claim sets it, store/claim.ts)
   '08000',
   '08001',
   '08003',

@@ -72,7 +72,8 @@ function wrap(client: pg.PoolClient): Queryable {
     async query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts: QueryOptions = {}): Promise<R[]> {
       try {
         const res = await withTimeLimit(client.query<R>(statement(text, params, name)), opts.timeoutMs, () => destroyClient(client));
-        return res.rows;
+        // Text of several statements (no parameters) answers one result each: the last one's rows.
+        return Array.isArray(res) ? ((res.at(-1) as pg.QueryResult<R> | undefined)?.rows ?? []) : res.rows;
       } catch (err) {
         throw err instanceof StatementTimeLimitError || isConnectionError(err) ? new DatabaseUnavailableError(err) : err;
       }
@@ -185,8 +186,8 @@ export function createPostgresDb(opts: PostgresOptions): Db {
     query<R extends Row>(text: string, params: readonly unknown[] = [], name?: string, opts?: QueryOptions): Promise<R[]> {
       return withConnection((conn) => conn.query<R>(text, params, name, opts));
     },
-    transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
-      return withConnection((conn) => transactionOn(conn, fn));
+    transaction<T>(fn: (tx: Queryable) => Promise<T>, txOpts?: { idleLimitMs?: number }): Promise<T> {
+      return withConnection((conn) => transactionOn(conn, fn, txOpts));
     },
     withConnection,
     session(label: string) {

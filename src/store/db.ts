@@ -32,8 +32,12 @@ export interface DbSession extends Queryable {
 
 export interface Db extends Queryable {
   readonly kind: 'postgres' | 'pglite';
-  /** Runs `fn` in one transaction on one connection; rolls back when it throws. */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Runs `fn` in one transaction on one connection; rolls back when it throws. `idleLimitMs`: PostgreSQL
+   * ends the transaction when it waits that long for the client's next statement (./transaction-on.ts);
+   * PGlite, one connection in this process, has nothing to free and ignores it.
+   */
+  transaction<T>(fn: (tx: Queryable) => Promise<T>, opts?: { idleLimitMs?: number }): Promise<T>;
   /** Runs `fn` with one dedicated connection (outside a transaction), e.g. to hold an advisory lock. */
   withConnection<T>(fn: (conn: Queryable) => Promise<T>): Promise<T>;
   /** A connection of its own, outside the pool (see DbSession); `label` names it to the server. */

@@ -2,6 +2,7 @@ import { RunAlreadyTerminalError, AlreadyDecidedError, SignalIdConflictError, Un
 import { inputHash, signalTimeoutPending } from '../planner/waits.js';
 import type { Db, Queryable } from './db.js';
 import { toJsonText } from './json.js';
+import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
 import { settleEnded, type Settled } from './waits-settle.js';
 
 /**
@@ -193,68 +194,71 @@ export async function beginWait(
   },
 ): Promise<BeginWaitResult> {
   const inputText = w.input === undefined ? null : toJsonText(w.input ?? null, 'input');
-  return db.transaction(async (tx) => {
-    // The (run, name) lock before the stage's row lock: sendSignal takes them in this order too (no deadlock).
-    if (w.kind === 'signal') {
-      const [r] = await tx.query(`SELECT run_id::text AS run_id FROM ratchet.stages WHERE id = $1::bigint`, [f.stageId]);
-      if (!r) return { verdict: 'rejected' as const };
-      await tx.query(LOCK_SQL, [r.run_id, w.signalName]);
-    }
-    const [st] = await tx.query(
-      `SELECT id::text, run_id::text AS run_id, seq FROM ratchet.stages
-       WHERE id = $1::bigint AND owner_id = $2 AND fence = $3::bigint AND state = 'running' AND lease_until > ratchet.db_now() FOR UPDATE`,
-      [f.stageId, f.owner, f.fence],
-    );
-    if (!st) return { verdict: 'rejected' as const };
-    const runId = st.run_id as string;
-    if (w.kind === 'signal') {
-      const [kept] = await tx.query(
-        `SELECT id, signal_id, payload::text AS payload FROM ratchet.signals
-         WHERE run_id = $1::uuid AND name = $2 AND consumed_at IS NULL ORDER BY id LIMIT 1 FOR UPDATE`,
-        [runId, w.signalName],
-      );
-      if (kept) {
-        await tx.query(`UPDATE ratchet.signals SET consumed_at = ratchet.db_now(), consumed_by = $2::bigint WHERE id = $1`, [
-          kept.id,
-          f.stageId,
-        ]);
-        await upsertWait(tx, f.stageId, runId, w.kind, w.signalName ?? null, null);
-        const settled = await completeSignalWait(tx, {
-          runId,
-          stageId: f.stageId,
-          seq: st.seq as number,
-          signalId: kept.signal_id as string,
-          payloadText: kept.payload as string,
-          data: { signal: w.signalName, signalId: kept.signal_id, kept: true },
-        });
-        return { verdict: 'consumed' as const, signalId: kept.signal_id as string, settled };
+  return db.transaction(
+    async (tx) => {
+      // The (run, name) lock before the stage's row lock: sendSignal takes them in this order too (no deadlock).
+      if (w.kind === 'signal') {
+        const [r] = await tx.query(`SELECT run_id::text AS run_id FROM ratchet.stages WHERE id = $1::bigint`, [f.stageId]);
+        if (!r) return { verdict: 'rejected' as const };
+        await tx.query(LOCK_SQL, [r.run_id, w.signalName]);
       }
-    }
-    const until = w.until === null ? null : 'at' in w.until ? w.until.at : { inMs: w.until.inMs };
-    const [row] = await upsertWait(tx, f.stageId, runId, w.kind, w.signalName ?? null, until);
-    const state = w.kind === 'approval' ? 'awaiting_approval' : 'waiting';
-    await tx.query(
-      // The claim that decided the wait spent an attempt; the claim that ends it must have one (as graph2's waiting stages).
-      // Attempt numbers stay one per claim (each with its fence: the timeline and the events key attempts by number), so
-      // the budget grows instead; a run retry resets attempt to 0 and keeps it: one spare attempt per wait-and-retry cycle.
-      `UPDATE ratchet.stages SET state = $2, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
+      const [st] = await tx.query(
+        `SELECT id::text, run_id::text AS run_id, seq FROM ratchet.stages
+       WHERE id = $1::bigint AND owner_id = $2 AND fence = $3::bigint AND state = 'running' AND lease_until > ratchet.db_now() FOR UPDATE`,
+        [f.stageId, f.owner, f.fence],
+      );
+      if (!st) return { verdict: 'rejected' as const };
+      const runId = st.run_id as string;
+      if (w.kind === 'signal') {
+        const [kept] = await tx.query(
+          `SELECT id, signal_id, payload::text AS payload FROM ratchet.signals
+         WHERE run_id = $1::uuid AND name = $2 AND consumed_at IS NULL ORDER BY id LIMIT 1 FOR UPDATE`,
+          [runId, w.signalName],
+        );
+        if (kept) {
+          await tx.query(`UPDATE ratchet.signals SET consumed_at = ratchet.db_now(), consumed_by = $2::bigint WHERE id = $1`, [
+            kept.id,
+            f.stageId,
+          ]);
+          await upsertWait(tx, f.stageId, runId, w.kind, w.signalName ?? null, null);
+          const settled = await completeSignalWait(tx, {
+            runId,
+            stageId: f.stageId,
+            seq: st.seq as number,
+            signalId: kept.signal_id as string,
+            payloadText: kept.payload as string,
+            data: { signal: w.signalName, signalId: kept.signal_id, kept: true },
+          });
+          return { verdict: 'consumed' as const, signalId: kept.signal_id as string, settled };
+        }
+      }
+      const until = w.until === null ? null : 'at' in w.until ? w.until.at : { inMs: w.until.inMs };
+      const [row] = await upsertWait(tx, f.stageId, runId, w.kind, w.signalName ?? null, until);
+      const state = w.kind === 'approval' ? 'awaiting_approval' : 'waiting';
+      await tx.query(
+        // The claim that decided the wait spent an attempt; the claim that ends it must have one (as graph2's waiting stages).
+        // Attempt numbers stay one per claim (each with its fence: the timeline and the events key attempts by number), so
+        // the budget grows instead; a run retry resets attempt to 0 and keeps it: one spare attempt per wait-and-retry cycle.
+        `UPDATE ratchet.stages SET state = $2, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
          max_attempts = attempt + max_attempts, input = coalesce($3::jsonb, input), updated_at = ratchet.db_now()
        WHERE id = $1::bigint`,
-      [f.stageId, state, inputText],
-    );
-    await tx.query(
-      `INSERT INTO ratchet.events (run_id, stage_id, type, fence, at, data)
+        [f.stageId, state, inputText],
+      );
+      await tx.query(
+        `INSERT INTO ratchet.events (run_id, stage_id, type, fence, at, data)
        VALUES ($1::uuid, $2::bigint, $3, $4::bigint, ratchet.db_now(), $5::jsonb)`,
-      [
-        runId,
-        f.stageId,
-        w.kind === 'approval' ? 'approval_requested' : 'wait_started',
-        f.fence,
-        JSON.stringify({ kind: w.kind, signal: w.signalName ?? null, since: row!.since, until: row!.wait_until ?? null }),
-      ],
-    );
-    return { verdict: 'waiting' as const, since: row!.since as Date, until: (row!.wait_until as Date | null) ?? null };
-  });
+        [
+          runId,
+          f.stageId,
+          w.kind === 'approval' ? 'approval_requested' : 'wait_started',
+          f.fence,
+          JSON.stringify({ kind: w.kind, signal: w.signalName ?? null, since: row!.since, until: row!.wait_until ?? null }),
+        ],
+      );
+      return { verdict: 'waiting' as const, since: row!.since as Date, until: (row!.wait_until as Date | null) ?? null };
+    },
+    { idleLimitMs: ROW_HOLDING_IDLE_LIMIT_MS },
+  );
 }
 
 async function upsertWait(

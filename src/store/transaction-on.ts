@@ -13,15 +13,26 @@ import { DatabaseUnavailableError } from './db-errors.js';
  * the middle of it (SIGSTOP, a long GC pause, a blocked event loop) frees them within that time
  * instead of holding them until its connection dies.
  */
+/**
+ * The idle limit of the transactions that hold rows or locks other workers wait for: a limited
+ * claim (the class lock, its candidates FOR UPDATE, their keys), a stage beginning a wait (its own
+ * running stage, FOR UPDATE, whose expired lease another worker would reclaim) and the sweeper's
+ * wake-up of due waits (runs, waits, stages). A worker paused in the middle (SIGSTOP, a long GC
+ * pause) would otherwise keep them from every other worker until its connection died: a 15-minute
+ * soak saw a reclaim 4.3 s past its lease this way. Such a transaction cut short commits nothing;
+ * its caller asks again (a claim loop after its back-off, the sweeper at its next tick).
+ */
+export const ROW_HOLDING_IDLE_LIMIT_MS = 1000;
+
 export async function transactionOn<T>(
   conn: Queryable,
   fn: (tx: Queryable) => Promise<T>,
   opts: { idleLimitMs?: number } = {},
 ): Promise<T> {
   const idle = opts.idleLimitMs === undefined ? null : Math.max(1, Math.round(opts.idleLimitMs));
-  // No parameters: one simple-protocol round trip, both statements.
-  await conn.query(idle === null ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idle}`);
   try {
+    // No parameters: one simple-protocol round trip, both statements (a SET that failed after BEGIN is rolled back below).
+    await conn.query(idle === null ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idle}`);
     const out = await fn(conn);
     await conn.query('COMMIT');
     return out;

@@ -1,4 +1,5 @@
 import type { Db } from './db.js';
+import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
 import { settleEnded, type Settled } from './waits-settle.js';
 
 /** A due approval wait, for the caller to build its refusal (it has the definitions). */
@@ -52,82 +53,94 @@ export async function wakeDueWaits(
    */
   approvalHashes: readonly string[] | null = null,
 ): Promise<WakeResult> {
-  return db.transaction(async (tx) => {
-    const rows = await tx.query(
-      `SELECT w.stage_id::text AS stage_id, w.run_id::text AS run_id, w.kind, w.since, w.wait_until, s.state, s.seq, s.tool, s.tool_class, s.definition_hash, s.attempt
+  return db.transaction(
+    async (tx) => {
+      const rows = await tx.query(
+        `SELECT w.stage_id::text AS stage_id, w.run_id::text AS run_id, w.kind, w.since, w.wait_until, s.state, s.seq, s.tool, s.tool_class, s.definition_hash, s.attempt
        FROM ratchet.runs r JOIN ratchet.waits w ON w.run_id = r.id JOIN ratchet.stages s ON s.id = w.stage_id
        WHERE w.ended_at IS NULL AND w.wait_until <= ratchet.db_now()
          AND ($2::text[] IS NULL OR w.kind <> 'approval' OR s.state <> 'awaiting_approval' OR s.definition_hash = ANY($2::text[]))
        ORDER BY w.wait_until LIMIT $1
        FOR UPDATE OF r, w, s SKIP LOCKED`,
-      [limit, approvalHashes === null ? null : [...approvalHashes]],
-    );
-    const out: WakeResult = { woken: [], timedOut: [], decisions: [], seen: rows.length, closed: 0, settled: [] };
-    for (const r of rows) {
-      const stageId = r.stage_id as string;
-      const runId = r.run_id as string;
-      const kind = r.kind as 'sleep' | 'signal' | 'approval';
-      const waitingState = kind === 'approval' ? 'awaiting_approval' : 'waiting';
-      if (r.state !== waitingState) {
-        await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'cancelled' WHERE stage_id = $1::bigint`, [
+        [limit, approvalHashes === null ? null : [...approvalHashes]],
+      );
+      const out: WakeResult = { woken: [], timedOut: [], decisions: [], seen: rows.length, closed: 0, settled: [] };
+      for (const r of rows) {
+        const stageId = r.stage_id as string;
+        const runId = r.run_id as string;
+        const kind = r.kind as 'sleep' | 'signal' | 'approval';
+        const waitingState = kind === 'approval' ? 'awaiting_approval' : 'waiting';
+        if (r.state !== waitingState) {
+          await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'cancelled' WHERE stage_id = $1::bigint`, [
+            stageId,
+          ]);
+          out.closed++;
+          continue;
+        }
+        if (kind !== 'approval') {
+          const outcome = kind === 'sleep' ? 'woken' : 'timed_out';
+          await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = $2 WHERE stage_id = $1::bigint`, [
+            stageId,
+            outcome,
+          ]);
+          await tx.query(
+            `UPDATE ratchet.stages SET state = 'queued', available_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
+            [stageId],
+          );
+          await tx.query(
+            `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
+           VALUES ($1::uuid, $2::bigint, 'wait_ended', ratchet.db_now(), jsonb_build_object('kind', $3::text, 'outcome', $4::text, 'until', $5::timestamptz))`,
+            [runId, stageId, kind, outcome, r.wait_until],
+          );
+          out.woken.push({
+            id: stageId,
+            toolClass: r.tool_class as string,
+            definitionHash: r.definition_hash as string,
+            attempt: (r.attempt as number) + 1,
+            kind,
+          });
+          continue;
+        }
+        const refusal = refuse({
+          runId,
           stageId,
-        ]);
-        out.closed++;
-        continue;
-      }
-      if (kind !== 'approval') {
-        const outcome = kind === 'sleep' ? 'woken' : 'timed_out';
-        await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = $2 WHERE stage_id = $1::bigint`, [
+          seq: r.seq as number,
+          tool: r.tool as string,
+          definitionHash: r.definition_hash as string,
+          since: r.since as Date,
+          until: r.wait_until as Date,
+        });
+        if (!refusal) continue;
+        await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'timed_out' WHERE stage_id = $1::bigint`, [
           stageId,
-          outcome,
         ]);
         await tx.query(
-          `UPDATE ratchet.stages SET state = 'queued', available_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
-          [stageId],
+          // a refusal kept as a value (an agent's call) is marked as finish.sql.ts marks one: a run retry never starts from it
+          `UPDATE ratchet.stages SET state = 'failed', error = CASE WHEN $3::boolean THEN $2::jsonb || '{"asValue": true}'::jsonb ELSE $2::jsonb END,
+           finished_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
+          [stageId, JSON.stringify(refusal.error), refusal.asValue],
         );
         await tx.query(
           `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
-           VALUES ($1::uuid, $2::bigint, 'wait_ended', ratchet.db_now(), jsonb_build_object('kind', $3::text, 'outcome', $4::text, 'until', $5::timestamptz))`,
-          [runId, stageId, kind, outcome, r.wait_until],
-        );
-        out.woken.push({
-          id: stageId,
-          toolClass: r.tool_class as string,
-          definitionHash: r.definition_hash as string,
-          attempt: (r.attempt as number) + 1,
-          kind,
-        });
-        continue;
-      }
-      const refusal = refuse({
-        runId,
-        stageId,
-        seq: r.seq as number,
-        tool: r.tool as string,
-        definitionHash: r.definition_hash as string,
-        since: r.since as Date,
-        until: r.wait_until as Date,
-      });
-      if (!refusal) continue;
-      await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'timed_out' WHERE stage_id = $1::bigint`, [stageId]);
-      await tx.query(
-        // a refusal kept as a value (an agent's call) is marked as finish.sql.ts marks one: a run retry never starts from it
-        `UPDATE ratchet.stages SET state = 'failed', error = CASE WHEN $3::boolean THEN $2::jsonb || '{"asValue": true}'::jsonb ELSE $2::jsonb END,
-           finished_at = ratchet.db_now(), updated_at = ratchet.db_now() WHERE id = $1::bigint`,
-        [stageId, JSON.stringify(refusal.error), refusal.asValue],
-      );
-      await tx.query(
-        `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
          VALUES ($1::uuid, $2::bigint, 'approval_timed_out', ratchet.db_now(), jsonb_build_object('since', $3::timestamptz, 'until', $4::timestamptz)),
                 ($1::uuid, $2::bigint, 'stage_failed', ratchet.db_now(), jsonb_build_object('error', $5::jsonb))`,
-        [runId, stageId, r.since, r.wait_until, JSON.stringify(refusal.error)],
-      );
-      out.timedOut.push(stageId);
-      out.decisions.push({ stageId, waitedMs: (r.wait_until as Date).getTime() - (r.since as Date).getTime() });
-      out.settled.push(
-        await settleEnded(tx, { stageId, runId, seq: r.seq as number, outcome: 'failed', error: refusal.error, asValue: refusal.asValue }),
-      );
-    }
-    return out;
-  });
+          [runId, stageId, r.since, r.wait_until, JSON.stringify(refusal.error)],
+        );
+        out.timedOut.push(stageId);
+        out.decisions.push({ stageId, waitedMs: (r.wait_until as Date).getTime() - (r.since as Date).getTime() });
+        out.settled.push(
+          await settleEnded(tx, {
+            stageId,
+            runId,
+            seq: r.seq as number,
+            outcome: 'failed',
+            error: refusal.error,
+            asValue: refusal.asValue,
+          }),
+        );
+      }
+      return out;
+    },
+    { idleLimitMs: ROW_HOLDING_IDLE_LIMIT_MS },
+  );
 }

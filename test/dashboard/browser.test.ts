@@ -190,7 +190,25 @@ describe('dashboard in a real browser', () => {
     // may lose its 3 s lease too (reclaimed again: lease_lost) or find its heartbeat unanswered in time (the tool
     // is aborted and the attempt retried: retried); every attempt but the last is one of those, each reclaim
     // marked once, and the last one runs.
-    await expect.poll(() => lane.locator('.bar').count()).toBeGreaterThanOrEqual(2);
+    // Between a retry and its next claim the lane's last bar is the retried one: wait (reading the page again) for a
+    // running last attempt.
+    const lastOutcome = async () => {
+      const n = await lane.locator('.bar').count();
+      return n >= 2 ? lane.locator(`.bar[data-attempt="${n}"]`).getAttribute('data-outcome') : null;
+    };
+    await expect
+      .poll(
+        async () => {
+          const o = await lastOutcome();
+          if (o !== 'running') {
+            await page.reload();
+            await page.waitForSelector('#panel');
+          }
+          return o;
+        },
+        { timeout: 20_000 },
+      )
+      .toBe('running');
     const bars = await lane.locator('.bar').count();
     const outcomes: string[] = [];
     for (let n = 1; n <= bars; n++) outcomes.push((await lane.locator(`.bar[data-attempt="${n}"]`).getAttribute('data-outcome')) ?? '');

@@ -41,24 +41,31 @@ describe('three worker processes racing for the same ticks', () => {
       );
     }
     await Promise.all(workers.map((w) => w.line((o) => o.ready === true, 60_000)));
-    const tickCount = async () =>
-      (await db.query(`SELECT count(*)::int AS n FROM ratchet.schedule_ticks WHERE schedule = 'minutely'`))[0]!.n as number;
-    const latestTick = async () =>
-      (await db.query<{ t: Date | null }>(`SELECT max(tick_at) AS t FROM ratchet.schedule_ticks WHERE schedule = 'minutely'`))[0]!.t;
-    /** Per round: how long it took (real ms) and whether the clock had to move; printed when an assertion fails. */
-    const rounds: { round: number; ms: number; advancedMs: number }[] = [];
+    /** The schedule's last decided tick (at first: when it was created, which fires no tick). */
+    const lastDecided = async () =>
+      (await db.query<{ t: Date }>(`SELECT last_tick_at AS t FROM ratchet.schedules WHERE name = 'minutely'`))[0]!.t.getTime();
+    const started = async (tick: number) =>
+      (
+        await db.query(`SELECT 1 FROM ratchet.schedule_ticks WHERE schedule = 'minutely' AND tick_at = $1 AND outcome = 'started'`, [
+          new Date(tick),
+        ])
+      ).length > 0;
+    /** Per round: the tick it waits for, how long it took (real ms), how far the clock jumped; said when an assertion fails. */
+    const rounds: { round: number; tick: string; ms: number; advancedMs: number }[] = [];
     for (let round = 1; round <= ROUNDS; round++) {
-      const started = Date.now();
-      // To 1 s past the next minute: each round crosses exactly one minute. A flat 60 s jump plus the real seconds a
-      // round takes under load crossed two minutes once in a full run, and catchUp 'none' fires only the latest of them.
-      // A round that took more than 59 s of real time (a loaded CI machine) has already carried the database clock into
-      // the next minute: that tick is due without a jump, and a jump would cross a second minute.
+      const t0 = Date.now();
+      // Each round makes exactly one minute due. Usually the minute the clock is in is decided already: jump to 1 s past
+      // the next one (a flat 60 s jump plus the real seconds a round takes crossed two minutes once, and catchUp 'none'
+      // fires only the latest). But the real clock also crosses minutes: while the workers start (the minute after the
+      // schedule's creation fires on its own, with no jump) or during a round. Then the minute the clock is in is due and
+      // not yet decided: that is this round's tick, with no jump (a jump would make two minutes due, one of them dropped).
       const now = (await r.store.clock.now()).getTime();
-      const last = await latestTick();
       const minute = Math.floor(now / 60_000) * 60_000;
-      const advancedMs = last !== null && minute > last.getTime() ? 0 : minute + 61_000 - now;
-      if (advancedMs > 0) await r.store.clock.advance(advancedMs);
-      await until(`tick ${round}`, async () => (await tickCount()) >= round, 20_000).catch((err: Error) => {
+      const jump = (await lastDecided()) >= minute;
+      const tick = jump ? minute + 60_000 : minute;
+      const advancedMs = jump ? minute + 61_000 - now : 0;
+      if (jump) await r.store.clock.advance(advancedMs);
+      await until(`tick ${round} (${new Date(tick).toISOString()})`, () => started(tick), 20_000).catch((err: Error) => {
         throw new Error(`${err.message}; worker logs: ${workers.map((w) => w.stderr().slice(-1500)).join('\n')}`);
       });
       // Each tick's run ends before the clock jumps again: a 60 s jump over a stage still running (on a loaded machine)
@@ -70,7 +77,7 @@ describe('three worker processes racing for the same ticks', () => {
             .n === 0,
         30_000,
       );
-      rounds.push({ round, ms: Date.now() - started, advancedMs });
+      rounds.push({ round, tick: new Date(tick).toISOString(), ms: Date.now() - t0, advancedMs });
     }
     await new Promise((res) => setTimeout(res, 300)); // a late racer would have recorded a second row by now
     const ticks = await db.query<{ tick: Date; run_id: string; outcome: string }>(

@@ -1,14 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { claim, CLAIM_IDLE_LIMIT_MS } from '../../src/store/claim.js';
+import { claim } from '../../src/store/claim.js';
+import { DatabaseUnavailableError } from '../../src/store/db-errors.js';
 import type { Db, Queryable } from '../../src/store/db.js';
 import { openStore, type Store } from '../../src/store/index.js';
+import { ROW_HOLDING_IDLE_LIMIT_MS as LIMIT_MS } from '../../src/store/transaction-on.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { insertQueuedStages } from '../helpers/stages.js';
 
 /**
  * A claimer paused in the middle of a limited claim's transaction (after picking its candidates FOR
  * UPDATE, before claiming them: a SIGSTOP, a long GC pause) must not keep the stages, nor the class
- * lock, from other workers for longer than CLAIM_IDLE_LIMIT_MS: PostgreSQL ends its transaction, and
+ * lock, from other workers for longer than LIMIT_MS: PostgreSQL ends its transaction, and
  * another claimer takes them. Without the limit, they stay locked until the paused client's
  * connection dies (the test's 5 s wait times out). The pause is made at the client: its statement
  * `ratchet_claim_ids` is held back until the test lets it go.
@@ -78,11 +80,11 @@ describe('a claimer paused mid-claim', () => {
       );
       await paused;
       // The paused transaction holds the three candidates (and the key or class lock): B waits for PostgreSQL to end it.
-      const b = await claimWithin('B', cls, c.limits, CLAIM_IDLE_LIMIT_MS + 4000);
-      open();
+      // The gate opens whatever happens: a claim left waiting would keep its connection and hang the pool's end.
+      const b = await claimWithin('B', cls, c.limits, LIMIT_MS + 4000).finally(open);
       const outcome = await a;
       expect(b.got.map((s) => s.attempt)).toEqual([1, 1, 1]);
-      console.log(`${c.what}: B claimed ${b.got.length} stages ${b.ms} ms after A paused (limit ${CLAIM_IDLE_LIMIT_MS} ms)`);
+      console.log(`${c.what}: B claimed ${b.got.length} stages ${b.ms} ms after A paused (limit ${LIMIT_MS} ms)`);
       // A's transaction was ended under it: its claim failed and took nothing.
       expect(outcome.rows).toEqual([]);
       expect(outcome.err).toBeTruthy();
@@ -95,4 +97,31 @@ describe('a claimer paused mid-claim', () => {
       expect(await store.clock.now()).toBeInstanceOf(Date);
     });
   }
+
+  it('a claimer whose event loop was blocked past the limit is told the database is unavailable, frees its connection, claims nothing', async () => {
+    const cls = 'paused-blocked';
+    await insertQueuedStages(store.db, 2, cls, { concurrencyKey: 'tenant', concurrencyLimit: 5 });
+    const db: Db = {
+      ...store.db,
+      withConnection: (fn) =>
+        store.db.withConnection((conn) =>
+          fn({
+            query: async (text, params, name, opts) => {
+              if (name === 'ratchet_claim_ids') {
+                const until = Date.now() + LIMIT_MS + 500; // the whole process stalls, as a long GC pause would
+                while (Date.now() < until) {}
+              }
+              return conn.query(text, params, name, opts);
+            },
+          } as Queryable),
+        ),
+    };
+    const err = await claim(db, { owner: 'A', toolClass: cls, limit: 10, definitions: ['h'], limits: { keyed: true } }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(DatabaseUnavailableError);
+    const b = await store.claim({ owner: 'B', toolClass: cls, limit: 10, definitions: ['h'], limits: { keyed: true } });
+    expect(b.map((s) => s.attempt)).toEqual([1, 1]);
+  });
 });
