@@ -27,27 +27,30 @@ describe('a claimer paused mid-claim', () => {
     await tdb?.drop();
   });
 
+  /** store.db, whose connections run `before` ahead of each `ratchet_claim_ids` statement (the claim's last step). */
+  const beforeClaimIds = (before: () => Promise<void> | void): Db => ({
+    ...store.db,
+    withConnection: (fn) =>
+      store.db.withConnection((conn) =>
+        fn({
+          query: async (text, params, name, opts) => {
+            if (name === 'ratchet_claim_ids') await before();
+            return conn.query(text, params, name, opts);
+          },
+        } as Queryable),
+      ),
+  });
+
   /** store.db, whose `ratchet_claim_ids` statements wait for `gate` (and say so through `paused`). */
   function pausingDb(gate: Promise<void>): { db: Db; paused: Promise<void> } {
     let hit!: () => void;
     const paused = new Promise<void>((r) => {
       hit = r;
     });
-    const db: Db = {
-      ...store.db,
-      withConnection: (fn) =>
-        store.db.withConnection((conn) =>
-          fn({
-            query: async (text, params, name, opts) => {
-              if (name === 'ratchet_claim_ids') {
-                hit();
-                await gate;
-              }
-              return conn.query(text, params, name, opts);
-            },
-          } as Queryable),
-        ),
-    };
+    const db = beforeClaimIds(async () => {
+      hit();
+      await gate;
+    });
     return { db, paused };
   }
 
@@ -101,21 +104,10 @@ describe('a claimer paused mid-claim', () => {
   it('a claimer whose event loop was blocked past the limit is told the database is unavailable, frees its connection, claims nothing', async () => {
     const cls = 'paused-blocked';
     await insertQueuedStages(store.db, 2, cls, { concurrencyKey: 'tenant', concurrencyLimit: 5 });
-    const db: Db = {
-      ...store.db,
-      withConnection: (fn) =>
-        store.db.withConnection((conn) =>
-          fn({
-            query: async (text, params, name, opts) => {
-              if (name === 'ratchet_claim_ids') {
-                const until = Date.now() + LIMIT_MS + 500; // the whole process stalls, as a long GC pause would
-                while (Date.now() < until) {}
-              }
-              return conn.query(text, params, name, opts);
-            },
-          } as Queryable),
-        ),
-    };
+    const db = beforeClaimIds(() => {
+      const until = Date.now() + LIMIT_MS + 500; // the whole process stalls, as a long GC pause would
+      while (Date.now() < until) {}
+    });
     const err = await claim(db, { owner: 'A', toolClass: cls, limit: 10, definitions: ['h'], limits: { keyed: true } }).then(
       () => null,
       (e: unknown) => e,
