@@ -149,7 +149,6 @@ const codeOf = (err: unknown): unknown => (err instanceof Error ? (err as { code
  * committed: only the first transaction's error is the claim's. Otherwise its stages would stay
  * leased to this owner, never run, until their leases expired (an attempt spent each).
  */
-
 async function claimLimitedThenCursor(db: Db, c: ClaimOf, limits: z.output<typeof claimLimitsSchema>): Promise<Row[]> {
   const cursors = keyCursors.get(db) ?? new Map<string, string>();
   keyCursors.set(db, cursors);

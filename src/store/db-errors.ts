@@ -22,7 +22,7 @@ const CONNECTION_CODES = new Set([
   '57P02',
   '57P03',
   '57P05', // idle_session_timeout
-  '25P03', // idle_in_transaction_session_timeout: the session is ended (a limited claim sets it, store/claim.ts)
+  '25P03', // idle_in_transaction_session_timeout: the session is ended (ROW_HOLDING_IDLE_LIMIT_MS, ./transaction-on.ts)
   '08000',
   '08001',
   '08003',

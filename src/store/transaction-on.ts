@@ -2,6 +2,17 @@ import type { Queryable } from './db.js';
 import { DatabaseUnavailableError } from './db-errors.js';
 
 /**
+ * The idle limit of the transactions that hold rows or locks other workers wait for: a limited
+ * claim (the class lock, its candidates FOR UPDATE, their keys), a stage beginning a wait (its own
+ * running stage, FOR UPDATE, whose expired lease another worker would reclaim) and the sweeper's
+ * wake-up of due waits (runs, waits, stages). A worker paused in the middle (SIGSTOP, a long GC
+ * pause) would otherwise keep them from every other worker until its connection died: a 15-minute
+ * soak saw a reclaim 4.3 s past its lease this way. Such a transaction cut short commits nothing;
+ * its caller asks again (a claim loop after its back-off, the sweeper at its next tick).
+ */
+export const ROW_HOLDING_IDLE_LIMIT_MS = 1000;
+
+/**
  * BEGIN … COMMIT on a connection the caller holds (db.transaction, and the limited claim's
  * transactions made again on one connection): rolled back when `fn` throws, with `fn`'s error; a
  * connection that cannot roll back is reported unavailable (DatabaseUnavailableError, its cause
@@ -13,17 +24,6 @@ import { DatabaseUnavailableError } from './db-errors.js';
  * the middle of it (SIGSTOP, a long GC pause, a blocked event loop) frees them within that time
  * instead of holding them until its connection dies.
  */
-/**
- * The idle limit of the transactions that hold rows or locks other workers wait for: a limited
- * claim (the class lock, its candidates FOR UPDATE, their keys), a stage beginning a wait (its own
- * running stage, FOR UPDATE, whose expired lease another worker would reclaim) and the sweeper's
- * wake-up of due waits (runs, waits, stages). A worker paused in the middle (SIGSTOP, a long GC
- * pause) would otherwise keep them from every other worker until its connection died: a 15-minute
- * soak saw a reclaim 4.3 s past its lease this way. Such a transaction cut short commits nothing;
- * its caller asks again (a claim loop after its back-off, the sweeper at its next tick).
- */
-export const ROW_HOLDING_IDLE_LIMIT_MS = 1000;
-
 export async function transactionOn<T>(
   conn: Queryable,
   fn: (tx: Queryable) => Promise<T>,

@@ -82,10 +82,7 @@ export class FinishBatcher {
     if (!this.waitingForLane) {
       const release = this.lanes.tryAcquire();
       if (release) {
-        const batch = this.pending.splice(0, MAX_BATCH);
-        this.armShortLeases();
-        if (this.pending.length > 0) this.flush();
-        void this.send(batch).finally(release);
+        this.sendInHeldLane(release);
         return;
       }
     }
@@ -94,12 +91,20 @@ export class FinishBatcher {
     this.waitingForLane = true;
     void this.lanes.acquire().then((release) => {
       this.waitingForLane = false;
-      const batch = this.pending.splice(0, MAX_BATCH);
-      this.armShortLeases();
-      if (batch.length === 0) return release!(); // every waiting row went at once, its lease short
-      if (this.pending.length > 0) this.flush();
-      void this.send(batch).finally(release!);
+      this.sendInHeldLane(release!);
     });
+  }
+
+  /** The waiting rows (up to MAX_BATCH) go in the lane `release` gives back; the rest are flushed again. */
+  private sendInHeldLane(release: () => void): void {
+    const batch = this.pending.splice(0, MAX_BATCH);
+    this.armShortLeases();
+    if (batch.length === 0) {
+      release(); // every waiting row went at once, its lease short
+      return;
+    }
+    if (this.pending.length > 0) this.flush();
+    void this.send(batch).finally(release);
   }
 
   /**
