@@ -71,6 +71,11 @@ export interface WorkerDeps {
 const NO_WAITERS: (() => void)[] = [];
 /** A hand-off waits at most this many poll intervals for this worker's own claim before it goes to the transport. */
 const HAND_OFF_POLLS = 1;
+/**
+ * A full claim passes on at most this many wake-ups per lane, or one per live worker when there are more
+ * (passOnHanded): at least two, so a worker that joined since the last count can still be reached.
+ */
+const MIN_PASS_ON = 2;
 /** A wake-up held for this worker's own claim (Worker.onQueued). */
 interface Handed {
   lane: string;
@@ -136,6 +141,8 @@ export class Worker {
   private readonly lastHanded = new Map<string, number>();
   private handTimer: NodeJS.Timeout | null = null;
   private handTimerAt = Infinity;
+  /** The live workers of the database (this one included) at the sweeper's last count. */
+  private livePeers = 1;
   private readonly executorDeps: ExecutorDeps;
   private loops: Promise<void>[] = [];
   private running = false;
@@ -211,7 +218,10 @@ export class Worker {
       deps.retention ?? null,
       deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null,
       deps.registry,
-      (live) => this.lanes.setPeers(live),
+      (live) => {
+        this.livePeers = Math.max(1, Math.floor(live));
+        this.lanes.setPeers(live);
+      },
     );
     this.executorDeps = {
       store: deps.store,
@@ -238,6 +248,11 @@ export class Worker {
   /** This worker's share of the database's claim and finish statements in flight (DbLanes), and how many it has in flight now. */
   get dbLanes(): { width: number; inFlight: number } {
     return { width: this.lanes.width, inFlight: this.lanes.inFlight };
+  }
+
+  /** The live workers of the database (this one included) at the sweeper's last count. */
+  get peers(): number {
+    return this.livePeers;
   }
 
   private get logger(): Logger {
@@ -485,17 +500,26 @@ export class Worker {
   }
 
   /**
-   * This worker has no room for the hand-offs of `cls` committed before `began`: each goes to the
-   * transport now with its own wake-up, as a stage queued by another worker would (one wake-up per
-   * lane would wake one worker, which claims what it has room for and leaves the rest of a fan-out
-   * to the polls). Later hand-offs stay held for the next claim.
+   * This worker has no room for the hand-offs of `cls` committed before `began`: they go to the
+   * transport now, as stages queued by another worker would, so a worker with room takes a
+   * fan-out's other branches at once. One wake-up makes a worker claim every due stage it has room
+   * for (oldest first), so a lane gets at most one wake-up per live worker (MIN_PASS_ON at least),
+   * not one per hand-off: when every worker is full, each further wake-up would only cost Redis
+   * round trips at a worker with no room. The others need none: they stay queued in PostgreSQL,
+   * where every worker's next claim (a freed slot, a poll, a sweep) finds them. Later hand-offs stay
+   * held for the next claim.
    */
   private passOnHanded(cls: string, began: number): void {
     const held = this.handed.get(cls);
     if (!held?.size) return;
+    const cap = Math.max(MIN_PASS_ON, this.livePeers);
+    const sent = new Map<string, number>();
     for (const [id, h] of held) {
       if (h.seq >= began) continue;
       held.delete(id);
+      const n = sent.get(h.lane) ?? 0;
+      if (n >= cap) continue;
+      sent.set(h.lane, n + 1);
       this.deps.transport.notify(h.lane, h.ready);
     }
   }

@@ -268,17 +268,23 @@ describe('wake-ups answered by one claim', () => {
     expect(await claimedOnce()).toEqual({ n: 8, succeeded: 8, attempts: 8, claims: 8 });
   });
 
-  it("a busy worker's fan-out reaches every idle worker: each branch it cannot take gets a wake-up of its own", async () => {
+  it("a busy worker's fan-out reaches every idle worker: one wake-up per live worker, not one per branch it cannot take", async () => {
     let open!: () => void;
     branchGate = new Promise<void>((res) => (open = res));
-    await r.submit('coalesce_fan', { n: 0 });
     const a = r.worker({ name: 'a', concurrency: 1, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     const b = r.worker({ name: 'b', concurrency: 3, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     const c = r.worker({ name: 'c', concurrency: 3, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     await a.start();
-    await t.deliverAll(0); // the submit's wake-up, to A: A runs the root, then takes one branch and passes the other five on
     await b.start();
     await c.start();
+    // The sweeper's second tick (1 s after start) counts the live workers: A learns of B and C.
+    expect(await until(async () => a.peers === 3, 5_000)).toBe(true);
+    await r.submit('coalesce_fan', { n: 0 });
+    await t.deliverAll(0); // the submit's wake-up, to A: A runs the root, then takes one branch and passes the others on
+    // Five branches A has no room for, three live workers: three wake-ups (each worker with room claims all it can).
+    expect(await until(async () => t.held.length > 0, 10_000)).toBe(true);
+    await new Promise((res) => setTimeout(res, 200)); // nothing more comes
+    expect(t.held.map((h) => h.lane)).toEqual(Array(3).fill(t.held[0]!.lane));
     const running = async () =>
       (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.stages WHERE name LIKE 'b%' AND state = 'running'`))[0]!.n;
     // While every branch holds its slot, the six run at once on A (1), B and C (3 each): B and C learn of them from wake-ups only.
