@@ -21,7 +21,7 @@ export const DEFAULT_DB_LANES = 4;
  */
 export class DbLanes {
   private busy = 0;
-  private peers = 1;
+  private live = 1;
   private readonly waiters: (() => void)[] = [];
 
   /** `total`: lanes shared by every live worker of the database; `Infinity` (or 0) turns the limit off. */
@@ -32,7 +32,7 @@ export class DbLanes {
 
   /** This worker's lanes now. */
   get width(): number {
-    return Number.isFinite(this.total) ? Math.max(1, Math.floor(this.total / this.peers)) : Infinity;
+    return Number.isFinite(this.total) ? Math.max(1, Math.floor(this.total / this.live)) : Infinity;
   }
 
   /** Statements of this worker in flight now. */
@@ -40,9 +40,13 @@ export class DbLanes {
     return this.busy;
   }
 
-  /** Live workers of the database, this one included (from ratchet.workers, each sweeper tick). */
+  /** Live workers of the database, this one included (from ratchet.workers, each sweeper tick; 1 before the first). */
+  get peers(): number {
+    return this.live;
+  }
+
   setPeers(n: number): void {
-    this.peers = Math.max(1, Math.floor(n));
+    this.live = Math.max(1, Math.floor(n));
     this.drain();
   }
 

@@ -62,7 +62,7 @@ export class Sweeper {
     private readonly fireSchedules: (() => Promise<void>) | null = null,
     /** The loaded definitions, to refuse approvals whose timeout passed (issue 10); null: waits are not swept here. */
     private readonly registry: Registry | null = null,
-    /** The live workers of the database (this one included), at each tick: the worker's share of the statement lanes. */
+    /** The live workers of the database (this one included), at each tick: the worker's share of the statement lanes and its pass-on cap. */
     private readonly onPeers: ((live: number) => void) | null = null,
   ) {}
 
@@ -99,7 +99,7 @@ export class Sweeper {
       );
       try {
         const lanes = [...this.definitions].flatMap(([toolClass, hashes]) => hashes.map((h) => ({ toolClass, definitionHash: h })));
-        // The live workers (this one included) set this worker's share of the statement lanes (DbLanes).
+        // The live workers (this one included) set this worker's share of the statement lanes (DbLanes) and its pass-on cap.
         const live = await this.store.upsertWorker(
           this.owner,
           [...this.definitions.keys()],

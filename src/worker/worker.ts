@@ -72,8 +72,8 @@ const NO_WAITERS: (() => void)[] = [];
 /** A hand-off waits at most this many poll intervals for this worker's own claim before it goes to the transport. */
 const HAND_OFF_POLLS = 1;
 /**
- * A full claim passes on at most this many wake-ups per lane, or one per live worker when there are more
- * (passOnHanded): at least two, so a worker that joined since the last count can still be reached.
+ * A full claim passes on at most one wake-up per live worker per lane, and at least this many (passOnHanded):
+ * before the sweeper's first count a worker knows only itself, and a wake-up may come back to the full worker that sent it.
  */
 const MIN_PASS_ON = 2;
 /** A wake-up held for this worker's own claim (Worker.onQueued). */
@@ -141,8 +141,6 @@ export class Worker {
   private readonly lastHanded = new Map<string, number>();
   private handTimer: NodeJS.Timeout | null = null;
   private handTimerAt = Infinity;
-  /** The live workers of the database (this one included) at the sweeper's last count. */
-  private livePeers = 1;
   private readonly executorDeps: ExecutorDeps;
   private loops: Promise<void>[] = [];
   private running = false;
@@ -218,10 +216,7 @@ export class Worker {
       deps.retention ?? null,
       deps.fireSchedules ? () => deps.fireSchedules!(this.owner) : null,
       deps.registry,
-      (live) => {
-        this.livePeers = Math.max(1, Math.floor(live));
-        this.lanes.setPeers(live);
-      },
+      (live) => this.lanes.setPeers(live),
     );
     this.executorDeps = {
       store: deps.store,
@@ -250,9 +245,9 @@ export class Worker {
     return { width: this.lanes.width, inFlight: this.lanes.inFlight };
   }
 
-  /** The live workers of the database (this one included) at the sweeper's last count. */
+  /** The live workers of the database (this one included) at the sweeper's last count: the statement lanes' share, the pass-on cap. */
   get peers(): number {
-    return this.livePeers;
+    return this.lanes.peers;
   }
 
   private get logger(): Logger {
@@ -451,10 +446,10 @@ export class Worker {
    * next claim (which begins after the stage was committed) instead of a Redis round trip. A claim
    * that takes the stage proves the wake-up was not needed, and so does a claim that came back with
    * room to spare (it took every due stage it could see). A claim that came back full, or a claim
-   * turn with no free slot, passes the hand-offs committed before it to the transport at once, a
-   * wake-up each (passOnHanded): other workers with room take a fan-out's other branches now.
-   * Hand-offs still held HAND_OFF_POLLS poll intervals later go to the transport then (flushHanded),
-   * and all of them at stop. The proof has the gaps a poll has: a due stage row-locked by another
+   * turn with no free slot, lets go of the hand-offs committed before it at once, with at most one
+   * wake-up per live worker (passOnHanded): other workers with room take a fan-out's other branches
+   * now. Hand-offs still held HAND_OFF_POLLS poll intervals later (a claim that failed, or none began
+   * meanwhile) go to the transport then, a wake-up each (flushHanded), and all of them at stop. The proof has the gaps a poll has: a due stage row-locked by another
    * claim that then fails, or one behind more queued stages of ended runs than a claim walks, waits
    * for the next poll or sweep, as it would after a lost Redis message. Losing them (a
    * crash) costs what a lost Redis message costs: the stage waits for a poll or the sweeper; it
@@ -484,9 +479,9 @@ export class Worker {
 
   /**
    * After a claim of `cls` that began at `began`: drop the hand-offs it proves (see onQueued). A
-   * claim that came back full could not take them all: the ones committed before it began go to the
-   * transport at once (passOnHanded), so an idle worker takes a fan-out's other branches now, not
-   * after the hold.
+   * claim that came back full could not take them all: the ones committed before it began are let go
+   * at once, with a wake-up per live worker at most (passOnHanded), so an idle worker takes a fan-out's
+   * other branches now, not after the hold.
    */
   private settleHanded(cls: string, claimed: ClaimedStage[], roomLeft: boolean, began: number): void {
     const held = this.handed.get(cls);
@@ -502,17 +497,18 @@ export class Worker {
   /**
    * This worker has no room for the hand-offs of `cls` committed before `began`: they go to the
    * transport now, as stages queued by another worker would, so a worker with room takes a
-   * fan-out's other branches at once. One wake-up makes a worker claim every due stage it has room
-   * for (oldest first), so a lane gets at most one wake-up per live worker (MIN_PASS_ON at least),
-   * not one per hand-off: when every worker is full, each further wake-up would only cost Redis
-   * round trips at a worker with no room. The others need none: they stay queued in PostgreSQL,
-   * where every worker's next claim (a freed slot, a poll, a sweep) finds them. Later hand-offs stay
-   * held for the next claim.
+   * fan-out's other branches at once. A woken worker claims every due stage it has room for (oldest
+   * first), so a lane gets at most one wake-up per live worker (MIN_PASS_ON at least), not one per
+   * hand-off: when every worker is full, each further wake-up only costs Redis round trips at a
+   * worker with no room. Delivery is best effort (any subscriber may take a wake-up, this worker
+   * too), as it was with one per hand-off. The stages without a wake-up stay queued in PostgreSQL:
+   * every worker claims again at each slot it frees and at its poll (5 poll intervals while Redis
+   * is healthy), never later. Later hand-offs stay held for the next claim.
    */
   private passOnHanded(cls: string, began: number): void {
     const held = this.handed.get(cls);
     if (!held?.size) return;
-    const cap = Math.max(MIN_PASS_ON, this.livePeers);
+    const cap = Math.max(MIN_PASS_ON, this.lanes.peers);
     const sent = new Map<string, number>();
     for (const [id, h] of held) {
       if (h.seq >= began) continue;
@@ -525,8 +521,9 @@ export class Worker {
   }
 
   /**
-   * The hand-offs whose time ran out (this worker's claims kept coming back full, or its claim
-   * failed) go to the transport, each with its own wake-up; at stop (`all`), every one.
+   * The hand-offs whose time ran out (this worker's claim failed, or none began within the hold) go
+   * to the transport, each with its own wake-up, not capped as passOnHanded is (rare: no claim of
+   * this worker proved them); at stop (`all`), every one.
    */
   private flushHanded(now: number, all = false): void {
     let next = Infinity;

@@ -271,23 +271,25 @@ describe('wake-ups answered by one claim', () => {
   it("a busy worker's fan-out reaches every idle worker: one wake-up per live worker, not one per branch it cannot take", async () => {
     let open!: () => void;
     branchGate = new Promise<void>((res) => (open = res));
-    const a = r.worker({ name: 'a', concurrency: 1, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     const b = r.worker({ name: 'b', concurrency: 3, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     const c = r.worker({ name: 'c', concurrency: 3, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
-    await a.start();
     await b.start();
     await c.start();
-    // The sweeper's second tick (1 s after start) counts the live workers: A learns of B and C.
-    expect(await until(async () => a.peers === 3, 5_000)).toBe(true);
+    // B and C announce themselves first, so A's first sweep counts three live workers.
+    const announced = async () => (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM ratchet.workers'))[0]!.n;
+    expect(await until(async () => (await announced()) === 2, 10_000)).toBe(true);
+    const a = r.worker({ name: 'a', concurrency: 1, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
+    await a.start();
+    expect(await until(async () => a.peers === 3, 10_000)).toBe(true);
     await r.submit('coalesce_fan', { n: 0 });
-    await t.deliverAll(0); // the submit's wake-up, to A: A runs the root, then takes one branch and passes the others on
-    // Five branches A has no room for, three live workers: three wake-ups (each worker with room claims all it can).
+    await t.deliverAll(2); // the submit's wake-up, to A (subscribers: B, C, A): A runs the root, takes one branch, passes the others on
+    // Five branches A has no room for, three live workers: three wake-ups (a worker with room claims all it can).
     expect(await until(async () => t.held.length > 0, 10_000)).toBe(true);
-    await new Promise((res) => setTimeout(res, 200)); // nothing more comes
-    expect(t.held.map((h) => h.lane)).toEqual(Array(3).fill(t.held[0]!.lane));
+    expect(t.held.map((h) => h.lane)).toEqual(Array(3).fill(t.held[0]!.lane)); // one passOnHanded call sends them together
     const running = async () =>
       (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.stages WHERE name LIKE 'b%' AND state = 'running'`))[0]!.n;
-    // While every branch holds its slot, the six run at once on A (1), B and C (3 each): B and C learn of them from wake-ups only.
+    // Round robin: B, C, then A (full: answered without a claim). While every branch holds its slot, the six run at
+    // once on A (1), B and C (3 each): B and C learn of them from the wake-ups only.
     const all = await until(async () => {
       await t.deliverRoundRobin();
       return (await running()) === 6;
@@ -296,6 +298,20 @@ describe('wake-ups answered by one claim', () => {
     expect(all).toBe(true);
     expect(await until(async () => (await claimedOnce()).succeeded === 7, 10_000)).toBe(true);
     await Promise.all([a.stop(), b.stop(), c.stop()]);
+    expect(await claimedOnce()).toEqual({ n: 7, succeeded: 7, attempts: 7, claims: 7 });
+  });
+
+  it('hand-offs past the cap are not lost: with every wake-up discarded, one worker with one slot runs all six branches, each once', async () => {
+    branchGate = Promise.resolve();
+    await r.submit('coalesce_fan', { n: 0 });
+    const a = r.worker({ name: 'a', concurrency: 1, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
+    await a.start(); // its first claim takes the root; from then on only its freed slot brings it back (the polls are 5 minutes apart)
+    const done = await until(async () => {
+      t.held.splice(0); // every wake-up lost
+      return (await claimedOnce()).succeeded === 7;
+    }, 10_000);
+    await a.stop();
+    expect(done).toBe(true);
     expect(await claimedOnce()).toEqual({ n: 7, succeeded: 7, attempts: 7, claims: 7 });
   });
 });
