@@ -65,3 +65,19 @@ export function classifyDbError(err: unknown): DbErrorKind {
   if (code.startsWith('22') || code.startsWith('54')) return 'unstorable';
   return 'other';
 }
+
+/**
+ * Runs `work` again (up to 5 times) when PostgreSQL aborted it as a conflict (a deadlock, a serialisation failure):
+ * the statement was rolled back, so asking again is safe. For one statement in autocommit, never for one inside a
+ * transaction (the transaction is aborted with it).
+ */
+export async function onConflictAgain<T>(work: () => Promise<T>): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await work();
+    } catch (err) {
+      if (i >= 4 || classifyDbError(err) !== 'conflict') throw err;
+      await new Promise((res) => setTimeout(res, 20 * (i + 1)));
+    }
+  }
+}

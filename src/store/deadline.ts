@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Queryable } from './db.js';
 import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL } from './deadline.sql.js';
-import { classifyDbError } from './db-errors.js';
+import { onConflictAgain } from './db-errors.js';
 import { parseInput } from './validate.js';
 
 export interface ExpiredRuns {
@@ -50,16 +50,4 @@ export async function expireRuns(q: Queryable, limit: number): Promise<ExpiredRu
 export async function cancelLeftovers(q: Queryable, runIds: string[], reason: 'run_deadline' | 'cancelled'): Promise<number> {
   const [r] = await q.query(CANCEL_LEFTOVERS_SQL, [runIds, reason], 'ratchet_cancel_leftovers');
   return (r?.cancelled as number | undefined) ?? 0;
-}
-
-/** Runs `work` again (up to 5 times) when PostgreSQL aborted it as a conflict (deadlock, serialization failure). */
-async function onConflictAgain<T>(work: () => Promise<T>): Promise<T> {
-  for (let i = 0; ; i++) {
-    try {
-      return await work();
-    } catch (err) {
-      if (i >= 4 || classifyDbError(err) !== 'conflict') throw err;
-      await new Promise((res) => setTimeout(res, 20 * (i + 1)));
-    }
-  }
 }

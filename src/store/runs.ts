@@ -21,6 +21,7 @@ import {
   TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
 import { cancelLeftovers } from './deadline.js';
+import { onConflictAgain } from './db-errors.js';
 
 const positiveMs = z
   .number()
@@ -433,13 +434,18 @@ export interface CancelResult {
   waitsClosed?: string[];
 }
 
-/** Cancels a run and its unfinished stages; null for an unknown id. */
+/**
+ * Cancels a run and its unfinished stages; null for an unknown id. The cancel locks the run, then its stages; a
+ * claim or a finish that fails the run locks a stage, then the run: when the two meet, PostgreSQL aborts one of them
+ * (a deadlock), and a cancel it aborted wrote nothing, so it is asked again (each statement on its own: the second
+ * runs once the first has committed).
+ */
 export async function cancelRun(q: Queryable, runId: string): Promise<CancelResult | null> {
   if (!isUuid(runId)) return null;
-  const [r] = await q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
+  const [r] = await onConflictAgain(() => q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]));
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
   // a plan a finish inserted meanwhile into the run or a child run cancelled with it (deadline.sql.ts)
-  if (r.cancelled === 1) await cancelLeftovers(q, (r.run_ids as string[] | undefined) ?? [runId], 'cancelled');
+  if (r.cancelled === 1) await onConflictAgain(() => cancelLeftovers(q, (r.run_ids as string[] | undefined) ?? [runId], 'cancelled'));
   return {
     cancelled: r.cancelled === 1,
     previousState: r.previous_state as RunState,

@@ -1,0 +1,77 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
+import { createRatchet, type Ratchet } from '../../src/engine.js';
+import { silentLogger } from '../../src/logger.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+
+/**
+ * A cancel locks the run, then its stages; a claim or a finish that fails the run locks a stage, then the run. When
+ * the two meet, PostgreSQL aborts one of them (40P01). Here the other side is a session of the test that holds the
+ * run's stage, waits until the cancel waits for it, then updates the run: the cancel's own deadlock check (1 s) comes
+ * first (the test's session waits 10 s before it checks) and aborts the cancel. The cancel wrote nothing, so it is
+ * asked again, and once the session commits it cancels the run: the caller sees a cancelled run, not the deadlock.
+ */
+describe('a cancel that meets a deadlock', () => {
+  let tdb: TestDatabase;
+  let r: Ratchet;
+  const cls = defineToolClass({ name: 'cancel_deadlock', lease: '10s', heartbeat: '2s', timeout: '5s', maxDuration: '1m' });
+  const tool = defineTool({
+    name: 'cancel_deadlock_tool',
+    description: 'never runs',
+    class: cls,
+    input: z.object({}),
+    output: z.object({}),
+    run: async () => ({}),
+  });
+  const wf = defineWorkflow({ name: 'cancel_deadlock_wf', input: z.object({}), steps: [{ tool }] });
+  beforeAll(async () => {
+    tdb = await createTestDatabase('cancel_deadlock');
+    r = await createRatchet({ databaseUrl: tdb.url, workflows: [wf], logger: silentLogger() });
+  });
+  afterAll(async () => {
+    await r?.close();
+    await tdb?.drop();
+  });
+
+  it('is asked again and cancels the run', async () => {
+    const { id } = await r.submit('cancel_deadlock_wf', {});
+    const other = new pg.Client({ connectionString: tdb.url });
+    await other.connect();
+    try {
+      await other.query(`SET deadlock_timeout = '10s'`);
+      await other.query('BEGIN');
+      await other.query('SELECT id FROM ratchet.stages WHERE run_id = $1 FOR UPDATE', [id]);
+      const cancel = r.cancel(id).then(
+        (v) => ({ ok: true as const, v }),
+        (err: unknown) => ({ ok: false as const, err }),
+      );
+      // The cancel has updated the run and waits for the stage row this session holds.
+      const waiting = async () =>
+        (
+          await other.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND wait_event_type = 'Lock' AND query LIKE '%cancelled%'`,
+          )
+        ).rows[0].n as number;
+      const deadline = Date.now() + 10_000;
+      while ((await waiting()) === 0) {
+        if (Date.now() > deadline) throw new Error('the cancel never waited for the stage row');
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      // Now this session asks for the run's row: a cycle. The cancel's check (after 1 s) finds it and aborts the cancel.
+      await other.query(`UPDATE ratchet.runs SET updated_at = now() WHERE id = $1`, [id]);
+      await other.query('COMMIT');
+      const out = await cancel;
+      expect(out.ok ? null : (out.err as { code?: string }).code).toBeNull();
+      expect(out.ok && out.v).toMatchObject({ cancelled: true, previousState: 'queued' });
+    } finally {
+      await other.end();
+    }
+    const [run] = (await r.store.db.query(`SELECT state FROM ratchet.runs WHERE id = $1`, [id])) as { state: string }[];
+    expect(run!.state).toBe('cancelled');
+    const stages = (await r.store.db.query(`SELECT state FROM ratchet.stages WHERE run_id = $1`, [id])) as { state: string }[];
+    expect(stages.map((s) => s.state)).toEqual(['cancelled']);
+  });
+});
