@@ -67,7 +67,7 @@ export function classifyDbError(err: unknown): DbErrorKind {
 }
 
 /**
- * Runs `work` again (up to 5 times) when PostgreSQL aborted it as a conflict (a deadlock, a serialisation failure):
+ * Tries `work` up to 5 times while PostgreSQL aborts it as a conflict (a deadlock, a serialisation failure):
  * the statement was rolled back, so asking again is safe. For one statement in autocommit, never for one inside a
  * transaction (the transaction is aborted with it).
  */

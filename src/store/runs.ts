@@ -438,9 +438,9 @@ export interface CancelResult {
  * Cancels a run and its unfinished stages; null for an unknown id. The cancel locks the run, then its stages; a
  * claim or a finish that fails the run locks a stage, then the run: when the two meet, PostgreSQL aborts one of them
  * (a deadlock), and a cancel it aborted wrote nothing, so it is asked again (each statement on its own: the second
- * runs once the first has committed).
+ * runs once the first has committed). Hence `Db`, never a transaction's client: a conflict aborts the transaction.
  */
-export async function cancelRun(q: Queryable, runId: string): Promise<CancelResult | null> {
+export async function cancelRun(q: Db, runId: string): Promise<CancelResult | null> {
   if (!isUuid(runId)) return null;
   const [r] = await onConflictAgain(() => q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]));
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;

@@ -449,11 +449,12 @@ export class Worker {
    * turn with no free slot, lets go of the hand-offs committed before it at once, with at most one
    * wake-up per live worker (passOnHanded): other workers with room take a fan-out's other branches
    * now. Hand-offs still held HAND_OFF_POLLS poll intervals later (a claim that failed, or none began
-   * meanwhile) go to the transport then, a wake-up each (flushHanded), and all of them at stop. The proof has the gaps a poll has: a due stage row-locked by another
-   * claim that then fails, or one behind more queued stages of ended runs than a claim walks, waits
-   * for the next poll or sweep, as it would after a lost Redis message. Losing them (a
-   * crash) costs what a lost Redis message costs: the stage waits for a poll or the sweeper; it
-   * stays queued in PostgreSQL, never lost.
+   * meanwhile) go to the transport then, a wake-up each (flushHanded), and all of them at stop.
+   * The proof has the gaps a poll has: a due stage row-locked by another claim that then fails, or
+   * one behind more queued stages of ended runs than a claim walks, waits for the next poll or
+   * sweep, as it would after a lost Redis message. Losing them (a crash) costs what a lost Redis
+   * message costs: the stage waits for a poll or the sweeper; it stays queued in PostgreSQL, never
+   * lost.
    */
   private onQueued(toolClass: string, definitionHash: string, ready: StageReady, delayMs?: number): void {
     const lane = laneOf(toolClass, definitionHash);

@@ -289,7 +289,7 @@ describe('wake-ups answered by one claim', () => {
     const running = async () =>
       (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ratchet.stages WHERE name LIKE 'b%' AND state = 'running'`))[0]!.n;
     // Round robin: B, C, then A (full: answered without a claim). While every branch holds its slot, the six run at
-    // once on A (1), B and C (3 each): B and C learn of them from the wake-ups only.
+    // once on A (1) and B and C (the other five, 3 slots each): B and C learn of them from the wake-ups only.
     const all = await until(async () => {
       await t.deliverRoundRobin();
       return (await running()) === 6;
