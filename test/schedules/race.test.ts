@@ -89,7 +89,15 @@ describe('three worker processes racing for the same ticks', () => {
         .filter((l) => /schedule_ticks_missed|schedule_tick_failed/.test(l))
         .join('\n')
         .slice(0, 3000)}`;
-    expect(ticks, said()).toHaveLength(ROUNDS);
+    // A minute the real clock crossed while the workers started, already decided when round 1 looked, fired on its own
+    // (round 1 then jumped to the next): one tick before the rounds' ticks, at most. Every round's tick is there.
+    const before = ticks.filter((t) => t.tick.getTime() < Date.parse(rounds[0]!.tick)).length;
+    expect(before, said()).toBeLessThanOrEqual(1);
+    expect(ticks, said()).toHaveLength(ROUNDS + before);
+    expect(
+      ticks.slice(before).map((t) => t.tick.toISOString()),
+      said(),
+    ).toEqual(rounds.map((x) => x.tick));
     for (let i = 1; i < ticks.length; i++) expect(ticks[i]!.tick.getTime() - ticks[i - 1]!.tick.getTime(), said()).toBe(60_000);
     expect(
       ticks.every((t) => t.outcome === 'started'),
@@ -98,14 +106,14 @@ describe('three worker processes racing for the same ticks', () => {
     const runs = await db.query<{ id: string; key: string }>(
       `SELECT id, idempotency_key AS key FROM ratchet.runs WHERE workflow = 'minutely' ORDER BY idempotency_key`,
     );
-    expect(runs).toHaveLength(ROUNDS);
+    expect(runs).toHaveLength(ROUNDS + before);
     expect(new Set(runs.map((x) => x.id))).toEqual(new Set(ticks.map((t) => t.run_id)));
     expect(runs.map((x) => x.key)).toEqual(ticks.map((t) => `schedule:minutely:${t.tick.toISOString()}`));
     await until(
       'runs succeeded',
       async () =>
         (await db.query(`SELECT count(*)::int AS n FROM ratchet.runs WHERE workflow = 'minutely' AND state = 'succeeded'`))[0]!.n ===
-        ROUNDS,
+        ROUNDS + before,
       30_000,
     );
     // Who fired what (from the workers' logs): reported, not asserted (a firing transaction asked again logs twice; the
