@@ -240,14 +240,13 @@ export class Worker {
     };
   }
 
-  /** This worker's share of the database's claim and finish statements in flight (DbLanes), and how many it has in flight now. */
-  get dbLanes(): { width: number; inFlight: number } {
-    return { width: this.lanes.width, inFlight: this.lanes.inFlight };
-  }
-
-  /** The live workers of the database (this one included) at the sweeper's last count: the statement lanes' share, the pass-on cap. */
-  get peers(): number {
-    return this.lanes.peers;
+  /**
+   * This worker's share of the database's claim and finish statements in flight (DbLanes), how many it has in flight
+   * now, and the live workers of the database (this one included) at the sweeper's last count, which set the share and
+   * the pass-on cap (passOnHanded).
+   */
+  get dbLanes(): { width: number; inFlight: number; peers: number } {
+    return { width: this.lanes.width, inFlight: this.lanes.inFlight, peers: this.lanes.peers };
   }
 
   private get logger(): Logger {

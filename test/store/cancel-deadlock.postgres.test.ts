@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
 import { createRatchet, type Ratchet } from '../../src/engine.js';
 import { silentLogger } from '../../src/logger.js';
+import { until } from '../api/helpers.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
 /**
@@ -58,11 +59,7 @@ describe('a cancel that meets a deadlock', () => {
                AND wait_event_type = 'Lock' AND query LIKE '%cancelled%'`,
           )
         ).rows[0].n as number;
-      const deadline = Date.now() + 10_000;
-      while ((await waiting()) === 0) {
-        if (Date.now() > deadline) throw new Error('the cancel never waited for the stage row');
-        await new Promise((res) => setTimeout(res, 20));
-      }
+      await until('the cancel to wait for the stage row', async () => (await waiting()) > 0, 10_000);
       // Now this session asks for the run's row: a cycle.
       try {
         await other.query(`UPDATE ratchet.runs SET updated_at = now() WHERE id = $1`, [id]);

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../../src/store/index.js';
 import { readStreamTail } from '../../src/store/stream.js';
+import { until } from '../api/helpers.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
 /**
@@ -24,10 +25,7 @@ describe('readStreamTail (PostgreSQL)', () => {
     );
     // An event is final once every transaction older than its own has ended, in the whole cluster (pg_snapshot_xmin):
     // another test file's open transaction (CI runs them side by side) holds the newest ones back for a while.
-    for (const until = Date.now() + 30_000; (await readStreamTail(store.db, run, 400)).events.length < 305; ) {
-      if (Date.now() > until) throw new Error('the 305 events never became final');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await until('the 305 events to be final', async () => (await readStreamTail(store.db, run, 400)).events.length >= 305, 30_000);
   });
   afterAll(async () => {
     await store?.close();

@@ -280,7 +280,7 @@ describe('wake-ups answered by one claim', () => {
     expect(await until(async () => (await announced()) === 2, 10_000)).toBe(true);
     const a = r.worker({ name: 'a', concurrency: 1, pollIntervalMs: 60_000, sweepIntervalMs: 600_000, fastPath: false });
     await a.start();
-    expect(await until(async () => a.peers === 3, 10_000)).toBe(true);
+    expect(await until(async () => a.dbLanes.peers === 3, 10_000)).toBe(true);
     await r.submit('coalesce_fan', { n: 0 });
     await t.deliverAll(2); // the submit's wake-up, to A (subscribers: B, C, A): A runs the root, takes one branch, passes the others on
     // Five branches A has no room for, three live workers: three wake-ups (a worker with room claims all it can).
