@@ -68,8 +68,9 @@ export function classifyDbError(err: unknown): DbErrorKind {
 
 /**
  * Tries `work` up to 5 times while PostgreSQL aborts it as a conflict (a deadlock, a serialisation failure):
- * the statement was rolled back, so asking again is safe. For one statement in autocommit, never for one inside a
- * transaction (the transaction is aborted with it).
+ * the statement was rolled back, so asking again is safe. For one statement in autocommit or a whole transaction
+ * (`db.transaction`, rolled back with everything it wrote), never for one statement inside a transaction (the
+ * transaction is aborted with it).
  */
 export async function onConflictAgain<T>(work: () => Promise<T>): Promise<T> {
   for (let i = 0; ; i++) {

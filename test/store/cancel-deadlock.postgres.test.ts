@@ -51,14 +51,15 @@ describe('a cancel that meets a deadlock', () => {
         (v) => ({ ok: true as const, v }),
         (err: unknown) => ({ ok: false as const, err }),
       );
-      // The cancel has updated the run and waits for the stage row this session holds.
+      // The cancel has updated the run and waits for the stage row this session holds. Read outside the session's
+      // transaction: inside it, pg_stat_activity would stay as it was at its first read.
       const waiting = async () =>
         (
-          await other.query(
-            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+          (await r.store.db.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()
                AND wait_event_type = 'Lock' AND query LIKE '%cancelled%'`,
-          )
-        ).rows[0].n as number;
+          )) as { n: number }[]
+        )[0]!.n;
       await until('the cancel to wait for the stage row', async () => (await waiting()) > 0, 10_000);
       // Now this session asks for the run's row: a cycle.
       try {
