@@ -1,5 +1,5 @@
 /**
- * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--runs N] [--peer-runs N] [--cap S]
+ * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--skip-peer-procs] [--runs N] [--peer-runs N] [--cap S]
  *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]
  *   [--scale | --scale-only] [--stream | --stream-only] [--stream-watchers N] [--stream-runs R]
  *   [--stream-topology split|one-process]`.
@@ -24,7 +24,9 @@
  *     statement profile (count, rows, ms per prepared statement).
  * Then, in the same invocation, ../shared/peers/run.sh (DBOS, pg-boss, graphile-worker, BullMQ,
  * pgbench; --peer-runs N repetitions, --cap S passed through) and the ratios of the fast path's
- * stages/s to each. --runs N is the number of workflow runs per variant (default 2000, 20,000 stages like the peers' 20,000 jobs; --quick 200).
+ * stages/s to each; then graphile-worker and BullMQ at 1 and 4 worker processes in alternating rounds
+ * (bench/peers-more-procs.ts; --skip-peer-procs, --peer-procs-rounds N), printed beside the check "more processes
+ * never slower". --runs N is the number of workflow runs per variant (default 2000, 20,000 stages like the peers' 20,000 jobs; --quick 200).
  */
 import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -43,12 +45,17 @@ import { createBullmqTransport } from '../src/transport/bullmq.js';
 import { laneOf } from '../src/transport/lane.js';
 import { cpuBusyPct, cpuSnap, createDb, dropDb, emit, log, percentile, round, type Line } from './lib.js';
 import { bestByVariant, cpuPerStage, moreProcsChecks, parseConcurrencies } from './matrix.js';
+import { runPeersMoreProcs, type PeerProcsResult } from './peers-more-procs.js';
 import { NOOP_CLASS, NOOP_STEPS, noop10 } from './workflows/noop.js';
 
 const { values: argv } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
     'skip-peers': { type: 'boolean', default: false },
+    /** Skip the peers at 1 and 4 worker processes (bench/peers-more-procs.ts; after run.sh, ~2 min). */
+    'skip-peer-procs': { type: 'boolean', default: false },
+    /** Alternating rounds (1 process, then 4) of each peer at 1 and 4 worker processes. */
+    'peer-procs-rounds': { type: 'string', default: '2' },
     /** Skip each variant's light-load phase (pick-up latency without a backlog). */
     'skip-light': { type: 'boolean', default: false },
     /** Workflow runs per variant (each of 10 stages). */
@@ -1298,8 +1305,31 @@ if (!sectionOnly)
       );
 const best = bestByVariant(results.map((r) => ({ ...r, allOk: r.measuredOk })));
 
+let peerProcs: PeerProcsResult[] = [];
 if (!argv['skip-peers'] && !sectionOnly) {
   const peers = await runPeers();
+  if (!argv['skip-peer-procs']) {
+    // The yardstick for "more processes never slower": the peers on this machine at 1 and 4 worker processes, at the
+    // concurrencies of the check (graphile-worker at 10, as the history's key; BullMQ at 50, as run.sh's best).
+    peerProcs = runPeersMoreProcs({
+      pgAdminUrl: cfg.adminUrl,
+      redisUrl: cfg.redisUrl,
+      rounds: Number(argv['peer-procs-rounds']),
+      procs: 4,
+      points: [
+        { peer: 'graphile', concurrency: 10, jobs: 20_000 },
+        { peer: 'bullmq', concurrency: 50, jobs: 20_000 },
+      ],
+    });
+    for (const r of peerProcs)
+      out({
+        metric: 'peer_more_procs',
+        variant: `${r.peer},concurrency=${r.concurrency}`,
+        value: r.ratio,
+        unit: 'x (4 processes over 1, median of the rounds)',
+        info: { jobs_per_s_by_procs: r.median, ratios: r.ratios, trials: r.trials },
+      });
+  }
   const find = (measure: string, metric: string, pick: (variant: string) => boolean): PeerLine | null => {
     const cands = peers.filter((p) => p.measure === measure && p.metric === metric && pick(p.variant) && p.median != null);
     return cands.sort((a, b) => b.median! - a.median!)[0] ?? null;
@@ -1457,6 +1487,15 @@ if (results.length) {
       `check more processes never slower, ${v}: ${c.ok ? 'ok' : 'FAILED'}   ${c.points.map(([p, x]) => `${p} proc ${round(x, 0)}`).join(' -> ')} (x${c.ratios.join(', x')})\n`,
     );
   }
+  if (peerProcs.length)
+    process.stderr.write(
+      `the peers on this machine, 4 worker processes over 1 (median of ${argv['peer-procs-rounds']} alternating rounds): ${peerProcs
+        .map(
+          (r) =>
+            `${r.peer} c=${r.concurrency} x${r.ratio} (${Math.round(r.median[1]!)} -> ${Math.round(r.median[4]!)} jobs/s; rounds x${r.ratios.join(', x')})`,
+        )
+        .join('; ')}\n`,
+    );
 }
 if (argv.scale || argv['scale-only']) await scaleSection(best.get(label('fast', 4))?.concurrency);
 if (argv.stream || argv['stream-only']) await streamSection();
