@@ -1,6 +1,6 @@
 import { AlreadyDecidedError, NotAwaitingApprovalError } from '../errors.js';
 import type { Db, Queryable } from './db.js';
-import { onConflictAgain } from './db-errors.js';
+import { transactionAgain } from './db-errors.js';
 import { toJsonText } from './json.js';
 import type { StageWait } from '../planner/waits.js';
 import { settleEnded, type Settled } from './waits-settle.js';
@@ -83,67 +83,64 @@ export async function approveStage(
   a: { runId: string; stageId: string; by: Decider; reason: string | null; edited: { input: unknown; inputHash: string } | null },
 ): Promise<DecisionResult> {
   const inputText = a.edited ? toJsonText(a.edited.input, 'input') : null;
-  // PostgreSQL may abort it as a deadlock with a finish, claim or cancel of the same run (40P01): rolled back, asked again.
-  return onConflictAgain(() =>
-    db.transaction(async (tx) => {
-      await lockRun(tx, a.runId, a.stageId);
-      const [won] = await tx.query(DECIDE_SQL, [
-        a.stageId,
-        a.runId,
-        'approved',
-        a.by.decidedBy,
-        a.by.actor,
-        a.reason,
-        a.edited?.inputHash ?? null,
-      ]);
-      if (!won) return refuseLoser(tx, a.runId, a.stageId);
-      const [st] = await tx.query(
-        `UPDATE ratchet.stages SET state = 'queued', input = coalesce($2::jsonb, input), available_at = ratchet.db_now(), updated_at = ratchet.db_now()
+  return transactionAgain(db, async (tx) => {
+    await lockRun(tx, a.runId, a.stageId);
+    const [won] = await tx.query(DECIDE_SQL, [
+      a.stageId,
+      a.runId,
+      'approved',
+      a.by.decidedBy,
+      a.by.actor,
+      a.reason,
+      a.edited?.inputHash ?? null,
+    ]);
+    if (!won) return refuseLoser(tx, a.runId, a.stageId);
+    const [st] = await tx.query(
+      `UPDATE ratchet.stages SET state = 'queued', input = coalesce($2::jsonb, input), available_at = ratchet.db_now(), updated_at = ratchet.db_now()
        WHERE id = $1::bigint AND state = 'awaiting_approval' RETURNING id::text, tool_class, definition_hash, attempt`,
-        [a.stageId, inputText],
-      );
-      if (!st) {
-        const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [a.stageId]);
-        throw gone(a.runId, a.stageId, now?.state as string | undefined);
-      }
-      await tx.query(
-        `INSERT INTO ratchet.events (run_id, stage_id, type, at, data) VALUES ($1::uuid, $2::bigint, 'approval_granted', ratchet.db_now(), $3::jsonb)`,
-        [
-          a.runId,
-          a.stageId,
-          JSON.stringify({
-            decidedBy: a.by.decidedBy,
-            actor: a.by.actor,
-            reason: a.reason,
-            edited: a.edited !== null,
-            inputHash: a.edited?.inputHash ?? null,
-          }),
+      [a.stageId, inputText],
+    );
+    if (!st) {
+      const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [a.stageId]);
+      throw gone(a.runId, a.stageId, now?.state as string | undefined);
+    }
+    await tx.query(
+      `INSERT INTO ratchet.events (run_id, stage_id, type, at, data) VALUES ($1::uuid, $2::bigint, 'approval_granted', ratchet.db_now(), $3::jsonb)`,
+      [
+        a.runId,
+        a.stageId,
+        JSON.stringify({
+          decidedBy: a.by.decidedBy,
+          actor: a.by.actor,
+          reason: a.reason,
+          edited: a.edited !== null,
+          inputHash: a.edited?.inputHash ?? null,
+        }),
+      ],
+    );
+    return {
+      runId: a.runId,
+      stageId: a.stageId,
+      decision: 'approved' as const,
+      decidedBy: a.by.decidedBy,
+      actor: a.by.actor,
+      decidedAt: won.ended_at as Date,
+      reason: a.reason,
+      inputHash: a.edited?.inputHash ?? null,
+      since: won.since as Date,
+      settled: {
+        queued: [
+          {
+            id: st.id as string,
+            toolClass: st.tool_class as string,
+            definitionHash: st.definition_hash as string,
+            attempt: (st.attempt as number) + 1,
+          },
         ],
-      );
-      return {
-        runId: a.runId,
-        stageId: a.stageId,
-        decision: 'approved' as const,
-        decidedBy: a.by.decidedBy,
-        actor: a.by.actor,
-        decidedAt: won.ended_at as Date,
-        reason: a.reason,
-        inputHash: a.edited?.inputHash ?? null,
-        since: won.since as Date,
-        settled: {
-          queued: [
-            {
-              id: st.id as string,
-              toolClass: st.tool_class as string,
-              definitionHash: st.definition_hash as string,
-              attempt: (st.attempt as number) + 1,
-            },
-          ],
-          runEnded: null,
-        },
-      };
-    }),
-  );
+        runEnded: null,
+      },
+    };
+  });
 }
 
 /**
@@ -156,53 +153,50 @@ export async function rejectStage(
   db: Db,
   a: { runId: string; stageId: string; by: Decider; reason: string | null; error: (decidedAt: Date) => unknown; asValue: boolean },
 ): Promise<DecisionResult> {
-  // PostgreSQL may abort it as a deadlock with a finish, claim or cancel of the same run (40P01): rolled back, asked again.
-  return onConflictAgain(() =>
-    db.transaction(async (tx) => {
-      await lockRun(tx, a.runId, a.stageId);
-      const [won] = await tx.query(DECIDE_SQL, [a.stageId, a.runId, 'rejected', a.by.decidedBy, a.by.actor, a.reason, null]);
-      if (!won) return refuseLoser(tx, a.runId, a.stageId);
-      const decidedAt = won.ended_at as Date;
-      const error = a.error(decidedAt);
-      const [st] = await tx.query(
-        // a refusal kept as a value (an agent's call) is marked as finish.sql.ts marks one: a run retry never starts from it
-        `UPDATE ratchet.stages SET state = 'failed', error = CASE WHEN $3::boolean THEN $2::jsonb || '{"asValue": true}'::jsonb ELSE $2::jsonb END,
+  return transactionAgain(db, async (tx) => {
+    await lockRun(tx, a.runId, a.stageId);
+    const [won] = await tx.query(DECIDE_SQL, [a.stageId, a.runId, 'rejected', a.by.decidedBy, a.by.actor, a.reason, null]);
+    if (!won) return refuseLoser(tx, a.runId, a.stageId);
+    const decidedAt = won.ended_at as Date;
+    const error = a.error(decidedAt);
+    const [st] = await tx.query(
+      // a refusal kept as a value (an agent's call) is marked as finish.sql.ts marks one: a run retry never starts from it
+      `UPDATE ratchet.stages SET state = 'failed', error = CASE WHEN $3::boolean THEN $2::jsonb || '{"asValue": true}'::jsonb ELSE $2::jsonb END,
          finished_at = ratchet.db_now(), updated_at = ratchet.db_now()
        WHERE id = $1::bigint AND state = 'awaiting_approval' RETURNING seq`,
-        [a.stageId, JSON.stringify(error), a.asValue],
-      );
-      if (!st) {
-        const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [a.stageId]);
-        throw gone(a.runId, a.stageId, now?.state as string | undefined);
-      }
-      await tx.query(
-        `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
+      [a.stageId, JSON.stringify(error), a.asValue],
+    );
+    if (!st) {
+      const [now] = await tx.query(`SELECT state FROM ratchet.stages WHERE id = $1::bigint`, [a.stageId]);
+      throw gone(a.runId, a.stageId, now?.state as string | undefined);
+    }
+    await tx.query(
+      `INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
        VALUES ($1::uuid, $2::bigint, 'approval_rejected', ratchet.db_now(), $3::jsonb),
               ($1::uuid, $2::bigint, 'stage_failed', ratchet.db_now(), jsonb_build_object('error', $4::jsonb))`,
-        [a.runId, a.stageId, JSON.stringify({ decidedBy: a.by.decidedBy, actor: a.by.actor, reason: a.reason }), JSON.stringify(error)],
-      );
-      const settled = await settleEnded(tx, {
-        stageId: a.stageId,
-        runId: a.runId,
-        seq: st.seq as number,
-        outcome: 'failed',
-        error,
-        asValue: a.asValue,
-      });
-      return {
-        runId: a.runId,
-        stageId: a.stageId,
-        decision: 'rejected' as const,
-        decidedBy: a.by.decidedBy,
-        actor: a.by.actor,
-        decidedAt,
-        reason: a.reason,
-        inputHash: null,
-        since: won.since as Date,
-        settled,
-      };
-    }),
-  );
+      [a.runId, a.stageId, JSON.stringify({ decidedBy: a.by.decidedBy, actor: a.by.actor, reason: a.reason }), JSON.stringify(error)],
+    );
+    const settled = await settleEnded(tx, {
+      stageId: a.stageId,
+      runId: a.runId,
+      seq: st.seq as number,
+      outcome: 'failed',
+      error,
+      asValue: a.asValue,
+    });
+    return {
+      runId: a.runId,
+      stageId: a.stageId,
+      decision: 'rejected' as const,
+      decidedBy: a.by.decidedBy,
+      actor: a.by.actor,
+      decidedAt,
+      reason: a.reason,
+      inputHash: null,
+      since: won.since as Date,
+      settled,
+    };
+  });
 }
 
 /** A stage waiting for a person, as `ratchet list --state awaiting_approval` and GET /v1/approvals show it. */

@@ -1,4 +1,5 @@
 import { RatchetError } from '../errors.js';
+import type { Db, Queryable } from './db.js';
 
 /**
  * The database did not answer (refused, reset, timed out). For a lease statement this means
@@ -81,4 +82,14 @@ export async function onConflictAgain<T>(work: () => Promise<T>): Promise<T> {
       await new Promise((res) => setTimeout(res, 20 * (i + 1)));
     }
   }
+}
+
+/**
+ * `db.transaction(fn)`, asked again (onConflictAgain) when PostgreSQL aborts it as a deadlock or a serialisation
+ * failure. For the API's transactions that lock a run, then one of its stages (a decision, a signal, a run retry),
+ * while a finish or a claim that settles the run locks its stage, then the run: the aborted transaction wrote
+ * nothing, and the caller gets its answer instead of a 503. `fn` runs again from the start: only statements on `tx`.
+ */
+export function transactionAgain<T>(db: Db, fn: (tx: Queryable) => Promise<T>): Promise<T> {
+  return onConflictAgain(() => db.transaction(fn));
 }

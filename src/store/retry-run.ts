@@ -1,6 +1,6 @@
 import { assertTransition, type RunState } from '../planner/states.js';
 import type { Db, Queryable } from './db.js';
-import { onConflictAgain } from './db-errors.js';
+import { transactionAgain } from './db-errors.js';
 import { isUuid } from './runs.js';
 import { RELEASE_CHILD_RUN_SQL, RETRY_RUN_SQL, REVIVED_CHILD_STAGES_SQL, STAGE_WAITS_FOR_CHILD_SQL } from './runs.sql.js';
 
@@ -38,14 +38,11 @@ export interface RetryResult {
  */
 export async function retryRun(db: Db, runId: string): Promise<RetryResult | null> {
   if (!isUuid(runId)) return null;
-  // PostgreSQL may abort it as a deadlock with a finish, claim or cancel of the same run (40P01): rolled back, asked again.
-  return onConflictAgain(() =>
-    db.transaction(async (tx) => {
-      const res = await retryOne(tx, runId);
-      if (res?.retried) res.childQueued = await reattachChildren(tx, runId, 0);
-      return res;
-    }),
-  );
+  return transactionAgain(db, async (tx) => {
+    const res = await retryOne(tx, runId);
+    if (res?.retried) res.childQueued = await reattachChildren(tx, runId, 0);
+    return res;
+  });
 }
 
 const MAX_CHILD_DEPTH = 32;

@@ -1,7 +1,7 @@
 import { RunAlreadyTerminalError, AlreadyDecidedError, SignalIdConflictError, UnknownRunError } from '../errors.js';
 import { inputHash, signalTimeoutPending } from '../planner/waits.js';
 import type { Db, Queryable } from './db.js';
-import { onConflictAgain } from './db-errors.js';
+import { transactionAgain } from './db-errors.js';
 import { toJsonText } from './json.js';
 import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
 import { settleEnded, type Settled } from './waits-settle.js';
@@ -45,98 +45,95 @@ const NOTHING: Settled = { queued: [], runEnded: null };
 export async function sendSignal(db: Db, s: SendSignalInput): Promise<SignalDelivery> {
   const payloadText = toJsonText(s.payload ?? null, 'payload');
   const payloadHash = inputHash(s.payload ?? null);
-  // PostgreSQL may abort it as a deadlock with a finish, claim or cancel of the same run (40P01): rolled back, asked again.
-  return onConflictAgain(() =>
-    db.transaction(async (tx) => {
-      await tx.query(LOCK_SQL, [s.runId, s.name]);
-      // The run's row lock (shared): a cancel or a run end waits for this delivery, or this one sees it.
-      const [run] = await tx.query(`SELECT state FROM ratchet.runs WHERE id = $1::uuid FOR SHARE`, [s.runId]);
-      if (!run) throw new UnknownRunError(s.runId);
-      const [earlier] = await tx.query(
-        `SELECT name, payload_hash, consumed_by::text AS stage_id, received_at FROM ratchet.signals WHERE run_id = $1::uuid AND signal_id = $2`,
-        [s.runId, s.signalId],
-      );
-      if (earlier) {
-        if (earlier.name !== s.name || earlier.payload_hash !== payloadHash) throw new SignalIdConflictError(s.runId, s.signalId);
-        return {
-          runId: s.runId,
-          name: s.name,
-          signalId: s.signalId,
-          status: earlier.stage_id ? 'delivered' : 'kept',
-          duplicate: true,
-          stageId: (earlier.stage_id as string | null) ?? null,
-          receivedAt: earlier.received_at as Date,
-          settled: NOTHING,
-        };
-      }
-      if (run.state !== 'queued' && run.state !== 'running') throw new RunAlreadyTerminalError(s.runId, run.state as string);
-      const [wait] = await tx.query(
-        `SELECT w.stage_id::text AS stage_id, w.ended_at, w.outcome, s.state, s.seq, s.error
-       FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id
-       WHERE w.run_id = $1::uuid AND w.kind = 'signal' AND w.signal_name = $2
-       ORDER BY w.ended_at IS NULL DESC, w.since DESC LIMIT 1
-       FOR UPDATE OF w, s`,
-        [s.runId, s.name],
-      );
-      // The step's wait already ended (timed out) and no new one will start: no wait will take this signal.
-      // Say so; keep nothing. A stage queued or pending again whose next claim begins a new wait (a run
-      // retried from signal_timeout, a wait cancelled by the run's failure then revived): kept, as before a first wait.
-      const waitsAgain =
-        wait !== undefined &&
-        (wait.state === 'queued' || wait.state === 'pending') &&
-        !signalTimeoutPending(wait.outcome as string | null, wait.error);
-      if (wait && wait.ended_at !== null && !waitsAgain) {
-        throw new AlreadyDecidedError(s.runId, wait.stage_id as string, {
-          outcome: `signal wait ${wait.outcome as string}`,
-          decidedBy: null,
-          decidedAt: (wait.ended_at as Date).toISOString(),
-        });
-      }
-      const deliver = wait !== undefined && wait.state === 'waiting';
-      const [row] = await tx.query(
-        `INSERT INTO ratchet.signals (run_id, name, signal_id, payload, payload_hash, sent_by, received_at, consumed_at, consumed_by)
-       VALUES ($1::uuid, $2, $3, $4::jsonb, $5, $6, ratchet.db_now(), CASE WHEN $7::bigint IS NULL THEN NULL ELSE ratchet.db_now() END, $7::bigint)
-       RETURNING received_at`,
-        [s.runId, s.name, s.signalId, payloadText, payloadHash, s.sentBy, deliver ? wait.stage_id : null],
-      );
-      const data = { signal: s.name, signalId: s.signalId, payloadHash, sentBy: s.sentBy };
-      if (!deliver) {
-        await tx.query(
-          `INSERT INTO ratchet.events (run_id, type, at, data) VALUES ($1::uuid, 'signal_kept', ratchet.db_now(), $2::jsonb)`,
-          [s.runId, JSON.stringify(data)],
-        );
-        return {
-          runId: s.runId,
-          name: s.name,
-          signalId: s.signalId,
-          status: 'kept',
-          duplicate: false,
-          stageId: null,
-          receivedAt: row!.received_at as Date,
-          settled: NOTHING,
-        };
-      }
-      const stageId = wait.stage_id as string;
-      const settled = await completeSignalWait(tx, {
-        runId: s.runId,
-        stageId,
-        seq: wait.seq as number,
-        signalId: s.signalId,
-        payloadText,
-        data,
-      });
+  return transactionAgain(db, async (tx) => {
+    await tx.query(LOCK_SQL, [s.runId, s.name]);
+    // The run's row lock (shared): a cancel or a run end waits for this delivery, or this one sees it.
+    const [run] = await tx.query(`SELECT state FROM ratchet.runs WHERE id = $1::uuid FOR SHARE`, [s.runId]);
+    if (!run) throw new UnknownRunError(s.runId);
+    const [earlier] = await tx.query(
+      `SELECT name, payload_hash, consumed_by::text AS stage_id, received_at FROM ratchet.signals WHERE run_id = $1::uuid AND signal_id = $2`,
+      [s.runId, s.signalId],
+    );
+    if (earlier) {
+      if (earlier.name !== s.name || earlier.payload_hash !== payloadHash) throw new SignalIdConflictError(s.runId, s.signalId);
       return {
         runId: s.runId,
         name: s.name,
         signalId: s.signalId,
-        status: 'delivered',
-        duplicate: false,
-        stageId,
-        receivedAt: row!.received_at as Date,
-        settled,
+        status: earlier.stage_id ? 'delivered' : 'kept',
+        duplicate: true,
+        stageId: (earlier.stage_id as string | null) ?? null,
+        receivedAt: earlier.received_at as Date,
+        settled: NOTHING,
       };
-    }),
-  );
+    }
+    if (run.state !== 'queued' && run.state !== 'running') throw new RunAlreadyTerminalError(s.runId, run.state as string);
+    const [wait] = await tx.query(
+      `SELECT w.stage_id::text AS stage_id, w.ended_at, w.outcome, s.state, s.seq, s.error
+       FROM ratchet.waits w JOIN ratchet.stages s ON s.id = w.stage_id
+       WHERE w.run_id = $1::uuid AND w.kind = 'signal' AND w.signal_name = $2
+       ORDER BY w.ended_at IS NULL DESC, w.since DESC LIMIT 1
+       FOR UPDATE OF w, s`,
+      [s.runId, s.name],
+    );
+    // The step's wait already ended (timed out) and no new one will start: no wait will take this signal.
+    // Say so; keep nothing. A stage queued or pending again whose next claim begins a new wait (a run
+    // retried from signal_timeout, a wait cancelled by the run's failure then revived): kept, as before a first wait.
+    const waitsAgain =
+      wait !== undefined &&
+      (wait.state === 'queued' || wait.state === 'pending') &&
+      !signalTimeoutPending(wait.outcome as string | null, wait.error);
+    if (wait && wait.ended_at !== null && !waitsAgain) {
+      throw new AlreadyDecidedError(s.runId, wait.stage_id as string, {
+        outcome: `signal wait ${wait.outcome as string}`,
+        decidedBy: null,
+        decidedAt: (wait.ended_at as Date).toISOString(),
+      });
+    }
+    const deliver = wait !== undefined && wait.state === 'waiting';
+    const [row] = await tx.query(
+      `INSERT INTO ratchet.signals (run_id, name, signal_id, payload, payload_hash, sent_by, received_at, consumed_at, consumed_by)
+       VALUES ($1::uuid, $2, $3, $4::jsonb, $5, $6, ratchet.db_now(), CASE WHEN $7::bigint IS NULL THEN NULL ELSE ratchet.db_now() END, $7::bigint)
+       RETURNING received_at`,
+      [s.runId, s.name, s.signalId, payloadText, payloadHash, s.sentBy, deliver ? wait.stage_id : null],
+    );
+    const data = { signal: s.name, signalId: s.signalId, payloadHash, sentBy: s.sentBy };
+    if (!deliver) {
+      await tx.query(`INSERT INTO ratchet.events (run_id, type, at, data) VALUES ($1::uuid, 'signal_kept', ratchet.db_now(), $2::jsonb)`, [
+        s.runId,
+        JSON.stringify(data),
+      ]);
+      return {
+        runId: s.runId,
+        name: s.name,
+        signalId: s.signalId,
+        status: 'kept',
+        duplicate: false,
+        stageId: null,
+        receivedAt: row!.received_at as Date,
+        settled: NOTHING,
+      };
+    }
+    const stageId = wait.stage_id as string;
+    const settled = await completeSignalWait(tx, {
+      runId: s.runId,
+      stageId,
+      seq: wait.seq as number,
+      signalId: s.signalId,
+      payloadText,
+      data,
+    });
+    return {
+      runId: s.runId,
+      name: s.name,
+      signalId: s.signalId,
+      status: 'delivered',
+      duplicate: false,
+      stageId,
+      receivedAt: row!.received_at as Date,
+      settled,
+    };
+  });
 }
 
 /** The waiting stage takes the signal: its wait ends `signalled`, the stage succeeds with the payload, what follows is queued. */

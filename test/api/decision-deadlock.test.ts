@@ -6,8 +6,8 @@ import { startApi, until, type Api } from './helpers.js';
 import { allowWaitStates, claimStage, createWaitRun, gated, hooked, waitWorkflows } from './waits-fixtures.js';
 
 /**
- * A decision (approve, reject) and a signal lock the run, then the stage they end; a finish or a claim that settles the
- * run locks its stage, then the run (a sibling's failure cancels the waiting stage too). When the two meet, PostgreSQL
+ * A decision (approve, reject), a signal and a run retry lock the run, then the stage they end or revive; a finish or a
+ * claim that settles the run locks its stage, then the run (a sibling's failure cancels the waiting stage too). When the two meet, PostgreSQL
  * aborts one of them (40P01). Here the other side is a session of the test that holds the waiting stage's row, waits
  * until the request waits for it, then updates the run. The request began waiting first, so its deadlock check
  * (deadlock_timeout after that) comes first and aborts it; its transaction wrote nothing, so it is asked again, and once
@@ -53,6 +53,16 @@ async function awaitingSignal(): Promise<{ runId: string; stageId: string }> {
     'waiting',
   );
   return { runId: run.id, stageId: run.stageIds[1]! };
+}
+
+/** A gated run that failed at its first stage (as a rejection or an exhausted budget leaves it). */
+async function failedRun(): Promise<{ runId: string; stageId: string }> {
+  const run = await createWaitRun(api.ratchet, gated, { invoiceId: 'inv-2', amount: 5 });
+  await q(`UPDATE ratchet.stages SET state = 'failed', error = '{"code":"tool_failed","message":"no"}', attempt = 1 WHERE id = $1`, [
+    run.stageIds[0],
+  ]);
+  await q(`UPDATE ratchet.runs SET state = 'failed', error = '{"code":"tool_failed","message":"no"}' WHERE id = $1`, [run.id]);
+  return { runId: run.id, stageId: run.stageIds[0]! };
 }
 
 /**
@@ -113,7 +123,7 @@ async function conclusive(one: () => Promise<boolean>): Promise<void> {
 const stateOf = async (table: 'runs' | 'stages', id: string) =>
   ((await q(`SELECT state FROM ratchet.${table} WHERE id = $1`, [id]))[0] as { state: string }).state;
 
-describe('a decision or a signal that meets a deadlock is asked again', () => {
+describe('a decision, a signal or a run retry that meets a deadlock is asked again', () => {
   it('reject: the stage fails and so does the run', async () => {
     await conclusive(() =>
       round(
@@ -153,6 +163,21 @@ describe('a decision or a signal that meets a deadlock is asked again', () => {
           expect(await stateOf('stages', stageId)).toBe('succeeded');
           const n = (await q(`SELECT count(*)::int AS n FROM ratchet.signals WHERE run_id = $1`, [runId]))[0] as { n: number };
           expect(n.n).toBe(1);
+        },
+      ),
+    );
+  });
+
+  it('run retry: the failed stage is queued again and the run runs', async () => {
+    await conclusive(() =>
+      round(
+        failedRun,
+        (runId) => post(`/v1/runs/${runId}/retry`),
+        `SET state = 'queued', attempt = 0`,
+        async (runId, stageId, body) => {
+          expect(body).toMatchObject({ previousState: 'failed', state: 'running', stage: { id: stageId } });
+          expect(await stateOf('stages', stageId)).toBe('queued');
+          expect(await stateOf('runs', runId)).toBe('running');
         },
       ),
     );
