@@ -1,5 +1,5 @@
 /**
- * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--skip-peer-procs] [--runs N] [--peer-runs N] [--cap S]
+ * Engine benchmark (not a test): `npm run bench -- [--quick] [--skip-peers] [--skip-peer-procs] [--peer-procs-rounds N] [--runs N] [--peer-runs N] [--cap S]
  *   [--concurrency C] [--variants queue:1,queue:4,fast:1,fast:4] [--timeout-s S] [--pg-url URL] [--redis-url URL]
  *   [--scale | --scale-only] [--stream | --stream-only] [--stream-watchers N] [--stream-runs R]
  *   [--stream-topology split|one-process]`.
@@ -54,8 +54,8 @@ const { values: argv } = parseArgs({
     'skip-peers': { type: 'boolean', default: false },
     /** Skip the peers at 1 and 4 worker processes (bench/peers-more-procs.ts; after run.sh, ~2 min). */
     'skip-peer-procs': { type: 'boolean', default: false },
-    /** Alternating rounds (1 process, then 4) of each peer at 1 and 4 worker processes. */
-    'peer-procs-rounds': { type: 'string', default: '2' },
+    /** Rounds (each a pair: 1 process and 4, the order alternating) of each peer at 1 and 4 worker processes. */
+    'peer-procs-rounds': { type: 'string', default: '3' },
     /** Skip each variant's light-load phase (pick-up latency without a backlog). */
     'skip-light': { type: 'boolean', default: false },
     /** Workflow runs per variant (each of 10 stages). */
@@ -131,6 +131,7 @@ const cfg = {
   lightRuns: argv.quick ? 20 : 50,
   lightGapMs: 100,
   peerRuns: Number(argv['peer-runs']),
+  peerProcsRounds: Number(argv['peer-procs-rounds']),
   cap: argv.cap,
   variants: argv.variants.split(',').map((v) => {
     const [mode, procs, flag] = v.trim().split(':');
@@ -145,7 +146,12 @@ const cfg = {
     join(ROOT, '..', 'shared', 'peers', 'run.sh'),
   workerScript: join(ROOT, 'bench', 'worker-process.ts'),
 };
-for (const [k, v] of Object.entries({ runs: cfg.runs, timeoutS: cfg.timeoutS, peerRuns: cfg.peerRuns })) {
+for (const [k, v] of Object.entries({
+  runs: cfg.runs,
+  timeoutS: cfg.timeoutS,
+  peerRuns: cfg.peerRuns,
+  peerProcsRounds: cfg.peerProcsRounds,
+})) {
   if (!Number.isInteger(v) || v < 1) throw new Error(`--${k} must be a positive whole number`);
 }
 if (!Number.isInteger(cfg.warmupRuns) || cfg.warmupRuns < 0) throw new Error('--warmup-runs must be a whole number (0: no warm-up)');
@@ -1312,9 +1318,9 @@ if (!argv['skip-peers'] && !sectionOnly) {
     // The yardstick for "more processes never slower": the peers on this machine at 1 and 4 worker processes, at the
     // concurrencies of the check (graphile-worker at 10, as the history's key; BullMQ at 50, as run.sh's best).
     peerProcs = runPeersMoreProcs({
-      pgAdminUrl: cfg.adminUrl,
+      pgUrl: cfg.adminUrl,
       redisUrl: cfg.redisUrl,
-      rounds: Number(argv['peer-procs-rounds']),
+      rounds: cfg.peerProcsRounds,
       procs: 4,
       points: [
         { peer: 'graphile', concurrency: 10, jobs: 20_000 },
@@ -1489,7 +1495,7 @@ if (results.length) {
   }
   if (peerProcs.length)
     process.stderr.write(
-      `the peers on this machine, 4 worker processes over 1 (median of ${argv['peer-procs-rounds']} alternating rounds): ${peerProcs
+      `the peers on this machine, 4 worker processes over 1 (median of ${cfg.peerProcsRounds} rounds, each a pair): ${peerProcs
         .map(
           (r) =>
             `${r.peer} c=${r.concurrency} x${r.ratio} (${Math.round(r.median[1]!)} -> ${Math.round(r.median[4]!)} jobs/s; rounds x${r.ratios.join(', x')})`,

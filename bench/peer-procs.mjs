@@ -1,175 +1,196 @@
-// The peers at 1 and at N worker processes (bench/engine.ts, "peers, more processes"): does a job runner that fills
-// the machine's cores with one process get faster, or slower, with more? Run from the peers' scratch directory
-// (../shared/peers/run.sh installs graphile-worker and BullMQ there, pinned), since node resolves packages next
-// to the importing file:
-//   node peer-procs.mjs graphile|bullmq PROCS CONCURRENCY JOBS PG_ADMIN_URL REDIS_URL
-// The parent enqueues JOBS no-op jobs, forks PROCS processes that each run the library's worker at CONCURRENCY (the
-// same options as run.sh's own trial), says "go" once all are ready, and times the drain. CPU per job from /proc:
-// the worker processes, and PostgreSQL's (graphile) or Redis's (BullMQ) processes. One JSON line on stdout.
-import { fork } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+// The peers at 1 and at N worker processes (bench/peers-more-procs.ts): does a job runner that fills the machine's
+// cores with one process get faster, or slower, with more? Copied into the peers' scratch directory and run there
+// (../shared/peers/run.sh installs graphile-worker and BullMQ there, pinned, next to its lib.mjs):
+//   PEERS_PG_URL=postgres://... PEERS_REDIS_URL=redis://... node ratchet-peer-procs.mjs graphile|bullmq PROCS CONCURRENCY JOBS
+// The parent enqueues JOBS no-op jobs and forks PROCS processes; each loads the library and builds its worker with the
+// options of run.sh's own trial (m/graphile.mjs, m/bullmq.mjs), then says it is ready; on "go" (all at once) they
+// start, and the parent times the drain, as run.sh times its one process (from run()/the worker's start to the last
+// job). CPU per job from /proc: the worker processes, and this database's PostgreSQL backends (graphile; the drain
+// poller's own excluded) or redis-server (BullMQ). One JSON line on stdout.
+import { execFileSync, fork } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { Queue, Worker } from 'bullmq';
+import { Logger, makeWorkerUtils, run } from 'graphile-worker';
+import pg from 'pg';
+import { chunks, cpuBusyPct, cpuSnap, dbUrl, dropDb, freshDb, REDIS_URL, sleep } from './lib.mjs';
 
-const [peer, procsArg, concArg, jobsArg, pgAdminUrl, redisUrl] = process.argv.slice(2);
-const role = process.env.PEER_PROCS_ROLE ?? 'parent';
+const [peer, procsArg, concArg, jobsArg] = process.argv.slice(2);
 const procs = Number(procsArg);
 const concurrency = Number(concArg);
 const jobs = Number(jobsArg);
+if (!['graphile', 'bullmq'].includes(peer) || ![procs, concurrency, jobs].every((n) => Number.isInteger(n) && n > 0))
+  throw new Error('usage: node ratchet-peer-procs.mjs graphile|bullmq PROCS CONCURRENCY JOBS');
 const DB = 'peer_ratchet_procs';
-const dbUrl = () => {
-  const u = new URL(pgAdminUrl);
-  u.pathname = `/${DB}`;
-  return u.toString();
-};
-const redis = () => {
-  const u = new URL(redisUrl);
-  return { host: u.hostname, port: Number(u.port || 6379) };
-};
 const QUEUE = 'ratchet-peer-procs';
 const PREFIX = 'peers-bench';
+const CAP_MS = 120_000;
+const POLL_MS = 50;
+const redis = () => {
+  const u = new URL(REDIS_URL);
+  return { host: u.hostname, port: Number(u.port || 6379), maxRetriesPerRequest: null };
+};
+const logger = new Logger(() => (level, m) => {
+  if (level === 'error') console.error(m);
+});
 
-async function graphileWorker() {
-  const { Logger, run } = await import('graphile-worker');
-  const logger = new Logger(() => (level, m) => {
-    if (level === 'error') console.error(m);
-  });
-  // run.sh's graphile trial: defaults otherwise (no local queue, no completion batching)
-  const runner = await run({
-    connectionString: dbUrl(),
-    logger,
-    concurrency,
-    maxPoolSize: Math.max(10, concurrency + 2),
-    pollInterval: 2000,
-    noHandleSignals: true,
-    taskList: { noop: async () => {} },
-  });
-  return () => runner.stop();
-}
-
-async function bullmqWorker() {
-  const { Worker } = await import('bullmq');
-  const w = new Worker(QUEUE, async () => {}, { connection: redis(), concurrency, prefix: PREFIX, removeOnComplete: { count: 0 } });
-  return () => w.close();
-}
-
-if (role === 'worker') {
-  process.once('message', async () => {
-    const stop = await (peer === 'graphile' ? graphileWorker() : bullmqWorker());
-    process.once('message', async () => {
-      await stop();
-      process.exit(0);
-    });
+if (process.env.PEER_PROCS_ROLE === 'worker') {
+  process.on('disconnect', () => process.exit(1)); // the parent is gone: never linger on its queue or database
+  let worker = null;
+  if (peer === 'bullmq')
+    // m/bullmq.mjs: one Worker, concurrency C; removeOnComplete as its jobs' option (below, at the enqueue)
+    worker = new Worker(QUEUE, async () => {}, { connection: redis(), concurrency, prefix: PREFIX, autorun: false });
+  let started = null;
+  process.on('message', async (m) => {
+    if (m === 'go') {
+      if (peer === 'bullmq') {
+        void worker.run(); // resolves when the worker closes
+        started = Promise.resolve(() => worker.close());
+      } else
+        // m/graphile.mjs runOptions: defaults otherwise (no local queue, no completion batching)
+        started = run({
+          connectionString: dbUrl(DB),
+          logger,
+          concurrency,
+          maxPoolSize: Math.max(10, concurrency + 2),
+          pollInterval: 2000,
+          noHandleSignals: true,
+          taskList: { noop: async () => {} },
+        }).then((runner) => () => runner.stop());
+    } else if (m === 'stop') {
+      try {
+        const stop = await started;
+        await stop?.();
+      } finally {
+        process.exit(0);
+      }
+    }
   });
   process.send('ready');
 } else {
-  const ticks = (pid) => {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return Number(f[11]) + Number(f[12]); // utime + stime, clock ticks (100 per second)
+  const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  /** utime + stime of a process, ms; 0 once it is gone. */
+  const cpuMs = (pid) => {
+    try {
+      const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+    } catch {
+      return 0;
+    }
   };
-  const pidsOf = (prefix) =>
+  const pidsNamed = (comm) =>
     readdirSync('/proc')
       .filter((p) => /^\d+$/.test(p))
       .filter((p) => {
         try {
-          return readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith(prefix);
+          return readFileSync(`/proc/${p}/comm`, 'utf8').trim() === comm;
         } catch {
           return false;
         }
-      });
-  const snap = (prefix) => {
-    const m = new Map();
-    for (const p of pidsOf(prefix)) {
-      try {
-        m.set(p, ticks(p));
-      } catch {}
-    }
-    return m;
-  };
-  const since = (before, after) => {
-    let t = 0;
-    for (const [p, x] of after) t += x - (before.get(p) ?? 0);
-    return t;
-  };
+      })
+      .map(Number);
 
-  let left;
-  let close;
-  const serverPrefix = peer === 'graphile' ? 'postgres' : 'redis-server';
-  if (peer === 'graphile') {
-    const { makeWorkerUtils } = await import('graphile-worker');
-    const pg = (await import('pg')).default;
-    const admin = new pg.Client({ connectionString: pgAdminUrl });
-    await admin.connect();
-    await admin.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
-    await admin.query(`CREATE DATABASE ${DB}`);
-    const utils = await makeWorkerUtils({ connectionString: dbUrl() });
-    await utils.migrate();
-    for (let i = 0; i < jobs; i += 1000)
-      await utils.addJobs(Array.from({ length: Math.min(1000, jobs - i) }, (_, k) => ({ identifier: 'noop', payload: { i: i + k } })));
-    const db = new pg.Client({ connectionString: dbUrl() });
-    await db.connect();
-    left = async () => Number((await db.query('SELECT count(*) FROM graphile_worker._private_jobs')).rows[0].count);
-    close = async () => {
-      await db.end();
-      await utils.release();
-      await admin.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
-      await admin.end();
-    };
-  } else {
-    const { Queue } = await import('bullmq');
-    const q = new Queue(QUEUE, { connection: redis(), prefix: PREFIX });
-    await q.obliterate({ force: true });
-    for (let i = 0; i < jobs; i += 1000)
-      await q.addBulk(Array.from({ length: Math.min(1000, jobs - i) }, (_, k) => ({ name: 'noop', data: { i: i + k } })));
-    left = async () => {
-      const c = await q.getJobCounts('wait', 'active', 'prioritized');
-      return c.wait + c.active + c.prioritized;
-    };
-    close = async () => {
+  const kids = [];
+  let close = async () => {};
+  try {
+    let left;
+    /** The server's processes that serve this trial, and their CPU before "go". */
+    let serverPids;
+    if (peer === 'graphile') {
+      await freshDb(DB);
+      const utils = await makeWorkerUtils({ connectionString: dbUrl(DB), logger });
+      const poller = new pg.Client({ connectionString: dbUrl(DB) });
+      close = async () => {
+        await poller.end().catch(() => {});
+        await utils.release().catch(() => {});
+        await dropDb(DB);
+      };
+      await utils.migrate();
+      for (const ids of chunks(jobs, 1000)) await utils.addJobs(ids.map((i) => ({ identifier: 'noop', payload: { i } })));
+      await poller.connect();
+      const pollerPid = (await poller.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+      left = async () => Number((await poller.query('SELECT count(*) FROM graphile_worker.jobs')).rows[0].count);
+      // this database's backends at the end, the poller's excluded (the workers' pools keep theirs open)
+      serverPids = async () =>
+        (await poller.query('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> $1', [pollerPid])).rows.map((r) =>
+          Number(r.pid),
+        );
+    } else {
+      const q = new Queue(QUEUE, { connection: redis(), prefix: PREFIX });
+      close = async () => {
+        await q.obliterate({ force: true }).catch(() => {});
+        await q.close();
+      };
       await q.obliterate({ force: true });
-      await q.close();
-    };
-  }
+      for (const ids of chunks(jobs, 1000))
+        await q.addBulk(ids.map((i) => ({ name: 'noop', data: { i }, opts: { removeOnComplete: true, removeOnFail: 1000 } })));
+      left = async () => {
+        const c = await q.getJobCounts('wait', 'active', 'prioritized', 'delayed');
+        return c.wait + c.active + c.prioritized + c.delayed;
+      };
+      serverPids = async () => pidsNamed('redis-server');
+    }
 
-  const me = fileURLToPath(import.meta.url);
-  const kids = Array.from({ length: procs }, () =>
-    fork(me, process.argv.slice(2), { env: { ...process.env, PEER_PROCS_ROLE: 'worker' }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }),
-  );
-  await Promise.all(kids.map((k) => new Promise((r) => k.once('message', r))));
-  const k0 = kids.map((k) => ticks(k.pid));
-  const s0 = snap(serverPrefix);
-  const busy0 = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
-  const t0 = performance.now();
-  for (const k of kids) k.send('go');
-  const capMs = 120_000;
-  let remaining = jobs;
-  while (remaining > 0 && performance.now() - t0 < capMs) {
-    await new Promise((r) => setTimeout(r, 20));
-    remaining = await left();
+    const me = fileURLToPath(import.meta.url);
+    for (let i = 0; i < procs; i++)
+      kids.push(fork(me, process.argv.slice(2), { env: { ...process.env, PEER_PROCS_ROLE: 'worker' }, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }));
+    await Promise.all(
+      kids.map(
+        (k) =>
+          new Promise((resolve, reject) => {
+            k.once('message', resolve);
+            k.once('exit', (code) => reject(new Error(`a worker process exited (${code}) before it was ready`)));
+          }),
+      ),
+    );
+    const before = new Map([...pidsNamed(peer === 'graphile' ? 'postgres' : 'redis-server'), ...kids.map((k) => k.pid)].map((p) => [p, cpuMs(p)]));
+    const machine = cpuSnap();
+    const t0 = performance.now();
+    for (const k of kids) k.send('go');
+    let remaining = jobs;
+    while (remaining > 0 && performance.now() - t0 < CAP_MS) {
+      await sleep(POLL_MS);
+      remaining = await left();
+      if (!Number.isFinite(remaining)) throw new Error(`the drain count is not a number: ${remaining}`);
+    }
+    const s = (performance.now() - t0) / 1000;
+    const since = (pids) => pids.reduce((a, p) => a + cpuMs(p) - (before.get(p) ?? 0), 0); // a backend started after go: all of it
+    const workersMs = since(kids.map((k) => k.pid));
+    const serverMs = since(await serverPids());
+    const busy = cpuBusyPct(machine);
+    const done = jobs - remaining;
+    const perJob = (ms) => Math.round((ms / Math.max(done, 1)) * 1000) / 1000;
+    console.log(
+      JSON.stringify({
+        peer,
+        procs,
+        concurrency,
+        jobs,
+        done,
+        capped: remaining > 0,
+        jobs_per_s: Math.round(done / s),
+        cpu_ms_per_job: { workers: perJob(workersMs), [peer === 'graphile' ? 'postgres' : 'redis']: perJob(serverMs) },
+        cpu_busy_pct: busy,
+      }),
+    );
+  } finally {
+    // stop every worker process (killed after 15 s), then drop the database or obliterate the queue
+    await Promise.all(
+      kids.map(
+        (k) =>
+          new Promise((resolve) => {
+            if (k.exitCode !== null || k.signalCode !== null) return resolve();
+            const t = setTimeout(() => k.kill('SIGKILL'), 15_000);
+            k.once('exit', () => {
+              clearTimeout(t);
+              resolve();
+            });
+            if (k.connected) k.send('stop', () => {});
+            else k.kill('SIGKILL');
+          }),
+      ),
+    );
+    await close();
   }
-  const s = (performance.now() - t0) / 1000;
-  const workers = kids.reduce((a, k, i) => a + ticks(k.pid) - k0[i], 0);
-  const server = since(s0, snap(serverPrefix));
-  const busy1 = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
-  const d = busy1.map((x, i) => x - busy0[i]);
-  const idle = d[3] + d[4];
-  const total = d.reduce((a, x) => a + x, 0);
-  for (const k of kids) k.send('stop');
-  await Promise.all(kids.map((k) => new Promise((r) => k.once('exit', r))));
-  await close();
-  const done = jobs - remaining;
-  const perJob = (t) => Math.round(((t * 10) / Math.max(done, 1)) * 1000) / 1000; // ticks of 10 ms -> ms per job
-  console.log(
-    JSON.stringify({
-      peer,
-      procs,
-      concurrency,
-      jobs,
-      done,
-      capped: remaining > 0,
-      jobs_per_s: Math.round(done / s),
-      cpu_ms_per_job: { workers: perJob(workers), [peer === 'graphile' ? 'postgres' : 'redis']: perJob(server) },
-      cpu_busy_pct: Math.round((1 - idle / Math.max(total, 1)) * 1000) / 10,
-    }),
-  );
   process.exit(0);
 }

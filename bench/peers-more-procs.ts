@@ -3,8 +3,8 @@
  * yardstick for the check "more processes never slower" (issue 14). On a machine whose cores one process already
  * fills, more processes of any Node job runner may cost more CPU per job; this measures how much for graphile-worker
  * (PostgreSQL) and BullMQ (Redis) on the same machine, the same way for each (bench/peer-procs.mjs: the same jobs, the
- * same worker options as run.sh's trials, processes forked, timed from "go" to the last job), in alternating rounds
- * (1, 4, 1, 4, ...: the machine's speed drifts between minutes).
+ * same worker options as run.sh's trials, processes forked, timed from "go" to the last job), in rounds of one pair
+ * each, alternating the order (1 then 4, 4 then 1, ...: the machine's speed drifts between minutes).
  */
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync } from 'node:fs';
@@ -30,7 +30,7 @@ export interface PeerProcsResult {
   concurrency: number;
   /** Median jobs/s over the rounds, by process count. */
   median: Record<number, number>;
-  /** Median of the rounds' ratios (more processes over 1), each round's pair run back to back. */
+  /** Median of the rounds' ratios (more processes over 1), each round's pair run back to back (rounds with both trials drained). */
   ratio: number;
   ratios: number[];
   trials: PeerProcsTrial[];
@@ -49,8 +49,10 @@ export function peersScratch(): string | null {
 }
 
 export function runPeersMoreProcs(opts: {
-  pgAdminUrl: string;
+  /** The PostgreSQL server (any database: the script makes its own, peer_ratchet_procs). */
+  pgUrl: string;
   redisUrl: string;
+  /** Rounds of each point; a round is a pair (1 process, `procs` processes), in the order 1-N, N-1, 1-N, ... */
   rounds: number;
   procs: number;
   points: { peer: 'graphile' | 'bullmq'; concurrency: number; jobs: number }[];
@@ -62,34 +64,55 @@ export function runPeersMoreProcs(opts: {
   }
   const script = join(dir, 'ratchet-peer-procs.mjs');
   copyFileSync(fileURLToPath(new URL('./peer-procs.mjs', import.meta.url)), script);
+  const server = new URL(opts.pgUrl);
+  server.pathname = ''; // lib.mjs's PEERS_PG_URL: the server, without a database
+  const env = { ...process.env, PEERS_PG_URL: server.toString().replace(/\/$/, ''), PEERS_REDIS_URL: opts.redisUrl };
+  const trial = (p: (typeof opts.points)[number], procs: number): PeerProcsTrial | null => {
+    try {
+      const line = execFileSync(process.execPath, [script, p.peer, String(procs), String(p.concurrency), String(p.jobs)], {
+        cwd: dir,
+        env,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'inherit'],
+        timeout: 300_000,
+      })
+        .trim()
+        .split('\n')
+        .pop()!;
+      return JSON.parse(line) as PeerProcsTrial;
+    } catch (err) {
+      log(`peers, more processes: ${p.peer} c=${p.concurrency} ${procs} proc(s) failed: ${(err as Error).message.split('\n')[0]}`);
+      return null;
+    }
+  };
   const out: PeerProcsResult[] = [];
   for (const p of opts.points) {
-    const trials: PeerProcsTrial[] = [];
-    for (let round = 0; round < opts.rounds; round++)
-      for (const procs of [1, opts.procs]) {
-        const line = execFileSync(
-          process.execPath,
-          [script, p.peer, String(procs), String(p.concurrency), String(p.jobs), opts.pgAdminUrl, opts.redisUrl],
-          { cwd: dir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 300_000 },
-        )
-          .trim()
-          .split('\n')
-          .pop()!;
-        const t = JSON.parse(line) as PeerProcsTrial;
-        trials.push(t);
-        log(
-          `peers, more processes: ${p.peer} c=${p.concurrency} ${procs} proc(s), round ${round + 1}: ${t.jobs_per_s} jobs/s, cpu ms/job ${JSON.stringify(t.cpu_ms_per_job)}${t.capped ? ' (capped)' : ''}`,
-        );
+    const pairs: { one: PeerProcsTrial | null; more: PeerProcsTrial | null }[] = [];
+    for (let round = 0; round < opts.rounds; round++) {
+      const pair: (typeof pairs)[number] = { one: null, more: null };
+      for (const n of round % 2 === 0 ? [1, opts.procs] : [opts.procs, 1]) {
+        const t = trial(p, n);
+        if (t)
+          log(
+            `peers, more processes: ${p.peer} c=${p.concurrency} ${n} proc(s), round ${round + 1}: ${t.jobs_per_s} jobs/s, cpu ms/job ${JSON.stringify(t.cpu_ms_per_job)}${t.capped ? ` (capped: ${t.done} of ${t.jobs} jobs)` : ''}`,
+          );
+        pair[n === 1 ? 'one' : 'more'] = t && !t.capped ? t : null; // a capped trial is no drain: left out
       }
-    const of = (n: number) => trials.filter((t) => t.procs === n).map((t) => t.jobs_per_s);
-    const ratios = of(1).map((one, i) => Math.round((of(opts.procs)[i]! / one) * 1000) / 1000);
+      pairs.push(pair);
+    }
+    const whole = pairs.filter((x) => x.one && x.more) as { one: PeerProcsTrial; more: PeerProcsTrial }[];
+    if (whole.length === 0) {
+      log(`peers, more processes: ${p.peer} c=${p.concurrency}: no round with both trials drained`);
+      continue;
+    }
+    const ratios = whole.map((x) => Math.round((x.more.jobs_per_s / x.one.jobs_per_s) * 1000) / 1000);
     out.push({
       peer: p.peer,
       concurrency: p.concurrency,
-      median: { 1: median(of(1)), [opts.procs]: median(of(opts.procs)) },
+      median: { 1: median(whole.map((x) => x.one.jobs_per_s)), [opts.procs]: median(whole.map((x) => x.more.jobs_per_s)) },
       ratio: median(ratios),
       ratios,
-      trials,
+      trials: pairs.flatMap((x) => [x.one, x.more]).filter((t): t is PeerProcsTrial => t !== null),
     });
   }
   return out;
