@@ -110,7 +110,7 @@ export function runPeersMoreProcs(opts: {
       peer: p.peer,
       concurrency: p.concurrency,
       median: { 1: median(whole.map((x) => x.one.jobs_per_s)), [opts.procs]: median(whole.map((x) => x.more.jobs_per_s)) },
-      ratio: median(ratios),
+      ratio: Math.round(median(ratios) * 1000) / 1000,
       ratios,
       trials: pairs.flatMap((x) => [x.one, x.more]).filter((t): t is PeerProcsTrial => t !== null),
     });
