@@ -1,19 +1,16 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { beginWait } from '../../src/store/signals.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
-import { startApi, until, type Api } from './helpers.js';
+import { conclusiveDeadlock, deadlockRound } from '../helpers/deadlock-round.js';
+import { startApi, type Api } from './helpers.js';
 import { allowWaitStates, claimStage, createWaitRun, gated, hooked, waitWorkflows } from './waits-fixtures.js';
 
 /**
  * A decision (approve, reject), a signal and a run retry lock the run, then the stage they end or revive; a finish or a
- * claim that settles the run locks its stage, then the run (a sibling's failure cancels the waiting stage too). When the two meet, PostgreSQL
- * aborts one of them (40P01). Here the other side is a session of the test that holds the waiting stage's row, waits
- * until the request waits for it, then updates the run. The request began waiting first, so its deadlock check
- * (deadlock_timeout after that) comes first and aborts it; its transaction wrote nothing, so it is asked again, and once
- * the session commits it goes through: the caller gets its answer (200), not a 503 for a deadlock. On a machine so
- * loaded that the session's update began waiting only after the request's one check, the session is the one aborted:
- * that round proves nothing, and the test tries again with a new run (3 rounds at most).
+ * claim that settles the run locks its stage, then the run (a sibling's failure cancels the waiting stage too). When
+ * the two meet, PostgreSQL aborts one of them (40P01); an aborted request wrote nothing and is asked again
+ * (transactionAgain), so the caller gets its answer (200), not a 503. The deadlock is made on purpose by a session of
+ * the test (test/helpers/deadlock-round.ts).
  */
 let db: TestDatabase;
 let api: Api;
@@ -66,8 +63,8 @@ async function failedRun(): Promise<{ runId: string; stageId: string }> {
 }
 
 /**
- * One round: true when the request was the one PostgreSQL aborted (then it must have answered 200 and done its work),
- * false when the session was. `blocked` is a fragment of the request's statement that waits for the stage row.
+ * One round (test/helpers/deadlock-round.ts): true when PostgreSQL aborted the request, which then must have been asked
+ * again: it answers 200 and `done` checks its work; false when it aborted the test's session.
  */
 async function round(
   setup: () => Promise<{ runId: string; stageId: string }>,
@@ -76,48 +73,18 @@ async function round(
   done: (runId: string, stageId: string, body: Record<string, unknown>) => Promise<void>,
 ): Promise<boolean> {
   const { runId, stageId } = await setup();
-  const other = new pg.Client({ connectionString: db.url });
-  await other.connect();
-  let res: Promise<Answer> | null = null;
-  try {
-    await other.query('BEGIN');
-    await other.query('SELECT id FROM ratchet.stages WHERE id = $1 FOR UPDATE', [stageId]);
-    res = request(runId, stageId);
-    res.catch(() => {});
-    // The request has locked the run and waits for the stage row this session holds.
-    // Read outside the session's transaction: inside it, pg_stat_activity would stay as it was at its first read.
-    const waiting = async () =>
-      (
-        (await q(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND position($1 in query) > 0`,
-          [blocked],
-        )) as { n: number }[]
-      )[0]!.n;
-    await until('the request to wait for the stage row', async () => (await waiting()) > 0, 10_000);
-    // Now this session asks for the run's row: a cycle.
-    try {
-      await other.query(`UPDATE ratchet.runs SET updated_at = now() WHERE id = $1`, [runId]);
-    } catch (err) {
-      if ((err as { code?: string }).code !== '40P01') throw err;
-      await other.query('ROLLBACK'); // this session was the one aborted: the request goes on
-      await res;
-      return false;
-    }
-    await other.query('COMMIT');
-    const out = await res;
-    expect(out).toMatchObject({ status: 200 });
-    await done(runId, stageId, out.body as Record<string, unknown>);
-    return true;
-  } finally {
-    await other.end();
-    await res?.catch(() => {});
-  }
-}
-
-async function conclusive(one: () => Promise<boolean>): Promise<void> {
-  let ok = false;
-  for (let i = 0; i < 3 && !ok; i++) ok = await one();
-  expect(ok, 'in 3 rounds the request was never the one PostgreSQL aborted').toBe(true);
+  const out = await deadlockRound({
+    url: db.url,
+    probe: api.ratchet.store.db,
+    runId,
+    stageId,
+    blocked,
+    request: () => request(runId, stageId),
+  });
+  if (out === null) return false;
+  expect(out.ok ? out.value : out.err).toMatchObject({ status: 200 });
+  if (out.ok) await done(runId, stageId, out.value.body as Record<string, unknown>);
+  return true;
 }
 
 const stateOf = async (table: 'runs' | 'stages', id: string) =>
@@ -125,7 +92,7 @@ const stateOf = async (table: 'runs' | 'stages', id: string) =>
 
 describe('a decision, a signal or a run retry that meets a deadlock is asked again', () => {
   it('reject: the stage fails and so does the run', async () => {
-    await conclusive(() =>
+    await conclusiveDeadlock(() =>
       round(
         awaitingApproval,
         (runId, stageId) => post(`/v1/runs/${runId}/stages/${stageId}/reject`, { reason: 'no' }),
@@ -139,7 +106,7 @@ describe('a decision, a signal or a run retry that meets a deadlock is asked aga
   });
 
   it('approve: the stage is queued', async () => {
-    await conclusive(() =>
+    await conclusiveDeadlock(() =>
       round(
         awaitingApproval,
         (runId, stageId) => post(`/v1/runs/${runId}/stages/${stageId}/approve`, {}),
@@ -153,7 +120,7 @@ describe('a decision, a signal or a run retry that meets a deadlock is asked aga
   });
 
   it('signal: delivered to the waiting stage, once', async () => {
-    await conclusive(() =>
+    await conclusiveDeadlock(() =>
       round(
         awaitingSignal,
         (runId) => post(`/v1/runs/${runId}/signals/paid`, { paid: true, ref: 'r-1' }),
@@ -169,7 +136,7 @@ describe('a decision, a signal or a run retry that meets a deadlock is asked aga
   });
 
   it('run retry: the failed stage is queued again and the run runs', async () => {
-    await conclusive(() =>
+    await conclusiveDeadlock(() =>
       round(
         failedRun,
         (runId) => post(`/v1/runs/${runId}/retry`),

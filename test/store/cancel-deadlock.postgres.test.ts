@@ -1,10 +1,9 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
 import { createRatchet, type Ratchet } from '../../src/engine.js';
 import { silentLogger } from '../../src/logger.js';
-import { until } from '../api/helpers.js';
+import { conclusiveDeadlock, deadlockRound } from '../helpers/deadlock-round.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 
 /**
@@ -38,56 +37,29 @@ describe('a cancel that meets a deadlock', () => {
     await tdb?.drop();
   });
 
-  /** One round: true when the cancel was the one PostgreSQL aborted (then it must have cancelled the run), false when the session was. */
+  /** One round (test/helpers/deadlock-round.ts): true when the cancel was the one PostgreSQL aborted (then it must have cancelled the run), false when the session was. */
   async function round(): Promise<boolean> {
     const { id } = await r.submit('cancel_deadlock_wf', {});
-    const other = new pg.Client({ connectionString: tdb.url });
-    await other.connect();
-    let cancel: Promise<{ ok: true; v: Awaited<ReturnType<Ratchet['cancel']>> } | { ok: false; err: unknown }> | null = null;
-    try {
-      await other.query('BEGIN');
-      await other.query('SELECT id FROM ratchet.stages WHERE run_id = $1 FOR UPDATE', [id]);
-      cancel = r.cancel(id).then(
-        (v) => ({ ok: true as const, v }),
-        (err: unknown) => ({ ok: false as const, err }),
-      );
-      // The cancel has updated the run and waits for the stage row this session holds. Read outside the session's
-      // transaction: inside it, pg_stat_activity would stay as it was at its first read.
-      const waiting = async () =>
-        (
-          (await r.store.db.query(
-            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()
-               AND wait_event_type = 'Lock' AND query LIKE '%cancelled%'`,
-          )) as { n: number }[]
-        )[0]!.n;
-      await until('the cancel to wait for the stage row', async () => (await waiting()) > 0, 10_000);
-      // Now this session asks for the run's row: a cycle.
-      try {
-        await other.query(`UPDATE ratchet.runs SET updated_at = now() WHERE id = $1`, [id]);
-      } catch (err) {
-        if ((err as { code?: string }).code !== '40P01') throw err;
-        await other.query('ROLLBACK'); // this session was the one aborted: the cancel goes on
-        await cancel;
-        return false;
-      }
-      await other.query('COMMIT');
-      const out = await cancel;
-      expect(out.ok ? null : (out.err as { code?: string }).code).toBeNull();
-      expect(out.ok && out.v).toMatchObject({ cancelled: true, previousState: 'queued' });
-      const [run] = (await r.store.db.query(`SELECT state FROM ratchet.runs WHERE id = $1`, [id])) as { state: string }[];
-      expect(run!.state).toBe('cancelled');
-      const stages = (await r.store.db.query(`SELECT state FROM ratchet.stages WHERE run_id = $1`, [id])) as { state: string }[];
-      expect(stages.map((s) => s.state)).toEqual(['cancelled']);
-      return true;
-    } finally {
-      await other.end();
-      await cancel;
-    }
+    const [stage] = (await r.store.db.query(`SELECT id::text FROM ratchet.stages WHERE run_id = $1`, [id])) as { id: string }[];
+    const out = await deadlockRound({
+      url: tdb.url,
+      probe: r.store.db,
+      runId: id,
+      stageId: stage!.id,
+      blocked: 'cancelled',
+      request: () => r.cancel(id),
+    });
+    if (out === null) return false;
+    expect(out.ok ? null : (out.err as { code?: string }).code).toBeNull();
+    expect(out.ok && out.value).toMatchObject({ cancelled: true, previousState: 'queued' });
+    const [run] = (await r.store.db.query(`SELECT state FROM ratchet.runs WHERE id = $1`, [id])) as { state: string }[];
+    expect(run!.state).toBe('cancelled');
+    const stages = (await r.store.db.query(`SELECT state FROM ratchet.stages WHERE run_id = $1`, [id])) as { state: string }[];
+    expect(stages.map((s) => s.state)).toEqual(['cancelled']);
+    return true;
   }
 
   it('is asked again and cancels the run', async () => {
-    let conclusive = false;
-    for (let i = 0; i < 3 && !conclusive; i++) conclusive = await round();
-    expect(conclusive, 'in 3 rounds the cancel was never the one PostgreSQL aborted').toBe(true);
+    await conclusiveDeadlock(round);
   });
 });
