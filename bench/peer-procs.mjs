@@ -5,9 +5,11 @@
 // The parent enqueues JOBS no-op jobs and forks PROCS processes; each loads the library and builds its worker with the
 // options of run.sh's own trial (m/graphile.mjs, m/bullmq.mjs), then says it is ready; on "go" (all at once) they
 // start, and the parent times the drain, as run.sh times its one process (from run()/the worker's start to the last
-// job). CPU per job from /proc: the worker processes, and this database's PostgreSQL backends (graphile; the drain
-// poller's own excluded) or redis-server (BullMQ). One JSON line on stdout.
+// job). Completions are counted as run.sh counts them, by the library's own completion events, in each worker (sent
+// to the parent every 5 ms): nothing polls the database or Redis while it drains. CPU per job from /proc: the worker
+// processes, and this database's PostgreSQL backends (graphile) or redis-server (BullMQ). One JSON line on stdout.
 import { execFileSync, fork } from 'node:child_process';
+import { EventEmitter } from 'node:events';
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Queue, Worker } from 'bullmq';
@@ -25,7 +27,7 @@ const DB = 'peer_ratchet_procs';
 const QUEUE = 'ratchet-peer-procs';
 const PREFIX = 'peers-bench';
 const CAP_MS = 120_000;
-const POLL_MS = 50;
+const REPORT_MS = 5;
 const redis = () => {
   const u = new URL(REDIS_URL);
   return { host: u.hostname, port: Number(u.port || 6379), maxRetriesPerRequest: null };
@@ -36,27 +38,51 @@ const logger = new Logger(() => (level, m) => {
 
 if (process.env.PEER_PROCS_ROLE === 'worker') {
   process.on('disconnect', () => process.exit(1)); // the parent is gone: never linger on its queue or database
+  const fail = (err) => {
+    console.error(err);
+    process.exit(2); // the parent sees a worker gone before "stop": the trial fails
+  };
+  // Completed jobs, told to the parent at most every REPORT_MS.
+  let completed = 0;
+  let told = 0;
+  let timer = null;
+  const complete = () => {
+    completed++;
+    timer ??= setTimeout(() => {
+      timer = null;
+      process.send(completed - told);
+      told = completed;
+    }, REPORT_MS);
+  };
   let worker = null;
-  if (peer === 'bullmq')
+  if (peer === 'bullmq') {
     // m/bullmq.mjs: one Worker, concurrency C; removeOnComplete as its jobs' option (below, at the enqueue)
     worker = new Worker(QUEUE, async () => {}, { connection: redis(), concurrency, prefix: PREFIX, autorun: false });
+    worker.on('completed', complete);
+    await worker.waitUntilReady();
+  }
+  const events = new EventEmitter();
+  events.on('job:complete', ({ error }) => {
+    if (!error) complete();
+  });
   let started = null;
   process.on('message', async (m) => {
     if (m === 'go') {
       if (peer === 'bullmq') {
-        void worker.run(); // resolves when the worker closes
+        worker.run().catch(fail); // resolves when the worker closes
         started = Promise.resolve(() => worker.close());
       } else
         // m/graphile.mjs runOptions: defaults otherwise (no local queue, no completion batching)
         started = run({
           connectionString: dbUrl(DB),
           logger,
+          events,
           concurrency,
           maxPoolSize: Math.max(10, concurrency + 2),
           pollInterval: 2000,
           noHandleSignals: true,
           taskList: { noop: async () => {} },
-        }).then((runner) => () => runner.stop());
+        }).then((runner) => () => runner.stop(), fail);
     } else if (m === 'stop') {
       try {
         const stop = await started;
@@ -109,7 +135,7 @@ if (process.env.PEER_PROCS_ROLE === 'worker') {
       for (const ids of chunks(jobs, 1000)) await utils.addJobs(ids.map((i) => ({ identifier: 'noop', payload: { i } })));
       await poller.connect();
       const pollerPid = (await poller.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-      left = async () => Number((await poller.query('SELECT count(*) FROM graphile_worker.jobs')).rows[0].count);
+      left = async () => Number((await poller.query('SELECT count(*) FROM graphile_worker.jobs')).rows[0].count); // after the drain only
       // this database's backends at the end, the poller's excluded (the workers' pools keep theirs open)
       serverPids = async () =>
         (await poller.query('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> $1', [pollerPid])).rows.map((r) =>
@@ -125,6 +151,7 @@ if (process.env.PEER_PROCS_ROLE === 'worker') {
       for (const ids of chunks(jobs, 1000))
         await q.addBulk(ids.map((i) => ({ name: 'noop', data: { i }, opts: { removeOnComplete: true, removeOnFail: 1000 } })));
       left = async () => {
+        // after the drain only
         const c = await q.getJobCounts('wait', 'active', 'prioritized', 'delayed');
         return c.wait + c.active + c.prioritized + c.delayed;
       };
@@ -143,32 +170,54 @@ if (process.env.PEER_PROCS_ROLE === 'worker') {
           }),
       ),
     );
+    let done = 0;
+    let gone = null; // a worker process that exited before "stop"
+    let finish;
+    const drained = new Promise((resolve) => {
+      finish = resolve;
+    });
+    for (const k of kids) {
+      k.on('message', (n) => {
+        if (typeof n !== 'number') return;
+        done += n;
+        if (done >= jobs) finish();
+      });
+      k.once('exit', (code, signal) => {
+        gone ??= `a worker process exited (${code ?? signal}) during the trial`;
+        finish();
+      });
+    }
+    const cap = setTimeout(() => finish(), CAP_MS);
     const before = new Map([...pidsNamed(peer === 'graphile' ? 'postgres' : 'redis-server'), ...kids.map((k) => k.pid)].map((p) => [p, cpuMs(p)]));
     const machine = cpuSnap();
     const t0 = performance.now();
     for (const k of kids) k.send('go');
-    let remaining = jobs;
-    while (remaining > 0 && performance.now() - t0 < CAP_MS) {
-      await sleep(POLL_MS);
-      remaining = await left();
-      if (!Number.isFinite(remaining)) throw new Error(`the drain count is not a number: ${remaining}`);
-    }
+    await drained;
     const s = (performance.now() - t0) / 1000;
+    const finished = Math.min(done, jobs);
+    clearTimeout(cap);
+    if (gone !== null) throw new Error(gone);
     const since = (pids) => pids.reduce((a, p) => a + cpuMs(p) - (before.get(p) ?? 0), 0); // a backend started after go: all of it
     const workersMs = since(kids.map((k) => k.pid));
     const serverMs = since(await serverPids());
     const busy = cpuBusyPct(machine);
-    const done = jobs - remaining;
-    const perJob = (ms) => Math.round((ms / Math.max(done, 1)) * 1000) / 1000;
+    // The library's own count agrees: once every job was reported complete, none is left (its delete may commit a moment later).
+    let remaining = await left();
+    for (let i = 0; finished === jobs && remaining !== 0 && i < 100; i++) {
+      await sleep(20);
+      remaining = await left();
+    }
+    if (finished === jobs && remaining !== 0) throw new Error(`${jobs} jobs reported complete, but ${remaining} are left`);
+    const perJob = (ms) => Math.round((ms / Math.max(finished, 1)) * 1000) / 1000;
     console.log(
       JSON.stringify({
         peer,
         procs,
         concurrency,
         jobs,
-        done,
-        capped: remaining > 0,
-        jobs_per_s: Math.round(done / s),
+        done: finished,
+        capped: finished < jobs,
+        jobs_per_s: Math.round(finished / s),
         cpu_ms_per_job: { workers: perJob(workersMs), [peer === 'graphile' ? 'postgres' : 'redis']: perJob(serverMs) },
         cpu_busy_pct: busy,
       }),

@@ -65,7 +65,8 @@ export function runPeersMoreProcs(opts: {
   const script = join(dir, 'ratchet-peer-procs.mjs');
   copyFileSync(fileURLToPath(new URL('./peer-procs.mjs', import.meta.url)), script);
   const server = new URL(opts.pgUrl);
-  server.pathname = ''; // lib.mjs's PEERS_PG_URL: the server, without a database
+  server.pathname = ''; // lib.mjs's PEERS_PG_URL: the server, without a database (lib.mjs appends /<db>)
+  server.search = '';
   const env = { ...process.env, PEERS_PG_URL: server.toString().replace(/\/$/, ''), PEERS_REDIS_URL: opts.redisUrl };
   const trial = (p: (typeof opts.points)[number], procs: number): PeerProcsTrial | null => {
     try {
@@ -88,6 +89,7 @@ export function runPeersMoreProcs(opts: {
   const out: PeerProcsResult[] = [];
   for (const p of opts.points) {
     const pairs: { one: PeerProcsTrial | null; more: PeerProcsTrial | null }[] = [];
+    const all: PeerProcsTrial[] = []; // every trial that answered, capped ones included (with their flag)
     for (let round = 0; round < opts.rounds; round++) {
       const pair: (typeof pairs)[number] = { one: null, more: null };
       for (const n of round % 2 === 0 ? [1, opts.procs] : [opts.procs, 1]) {
@@ -96,7 +98,8 @@ export function runPeersMoreProcs(opts: {
           log(
             `peers, more processes: ${p.peer} c=${p.concurrency} ${n} proc(s), round ${round + 1}: ${t.jobs_per_s} jobs/s, cpu ms/job ${JSON.stringify(t.cpu_ms_per_job)}${t.capped ? ` (capped: ${t.done} of ${t.jobs} jobs)` : ''}`,
           );
-        pair[n === 1 ? 'one' : 'more'] = t && !t.capped ? t : null; // a capped trial is no drain: left out
+        if (t) all.push(t);
+        pair[n === 1 ? 'one' : 'more'] = t && !t.capped ? t : null; // a capped trial is no drain: left out of the medians
       }
       pairs.push(pair);
     }
@@ -112,7 +115,7 @@ export function runPeersMoreProcs(opts: {
       median: { 1: median(whole.map((x) => x.one.jobs_per_s)), [opts.procs]: median(whole.map((x) => x.more.jobs_per_s)) },
       ratio: Math.round(median(ratios) * 1000) / 1000,
       ratios,
-      trials: pairs.flatMap((x) => [x.one, x.more]).filter((t): t is PeerProcsTrial => t !== null),
+      trials: all,
     });
   }
   return out;
