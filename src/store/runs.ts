@@ -444,8 +444,12 @@ export async function cancelRun(q: Db, runId: string): Promise<CancelResult | nu
   if (!isUuid(runId)) return null;
   const [r] = await onConflictAgain(() => q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]));
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
-  // a plan a finish inserted meanwhile into the run or a child run cancelled with it (deadline.sql.ts)
+  // A plan a finish inserted meanwhile into the run or a child run cancelled with it (deadline.sql.ts). When this
+  // statement fails after the cancel committed, the caller sees the error and asks again: the run is then already
+  // ended, and the repeated cancel sweeps the run's leftovers (not its children's: those it no longer knows).
   if (r.cancelled === 1) await onConflictAgain(() => cancelLeftovers(q, (r.run_ids as string[] | undefined) ?? [runId], 'cancelled'));
+  else if (r.previous_state === 'cancelled' || r.previous_state === 'expired')
+    await onConflictAgain(() => cancelLeftovers(q, [runId], r.previous_state === 'expired' ? 'run_deadline' : 'cancelled'));
   return {
     cancelled: r.cancelled === 1,
     previousState: r.previous_state as RunState,

@@ -1,7 +1,9 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXPIRE_RUNS_SQL } from '../../src/store/deadline.sql.js';
+import type { Db } from '../../src/store/db.js';
 import { openStore, type Store } from '../../src/store/index.js';
+import { cancelRun } from '../../src/store/runs.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { spec } from './lease-suite.js';
 
@@ -80,7 +82,7 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     }
   });
 
-  it('an expired lease of an expired run is not reclaimed; a cancel cancels what a late plan queued', async () => {
+  it('an expired lease of an ended run is not reclaimed; a cancel whose follow-up failed is asked again and cancels what a late plan queued', async () => {
     const c = `ended_${++n}`;
     const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
     const [first] = await store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'] });
@@ -92,15 +94,25 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     expect(await stateOf(first!.id)).toBe('running');
     await db.query(`UPDATE ratchet.runs SET state = 'running', finished_at = NULL WHERE id = $1`, [run.id]);
     await db.query(`UPDATE ratchet.stages SET state = 'cancelled' WHERE id = $1`, [first!.id]);
-    const cancelled = await store.cancelRun(run.id);
-    expect(cancelled?.cancelled).toBe(true);
+    // The cancel commits, then its follow-up (the leftovers statement) fails: the caller sees the error.
+    const broken = Object.assign(Object.create(store.db) as Db, {
+      query: ((text, params, name, opts) =>
+        name === 'ratchet_cancel_leftovers'
+          ? Promise.reject(Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' }))
+          : store.db.query(text, params, name, opts)) as Db['query'],
+    });
+    await expect(cancelRun(broken, run.id)).rejects.toThrow(/Connection terminated/);
+    expect((await store.getRun(run.id))!.state).toBe('cancelled');
+    // A plan a finish committed meanwhile: queued in a cancelled run, which no claim takes.
     const late = await lateQueued(run.id, c);
     await claimsNothing(c);
-    // The cancel's own follow-up ran before this row existed; a second cancel is refused (already cancelled), so the leftover
-    // statement is what ends it.
-    const { cancelLeftovers } = await import('../../src/store/deadline.js');
-    expect(await cancelLeftovers(store.db, [run.id], 'cancelled')).toBe(1);
+    // The caller asks again: the run is already cancelled (nothing else changes), and the repeated cancel ends the leftover.
+    expect(await store.cancelRun(run.id)).toMatchObject({ cancelled: false, previousState: 'cancelled' });
     expect(await stateOf(late)).toBe('cancelled');
+    const ev = await store.listEvents(run.id);
+    expect(ev.filter((e) => e.type === 'stage_cancelled' && e.stageId === late)).toHaveLength(1);
+    expect((await store.cancelRun(run.id))?.cancelled).toBe(false); // and again: nothing left, no second event
+    expect((await store.listEvents(run.id)).filter((e) => e.type === 'stage_cancelled' && e.stageId === late)).toHaveLength(1);
   });
 
   it('the expiry reads runs_active_deadline_idx (its state list matches the index predicate)', async () => {
