@@ -425,7 +425,7 @@ export async function transitionStage(q: Queryable, stageId: string, to: StageSt
 }
 
 export interface CancelResult {
-  /** false when the run was already terminal (nothing changed). */
+  /** false when the run was already terminal: the run is left as it was (a cancelled or expired run's leftovers are swept, cancelRun). */
   cancelled: boolean;
   previousState: RunState;
   /** Stages that were running: a request they already sent cannot be recalled. */
@@ -446,7 +446,7 @@ export async function cancelRun(q: Db, runId: string): Promise<CancelResult | nu
   if (!r || r.previous_state === null || r.previous_state === undefined) return null;
   // A plan a finish inserted meanwhile into the run or a child run cancelled with it (deadline.sql.ts). When this
   // statement fails after the cancel committed, the caller sees the error and asks again: the run is then already
-  // ended, and the repeated cancel sweeps the run's leftovers (not its children's: those it no longer knows).
+  // ended, and the repeated cancel sweeps the run's leftovers (not its children's: a repeated cancel of each child does).
   if (r.cancelled === 1) await onConflictAgain(() => cancelLeftovers(q, (r.run_ids as string[] | undefined) ?? [runId], 'cancelled'));
   else if (r.previous_state === 'cancelled' || r.previous_state === 'expired')
     await onConflictAgain(() => cancelLeftovers(q, [runId], r.previous_state === 'expired' ? 'run_deadline' : 'cancelled'));

@@ -48,7 +48,7 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     expect(await store.claim({ owner: 'A', toolClass: c, limit: 10, definitions: ['h'], limits: { keyed: true } })).toEqual([]);
   };
 
-  it('a queued stage committed into an expired run is claimed by no claim, then cancelled as a leftover', async () => {
+  it('a queued stage committed into an expired run is claimed by no claim, then cancelled as a leftover (by the expiry, or by a cancel asked of the expired run)', async () => {
     for (const key of [undefined, 'tenant']) {
       const c = `ended_${++n}`;
       const run = await store.createRun({
@@ -73,11 +73,19 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
       await claimsNothing(c);
       expect(await stateOf(late)).toBe('queued');
       // The sweep's next expiry cancels leftovers of the runs it expires; here the same statement is run for this run.
-      const { cancelLeftovers } = await import('../../src/store/deadline.js');
-      expect(await cancelLeftovers(store.db, [run.id], 'run_deadline')).toBe(1);
+      // For the keyed case, a cancel of the expired run instead (a caller asking again): the run stays expired, and the
+      // leftover is cancelled for the run's deadline.
+      if (key) expect(await store.cancelRun(run.id)).toMatchObject({ cancelled: false, previousState: 'expired' });
+      else {
+        const { cancelLeftovers } = await import('../../src/store/deadline.js');
+        expect(await cancelLeftovers(store.db, [run.id], 'run_deadline')).toBe(1);
+      }
       expect(await stateOf(late)).toBe('cancelled');
+      expect((await store.getRun(run.id))!.state).toBe('expired');
       const ev = await store.listEvents(run.id);
-      expect(ev.filter((e) => e.type === 'stage_cancelled' && e.stageId === late)).toHaveLength(1);
+      expect(
+        ev.filter((e) => e.type === 'stage_cancelled' && e.stageId === late).map((e) => (e.data as { reason?: string }).reason),
+      ).toEqual(['run_deadline']);
       await claimsNothing(c);
     }
   });
