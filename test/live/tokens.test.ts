@@ -22,7 +22,9 @@ import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 const TOKEN = 'tokens-token-0123456789';
 const ANSWER = 'Streaming works: every word arrives before the answer is stored.';
 const io = defineToolClass({ name: 'tok-io', lease: '3s', heartbeat: '1s', jitter: '200ms', timeout: '5s', maxDuration: '30s' });
-const llm = defineToolClass({ name: 'tok-llm', lease: '5s', heartbeat: '1s', jitter: '200ms', timeout: '8s', maxDuration: '30s' });
+// The call's timeout outlasts both of the scripted model's bounded waits (10 s each): a loaded machine slows the watchers,
+// never times out the one attempt the assertions are about.
+const llm = defineToolClass({ name: 'tok-llm', lease: '5s', heartbeat: '1s', jitter: '200ms', timeout: '25s', maxDuration: '60s' });
 const noop = defineTool({
   name: 'noop',
   description: 'nothing',
