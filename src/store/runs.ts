@@ -447,9 +447,10 @@ export async function cancelRun(q: Db, runId: string): Promise<CancelResult | nu
   // A plan a finish inserted meanwhile into the run or a child run cancelled with it (deadline.sql.ts). When this
   // statement fails after the cancel committed, the caller sees the error and asks again: the run is then already
   // ended, and the repeated cancel sweeps the run's leftovers (not its children's: a repeated cancel of each child does).
-  if (r.cancelled === 1) await onConflictAgain(() => cancelLeftovers(q, (r.run_ids as string[] | undefined) ?? [runId], 'cancelled'));
-  else if (r.previous_state === 'cancelled' || r.previous_state === 'expired')
-    await onConflictAgain(() => cancelLeftovers(q, [runId], r.previous_state === 'expired' ? 'run_deadline' : 'cancelled'));
+  if (r.cancelled === 1 || r.previous_state === 'cancelled' || r.previous_state === 'expired') {
+    const runIds = r.cancelled === 1 ? ((r.run_ids as string[] | undefined) ?? [runId]) : [runId];
+    await onConflictAgain(() => cancelLeftovers(q, runIds, r.previous_state === 'expired' ? 'run_deadline' : 'cancelled'));
+  }
   return {
     cancelled: r.cancelled === 1,
     previousState: r.previous_state as RunState,

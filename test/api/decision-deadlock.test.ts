@@ -3,7 +3,15 @@ import { beginWait } from '../../src/store/signals.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { conclusiveDeadlock, deadlockRound } from '../helpers/deadlock-round.js';
 import { startApi, type Api } from './helpers.js';
-import { allowWaitStates, claimStage, createWaitRun, gated, hooked, waitWorkflows } from './waits-fixtures.js';
+import {
+  allowWaitStates,
+  awaitingApproval as awaitingApprovalOf,
+  claimStage,
+  createWaitRun,
+  gated,
+  hooked,
+  waitWorkflows,
+} from './waits-fixtures.js';
 
 /**
  * A decision (approve, reject), a signal and a run retry lock the run, then the stage they end or revive; a finish or a
@@ -35,9 +43,7 @@ const post = (path: string, body?: unknown) =>
 
 /** A gated run whose first stage waits for a person. */
 async function awaitingApproval(): Promise<{ runId: string; stageId: string }> {
-  const run = await createWaitRun(api.ratchet, gated, { invoiceId: 'inv-1', amount: 120 });
-  const lease = await claimStage(api.ratchet.store.db, run.stageIds[0]!);
-  expect((await beginWait(api.ratchet.store.db, lease, { kind: 'approval', until: { inMs: 3_600_000 } })).verdict).toBe('waiting');
+  const run = await awaitingApprovalOf(api.ratchet);
   return { runId: run.id, stageId: run.stageIds[0]! };
 }
 

@@ -1,3 +1,4 @@
+import { expect } from 'vitest';
 import { z } from 'zod';
 import { defineAgent } from '../../src/definitions/agent.js';
 import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
@@ -6,6 +7,7 @@ import type { Ratchet } from '../../src/engine.js';
 import { MODEL_STAGE_TOOL } from '../../src/definitions/agent.js';
 import type { Queryable } from '../../src/store/db.js';
 import { planStaticRun } from '../../src/planner/plan.js';
+import { beginWait } from '../../src/store/signals.js';
 
 /**
  * Workflows that wait (issue 10). The API tests create their runs with store.createRun (no
@@ -95,6 +97,18 @@ export async function createAgentRun(r: Ratchet, callInput: unknown): Promise<{ 
   await r.store.db.query(`UPDATE ratchet.stages SET state = 'queued' WHERE id = $1`, [c.stageIds[1]]);
   await r.store.db.query(`UPDATE ratchet.runs SET state = 'running' WHERE id = $1`, [c.id]);
   return { id: c.id, stageIds: c.stageIds };
+}
+
+/** A gated run whose first stage waits for a person (the claim decided approval(input) = true), as claim + beginWait leave it. */
+export async function awaitingApproval(
+  r: Ratchet,
+  input: unknown = { invoiceId: 'inv-1', amount: 120 },
+): Promise<{ id: string; stageIds: string[] }> {
+  const run = await createWaitRun(r, gated, input);
+  const lease = await claimStage(r.store.db, run.stageIds[0]!);
+  const w = await beginWait(r.store.db, lease, { kind: 'approval', until: { inMs: 3_600_000 } });
+  expect(w.verdict).toBe('waiting');
+  return run;
 }
 
 /** The claim's part, by hand: the stage leased to `owner` with a fresh fence (as claim.sql.ts does). */

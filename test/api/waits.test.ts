@@ -7,7 +7,17 @@ import { refusalError } from '../../src/planner/waits.js';
 import { toApiError } from '../../src/api/to-api-error.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { counts, startApi, type Api } from './helpers.js';
-import { allowWaitStates, claimStage, createAgentRun, createWaitRun, gated, hooked, napper, waitWorkflows } from './waits-fixtures.js';
+import {
+  allowWaitStates,
+  awaitingApproval as awaitingApprovalOf,
+  claimStage,
+  createAgentRun,
+  createWaitRun,
+  gated,
+  hooked,
+  napper,
+  waitWorkflows,
+} from './waits-fixtures.js';
 
 /**
  * Waits through the real server and client on PostgreSQL (issue 10): signals, approval
@@ -37,14 +47,7 @@ const eventsOf = async (runId: string, type: string) =>
     data: Record<string, unknown>;
   }[];
 
-/** A gated run whose first stage waits for a person (the claim decided approval(input) = true). */
-async function awaitingApproval(input = { invoiceId: 'inv-1', amount: 120 }) {
-  const run = await createWaitRun(api.ratchet, gated, input);
-  const lease = await claimStage(api.ratchet.store.db, run.stageIds[0]!);
-  const w = await beginWait(api.ratchet.store.db, lease, { kind: 'approval', until: { inMs: 3_600_000 } });
-  expect(w.verdict).toBe('waiting');
-  return run;
-}
+const awaitingApproval = (input?: { invoiceId: string; amount: number }) => awaitingApprovalOf(api.ratchet, input);
 
 describe('approval gates', () => {
   it('the stage waits holding nothing; approve (edited input checked by the schema) queues it with the edit; who, when and the hash in the events', async () => {
