@@ -86,8 +86,10 @@ SELECT (SELECT count(*) FROM run)::int AS expired, coalesce((SELECT array_agg(ru
 /**
  * The child runs of runs $1 that just ended (expired), recursively, cancelled with their unfinished
  * stages, as CANCEL_RUN_SQL cancels a cancelled run's children; run right after the statement that
- * ended them (EXPIRE_RUNS_SQL), in a statement of its own: the expiry then never holds a parent's
- * rows while it waits for a child's (another sweeper may be expiring that child, waking its parent).
+ * ended them (EXPIRE_RUNS_SQL), in the same transaction (deadline.ts expireRuns), so a failure rolls
+ * the expiry back with it. The expiry then holds a parent's rows while it waits for a child's: when
+ * another sweeper expiring that child (waking its parent) or a finish of the child's last stage meets
+ * it, PostgreSQL aborts one as a deadlock, and each side asks again (transactionAgain, the finish's retry).
  * A running stage's worker learns it at its next extend (`cancelled`). Events: run_cancelled and
  * stage_cancelled (previous state), reason $2. Returns the runs cancelled and their running stages.
  */
@@ -131,10 +133,11 @@ SELECT coalesce((SELECT array_agg(run.id::text) FROM run), '{}') AS run_ids,
 
 /**
  * The unfinished stages of ended runs $1 (expired or cancelled), cancelled; run right after the
- * statement that ended them. A finish that inserted an agent's plan while that statement ran
- * committed before it (the statement waited for the finishing stage's row lock), but its new
- * rows were not in the statement's snapshot; this next statement sees them. Until it runs (a
- * process that dies in between) the claims skip such stages (RUN_IS_ACTIVE in claim.sql.ts).
+ * statement that ended them, in its transaction (the expiry, a cancel). A finish that inserted an
+ * agent's plan while that statement ran committed before it (the statement waited for the finishing
+ * stage's row lock), but its new rows were not in the statement's snapshot; this next statement
+ * (read committed: a snapshot of its own) sees them. The claims skip such stages in any case
+ * (RUN_IS_ACTIVE in claim.sql.ts).
  * Events: stage_cancelled with the previous state and reason $2.
  */
 export const CANCEL_LEFTOVERS_SQL = `

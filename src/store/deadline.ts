@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { Queryable } from './db.js';
+import type { Db, Queryable } from './db.js';
 import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL } from './deadline.sql.js';
-import { onConflictAgain } from './db-errors.js';
+import { transactionAgain } from './db-errors.js';
 import { parseInput } from './validate.js';
 
 export interface ExpiredRuns {
@@ -19,31 +19,33 @@ export interface ExpiredRuns {
 }
 
 /**
- * Expires at most `limit` runs whose deadline has passed by the database clock (one statement),
- * then cancels their child runs recursively (CANCEL_DESCENDANTS_SQL, a statement of its own) and
- * the leftovers of both.
+ * Expires at most `limit` runs whose deadline has passed by the database clock, then cancels the leftovers of those
+ * runs, their child runs recursively (CANCEL_DESCENDANTS_SQL) and the leftovers of those: four statements in one
+ * transaction, asked again whole when PostgreSQL aborts it as a deadlock (transactionAgain). A statement that fails
+ * rolls the expiry back with it, so the next sweep expires those runs again: an expired run never keeps a child
+ * running for want of a follow-up that failed or a process that died between two statements.
  */
-export async function expireRuns(q: Queryable, limit: number): Promise<ExpiredRuns> {
+export async function expireRuns(db: Db, limit: number): Promise<ExpiredRuns> {
   parseInput(z.number().int().min(1).max(10_000), limit, 'expireRuns.limit');
-  const [r] = await q.query(EXPIRE_RUNS_SQL, [limit], 'ratchet_expire_runs');
-  const runIds = (r?.run_ids as string[] | undefined) ?? [];
-  const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
-  const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));
-  let childrenCancelled = 0;
-  const waitsExpired = (r?.waits_closed as string[] | undefined) ?? [];
-  const waitsCancelled: string[] = [];
-  if (runIds.length > 0) {
-    // The runs are expired (committed): their cascade must not be lost to a conflict with a finish or an extend of a
-    // child (a deadlock aborts the statement), so it is asked again; nothing else would ever cancel those children.
-    await onConflictAgain(() => cancelLeftovers(q, runIds, 'run_deadline'));
-    const [d] = await onConflictAgain(() => q.query(CANCEL_DESCENDANTS_SQL, [runIds, 'parent_expired'], 'ratchet_cancel_descendants'));
-    const childIds = (d?.run_ids as string[] | undefined) ?? [];
-    childrenCancelled = childIds.length;
-    runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
-    waitsCancelled.push(...((d?.waits_closed as string[] | undefined) ?? []));
-    if (childIds.length > 0) await onConflictAgain(() => cancelLeftovers(q, childIds, 'cancelled'));
-  }
-  return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled };
+  return transactionAgain(db, async (q) => {
+    const [r] = await q.query(EXPIRE_RUNS_SQL, [limit], 'ratchet_expire_runs');
+    const runIds = (r?.run_ids as string[] | undefined) ?? [];
+    const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
+    const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));
+    let childrenCancelled = 0;
+    const waitsExpired = (r?.waits_closed as string[] | undefined) ?? [];
+    const waitsCancelled: string[] = [];
+    if (runIds.length > 0) {
+      await cancelLeftovers(q, runIds, 'run_deadline');
+      const [d] = await q.query(CANCEL_DESCENDANTS_SQL, [runIds, 'parent_expired'], 'ratchet_cancel_descendants');
+      const childIds = (d?.run_ids as string[] | undefined) ?? [];
+      childrenCancelled = childIds.length;
+      runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
+      waitsCancelled.push(...((d?.waits_closed as string[] | undefined) ?? []));
+      if (childIds.length > 0) await cancelLeftovers(q, childIds, 'cancelled');
+    }
+    return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled };
+  });
 }
 
 /** Cancels the stages a concurrent finish planned into runs that just ended (CANCEL_LEFTOVERS_SQL); returns how many. */

@@ -21,7 +21,7 @@ import {
   TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
 import { cancelLeftovers } from './deadline.js';
-import { onConflictAgain } from './db-errors.js';
+import { transactionAgain } from './db-errors.js';
 
 const positiveMs = z
   .number()
@@ -437,26 +437,31 @@ export interface CancelResult {
 /**
  * Cancels a run and its unfinished stages; null for an unknown id. The cancel locks the run, then its stages; a
  * claim or a finish that fails the run locks a stage, then the run: when the two meet, PostgreSQL aborts one of them
- * (a deadlock), and a cancel it aborted wrote nothing, so it is asked again (each statement on its own: the second
- * runs once the first has committed). Hence `Db`, never a transaction's client: a conflict aborts the transaction.
+ * (a deadlock), and a cancel it aborted wrote nothing, so it is asked again: the whole transaction (transactionAgain).
+ * Hence `Db`, never a transaction's client: a conflict aborts the transaction.
  */
 export async function cancelRun(q: Db, runId: string): Promise<CancelResult | null> {
   if (!isUuid(runId)) return null;
-  const [r] = await onConflictAgain(() => q.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]));
-  if (!r || r.previous_state === null || r.previous_state === undefined) return null;
-  // A plan a finish inserted meanwhile into the run or a child run cancelled with it (deadline.sql.ts). When this
-  // statement fails after the cancel committed, the caller sees the error and asks again: the run is then already
-  // ended, and the repeated cancel sweeps the run's leftovers (not its children's: a repeated cancel of each child does).
-  if (r.cancelled === 1 || r.previous_state === 'cancelled' || r.previous_state === 'expired') {
-    const runIds = r.cancelled === 1 ? ((r.run_ids as string[] | undefined) ?? [runId]) : [runId];
-    await onConflictAgain(() => cancelLeftovers(q, runIds, r.previous_state === 'expired' ? 'run_deadline' : 'cancelled'));
-  }
-  return {
-    cancelled: r.cancelled === 1,
-    previousState: r.previous_state as RunState,
-    runningStageIds: (r.running_stage_ids as string[]) ?? [],
-    waitsClosed: (r.waits_closed as string[] | undefined) ?? [],
-  };
+  // One transaction (asked again on a deadlock): the cancel, then the leftovers statement, which sees (a statement of
+  // its own, read committed) a plan a finish inserted meanwhile into the run or a child run cancelled with it
+  // (deadline.sql.ts). When the second fails, the first is rolled back with it: the caller sees the error and asks
+  // again, and that cancel ends the run with its children and leftovers and reports what it closed.
+  return transactionAgain(q, async (tx) => {
+    const [r] = await tx.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
+    if (!r || r.previous_state === null || r.previous_state === undefined) return null;
+    // A run already ended: its own leftovers are swept again (a run cancelled before cancels were one transaction, or
+    // expired by a sweeper of that time, may still hold some; nothing otherwise). The run itself is left as it was.
+    if (r.cancelled === 1 || r.previous_state === 'cancelled' || r.previous_state === 'expired') {
+      const runIds = r.cancelled === 1 ? ((r.run_ids as string[] | undefined) ?? [runId]) : [runId];
+      await cancelLeftovers(tx, runIds, r.previous_state === 'expired' ? 'run_deadline' : 'cancelled');
+    }
+    return {
+      cancelled: r.cancelled === 1,
+      previousState: r.previous_state as RunState,
+      runningStageIds: (r.running_stage_ids as string[]) ?? [],
+      waitsClosed: (r.waits_closed as string[] | undefined) ?? [],
+    };
+  });
 }
 
 /** A stage of a run as the planner decides from it (src/planner/decide.ts PersistedStage) and an agent rebuilds its conversation from. */

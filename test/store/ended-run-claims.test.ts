@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXPIRE_RUNS_SQL } from '../../src/store/deadline.sql.js';
-import type { Db } from '../../src/store/db.js';
+import type { Db, Queryable } from '../../src/store/db.js';
+import { expireRuns } from '../../src/store/deadline.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { cancelRun } from '../../src/store/runs.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
@@ -90,7 +91,24 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     }
   });
 
-  it('an expired lease of an ended run is not reclaimed; a cancel whose follow-up failed is asked again and cancels what a late plan queued', async () => {
+  /** store.db, but the statement named `name` fails (a lost connection) the first time it is asked, in or out of a transaction. */
+  const failingOnce = (name: string): Db => {
+    let failed = false;
+    const wrap = (q: Queryable): Db['query'] =>
+      ((text, params, n, opts) => {
+        if (n === name && !failed) {
+          failed = true;
+          return Promise.reject(Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' }));
+        }
+        return q.query(text, params, n, opts);
+      }) as Db['query'];
+    return Object.assign(Object.create(store.db) as Db, {
+      query: wrap(store.db),
+      transaction: ((fn, o) => store.db.transaction((tx) => fn({ query: wrap(tx) }), o)) as Db['transaction'],
+    });
+  };
+
+  it('an expired lease of an ended run is not reclaimed; a cancel whose follow-up failed wrote nothing, and asked again it cancels the run with what a late plan queued', async () => {
     const c = `ended_${++n}`;
     const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
     const [first] = await store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'] });
@@ -101,26 +119,62 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     await claimsNothing(c);
     expect(await stateOf(first!.id)).toBe('running');
     await db.query(`UPDATE ratchet.runs SET state = 'running', finished_at = NULL WHERE id = $1`, [run.id]);
-    await db.query(`UPDATE ratchet.stages SET state = 'cancelled' WHERE id = $1`, [first!.id]);
-    // The cancel commits, then its follow-up (the leftovers statement) fails: the caller sees the error.
-    const broken = Object.assign(Object.create(store.db) as Db, {
-      query: ((text, params, name, opts) =>
-        name === 'ratchet_cancel_leftovers'
-          ? Promise.reject(Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' }))
-          : store.db.query(text, params, name, opts)) as Db['query'],
-    });
-    await expect(cancelRun(broken, run.id)).rejects.toThrow(/Connection terminated/);
-    expect((await store.getRun(run.id))!.state).toBe('cancelled');
-    // A plan a finish committed meanwhile: queued in a cancelled run, which no claim takes.
+    // The cancel's follow-up (the leftovers statement) fails: the caller sees the error, and the cancel is rolled back
+    // with it (one transaction): the run and its running stage are as they were, with no event.
+    await expect(cancelRun(failingOnce('ratchet_cancel_leftovers'), run.id)).rejects.toThrow(/Connection terminated/);
+    expect((await store.getRun(run.id))!.state).toBe('running');
+    expect(await stateOf(first!.id)).toBe('running');
+    expect((await store.listEvents(run.id)).filter((e) => e.type === 'run_cancelled' || e.type === 'stage_cancelled')).toEqual([]);
+    // A plan a finish committed meanwhile.
     const late = await lateQueued(run.id, c);
-    await claimsNothing(c);
-    // The caller asks again: the run is already cancelled (nothing else changes), and the repeated cancel ends the leftover.
-    expect(await store.cancelRun(run.id)).toMatchObject({ cancelled: false, previousState: 'cancelled' });
+    // The caller asks again: this cancel ends the run, its running stage (reported) and the late stage.
+    expect(await store.cancelRun(run.id)).toMatchObject({ cancelled: true, previousState: 'running', runningStageIds: [first!.id] });
+    expect(await stateOf(first!.id)).toBe('cancelled');
     expect(await stateOf(late)).toBe('cancelled');
-    const ev = await store.listEvents(run.id);
-    expect(ev.filter((e) => e.type === 'stage_cancelled' && e.stageId === late)).toHaveLength(1);
-    expect((await store.cancelRun(run.id))?.cancelled).toBe(false); // and again: nothing left, no second event
-    expect((await store.listEvents(run.id)).filter((e) => e.type === 'stage_cancelled' && e.stageId === late)).toHaveLength(1);
+    await claimsNothing(c);
+    // A stage a cancel of an earlier version left queued in the cancelled run (its follow-up was a statement of its
+    // own): a cancel asked again sweeps it, the run staying as it was, with one event; a third adds none.
+    await db.query(`DELETE FROM ratchet.events WHERE stage_id = $1`, [late]);
+    await db.query(`DELETE FROM ratchet.stages WHERE id = $1`, [late]);
+    const older = await lateQueued(run.id, c);
+    expect(await store.cancelRun(run.id)).toMatchObject({ cancelled: false, previousState: 'cancelled' });
+    expect(await stateOf(older)).toBe('cancelled');
+    expect((await store.cancelRun(run.id))?.cancelled).toBe(false);
+    expect((await store.listEvents(run.id)).filter((e) => e.type === 'stage_cancelled' && e.stageId === older)).toHaveLength(1);
+  });
+
+  it("an expiry whose follow-up failed wrote nothing: the next sweep expires the run and cancels its child run (issue 9's leftover: the child ran on)", async () => {
+    const c = `ended_${++n}`;
+    const parent = await store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      deadlineInMs: 1000,
+      stages: [spec({ toolClass: c })],
+    });
+    const kid = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
+    // The parent's stage waits for the child run it started (what a step `{ workflow }` writes).
+    const parentStage = (await store.getRun(parent.id))!.stages[0]!.id;
+    await db.query(`UPDATE ratchet.stages SET state = 'waiting', deps_left = 1 WHERE id = $1`, [parentStage]);
+    await db.query(`UPDATE ratchet.runs SET parent_run_id = $1, parent_stage_id = $2 WHERE id = $3`, [parent.id, parentStage, kid.id]);
+    const [kidStage] = await store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'] });
+    expect(kidStage?.runId).toBe(kid.id);
+    await store.clock.advance(1500);
+    // The cascade to the child fails: the expiry is rolled back with it (before, the parent stayed expired and its
+    // child running for good: no later sweep picked an expired run again).
+    await expect(expireRuns(failingOnce('ratchet_cancel_descendants'), 100)).rejects.toThrow(/Connection terminated/);
+    expect((await store.getRun(parent.id))!.state).toBe('queued'); // as before the sweep: its stage waits for the child
+    expect((await store.getRun(kid.id))!.state).toBe('running');
+    expect(await stateOf(kidStage!.id)).toBe('running');
+    // The next sweep does all of it, and reports the child's running stage (its worker hears it at its next extend).
+    const r = await store.expireRuns(100);
+    expect(r).toMatchObject({ expired: 1, childrenCancelled: 1 });
+    expect(r.runningStageIds).toContain(kidStage!.id);
+    expect((await store.getRun(parent.id))!.state).toBe('expired');
+    expect((await store.getRun(kid.id))!.state).toBe('cancelled');
+    expect(await stateOf(kidStage!.id)).toBe('cancelled');
+    expect((await store.listEvents(kid.id)).find((e) => e.type === 'run_cancelled')?.data).toEqual({ reason: 'parent_expired' });
+    expect((await store.expireRuns(100)).expired).toBe(0);
   });
 
   it('the expiry reads runs_active_deadline_idx (its state list matches the index predicate)', async () => {
