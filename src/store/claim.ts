@@ -100,10 +100,12 @@ export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<Cl
     ? await claimLimitedThenCursor(db, { owner, toolClass, limit, hashes, by }, limits)
     : await db.query(claimSql(limit, hashes.length, by), [owner, toolClass, hashes], `ratchet_claim_${limit}_${hashes.length}_${by}`);
   // A spent budget failed runs (failRunsFrom): what a concurrent finish inserted into them meanwhile is cancelled now.
+  // The claim has committed: its stages are leased to this worker, so a follow-up that fails must not lose them (each
+  // would cost an attempt). What it leaves, no claim takes (RUN_IS_ACTIVE).
   await cancelFailedLeftovers(
     db,
     rows.filter((r) => r.state === 'failed').map((r) => r.id as string),
-  );
+  ).catch(() => 0);
   return rows.map((r) => toClaimed(r, sentAt));
 }
 

@@ -90,6 +90,6 @@ export async function onConflictAgain<T>(work: () => Promise<T>): Promise<T> {
  * while a finish or a claim that settles the run locks its stage, then the run: the aborted transaction wrote
  * nothing, and the caller gets its answer instead of a 503. `fn` runs again from the start: only statements on `tx`.
  */
-export function transactionAgain<T>(db: Db, fn: (tx: Queryable) => Promise<T>): Promise<T> {
-  return onConflictAgain(() => db.transaction(fn));
+export function transactionAgain<T>(db: Db, fn: (tx: Queryable) => Promise<T>, opts?: { idleLimitMs?: number }): Promise<T> {
+  return onConflictAgain(() => db.transaction(fn, opts));
 }

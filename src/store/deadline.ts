@@ -3,6 +3,7 @@ import type { Db, Queryable } from './db.js';
 import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL } from './deadline.sql.js';
 import { transactionAgain } from './db-errors.js';
 import { parseInput } from './validate.js';
+import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
 
 export interface ExpiredRuns {
   /** Runs that became `expired`. */
@@ -20,32 +21,71 @@ export interface ExpiredRuns {
 
 /**
  * Expires at most `limit` runs whose deadline has passed by the database clock, then cancels the leftovers of those
- * runs, their child runs recursively (CANCEL_DESCENDANTS_SQL) and the leftovers of those: four statements in one
- * transaction, asked again whole when PostgreSQL aborts it as a deadlock (transactionAgain). A statement that fails
- * rolls the expiry back with it, so the next sweep expires those runs again: an expired run never keeps a child
- * running for want of a follow-up that failed or a process that died between two statements.
+ * runs and their child runs recursively with the leftovers of those (cancelDescendants), in one transaction, asked
+ * again whole when PostgreSQL aborts it as a deadlock (transactionAgain) and cut short when its client stalls while it
+ * holds the runs' rows. A statement that fails rolls the expiry back with it, so the next sweep expires those runs
+ * again: an expired run never keeps a child running for want of a follow-up that failed or a process that died
+ * between two statements.
  */
 export async function expireRuns(db: Db, limit: number): Promise<ExpiredRuns> {
   parseInput(z.number().int().min(1).max(10_000), limit, 'expireRuns.limit');
-  return transactionAgain(db, async (q) => {
-    const [r] = await q.query(EXPIRE_RUNS_SQL, [limit], 'ratchet_expire_runs');
-    const runIds = (r?.run_ids as string[] | undefined) ?? [];
-    const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
-    const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));
-    let childrenCancelled = 0;
-    const waitsExpired = (r?.waits_closed as string[] | undefined) ?? [];
-    const waitsCancelled: string[] = [];
-    if (runIds.length > 0) {
-      await cancelLeftovers(q, runIds, 'run_deadline');
-      const [d] = await q.query(CANCEL_DESCENDANTS_SQL, [runIds, 'parent_expired'], 'ratchet_cancel_descendants');
-      const childIds = (d?.run_ids as string[] | undefined) ?? [];
-      childrenCancelled = childIds.length;
-      runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
-      waitsCancelled.push(...((d?.waits_closed as string[] | undefined) ?? []));
-      if (childIds.length > 0) await cancelLeftovers(q, childIds, 'cancelled');
-    }
-    return { expired: (r?.expired as number | undefined) ?? 0, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled };
-  });
+  return transactionAgain(
+    db,
+    async (q) => {
+      const [r] = await q.query(EXPIRE_RUNS_SQL, [limit], 'ratchet_expire_runs');
+      const runIds = (r?.run_ids as string[] | undefined) ?? [];
+      const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
+      const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));
+      const waitsExpired = (r?.waits_closed as string[] | undefined) ?? [];
+      if (runIds.length > 0) await cancelLeftovers(q, runIds, 'run_deadline');
+      const d = await cancelDescendants(q, runIds, 'parent_expired');
+      runningStageIds.push(...d.runningStageIds);
+      return {
+        expired: (r?.expired as number | undefined) ?? 0,
+        runningStageIds,
+        woken,
+        childrenCancelled: d.runIds.length,
+        waitsExpired,
+        waitsCancelled: d.waitsClosed,
+      };
+    },
+    { idleLimitMs: ROW_HOLDING_IDLE_LIMIT_MS },
+  );
+}
+
+/** Passes of cancelDescendants at most: each finds what a finish committed while the one before waited for its row. */
+const DESCENDANT_PASSES = 5;
+
+/** The child runs cancelDescendants cancelled, their stages that were running and the kinds of the waits it closed. */
+export interface DescendantsCancelled {
+  runIds: string[];
+  runningStageIds: string[];
+  waitsClosed: string[];
+}
+
+/**
+ * The child runs of ended runs `runIds` that are still active, recursively, cancelled with their stages
+ * (CANCEL_DESCENDANTS_SQL, event reason `reason`), then the leftovers of those. A finish that started a child run while
+ * a statement waited for its stage committed a child that statement's snapshot never saw (the stage itself is then
+ * cancelled, `waiting`, by the row's re-check): the next pass, a snapshot of its own, sees it. Asked again until a pass
+ * cancels none (at most DESCENDANT_PASSES). Nothing when `runIds` is empty.
+ */
+export async function cancelDescendants(
+  q: Queryable,
+  runIds: string[],
+  reason: 'parent_expired' | 'parent_cancelled' | 'parent_ended',
+): Promise<DescendantsCancelled> {
+  const out: DescendantsCancelled = { runIds: [], runningStageIds: [], waitsClosed: [] };
+  for (let pass = 0; runIds.length > 0 && pass < DESCENDANT_PASSES; pass++) {
+    const [d] = await q.query(CANCEL_DESCENDANTS_SQL, [runIds, reason], 'ratchet_cancel_descendants');
+    const ids = (d?.run_ids as string[] | undefined) ?? [];
+    if (ids.length === 0) break;
+    out.runIds.push(...ids);
+    out.runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
+    out.waitsClosed.push(...((d?.waits_closed as string[] | undefined) ?? []));
+    await cancelLeftovers(q, ids, 'cancelled');
+  }
+  return out;
 }
 
 /** Cancels the stages a concurrent finish planned into runs that just ended (CANCEL_LEFTOVERS_SQL); returns how many. */

@@ -362,4 +362,4 @@ ev AS (
   UNION ALL
   SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', 'cancelled') FROM waits_closed w, clk
 )
-SELECT (SELECT count(*) FROM st)::int AS cancelled`;
+SELECT (SELECT count(*) FROM st)::int AS cancelled, coalesce((SELECT array_agg(id::text) FROM failed_runs), '{}') AS run_ids`;

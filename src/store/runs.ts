@@ -20,7 +20,8 @@ import {
   LIST_EVENTS_SQL,
   TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
-import { cancelLeftovers } from './deadline.js';
+import { cancelDescendants, cancelLeftovers } from './deadline.js';
+import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
 import { transactionAgain } from './db-errors.js';
 
 const positiveMs = z
@@ -442,26 +443,31 @@ export interface CancelResult {
  */
 export async function cancelRun(q: Db, runId: string): Promise<CancelResult | null> {
   if (!isUuid(runId)) return null;
-  // One transaction (asked again on a deadlock): the cancel, then the leftovers statement, which sees (a statement of
-  // its own, read committed) a plan a finish inserted meanwhile into the run or a child run cancelled with it
-  // (deadline.sql.ts). When the second fails, the first is rolled back with it: the caller sees the error and asks
-  // again, and that cancel ends the run with its children and leftovers and reports what it closed.
-  return transactionAgain(q, async (tx) => {
-    const [r] = await tx.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
-    if (!r || r.previous_state === null || r.previous_state === undefined) return null;
-    // A run already ended: its own leftovers are swept again (a run cancelled before cancels were one transaction, or
-    // expired by a sweeper of that time, may still hold some; nothing otherwise). The run itself is left as it was.
-    if (r.cancelled === 1 || r.previous_state === 'cancelled' || r.previous_state === 'expired') {
-      const runIds = r.cancelled === 1 ? ((r.run_ids as string[] | undefined) ?? [runId]) : [runId];
-      await cancelLeftovers(tx, runIds, r.previous_state === 'expired' ? 'run_deadline' : 'cancelled');
-    }
-    return {
-      cancelled: r.cancelled === 1,
-      previousState: r.previous_state as RunState,
-      runningStageIds: (r.running_stage_ids as string[]) ?? [],
-      waitsClosed: (r.waits_closed as string[] | undefined) ?? [],
-    };
-  });
+  // One transaction (asked again on a deadlock, cut short when its client stalls while it holds the run's rows): the
+  // cancel; the leftovers statement, which sees (a statement of its own, read committed) a plan a finish inserted
+  // meanwhile into the run or a child run cancelled with it; and the child runs a finish started meanwhile
+  // (cancelDescendants). When one fails, the cancel is rolled back with it: the caller sees the error and asks again,
+  // and that cancel ends the run with its children and leftovers and reports what it closed.
+  return transactionAgain(
+    q,
+    async (tx) => {
+      const [r] = await tx.query(CANCEL_RUN_SQL, [runId, sourcesOf('run', 'cancelled'), sourcesOf('stage', 'cancelled')]);
+      if (!r || r.previous_state === null || r.previous_state === undefined) return null;
+      const runningStageIds = (r.running_stage_ids as string[] | undefined) ?? [];
+      const waitsClosed = (r.waits_closed as string[] | undefined) ?? [];
+      // A run already ended is swept again, its run row left as it was: its own leftovers and its children's (a run
+      // cancelled before cancels were one transaction, or expired by a sweeper of that time, may still hold some).
+      if (r.cancelled === 1 || r.previous_state === 'cancelled' || r.previous_state === 'expired') {
+        const runIds = r.cancelled === 1 ? ((r.run_ids as string[] | undefined) ?? [runId]) : [runId];
+        await cancelLeftovers(tx, runIds, r.previous_state === 'expired' ? 'run_deadline' : 'cancelled');
+        const d = await cancelDescendants(tx, [runId], r.previous_state === 'expired' ? 'parent_expired' : 'parent_cancelled');
+        runningStageIds.push(...d.runningStageIds);
+        waitsClosed.push(...d.waitsClosed);
+      }
+      return { cancelled: r.cancelled === 1, previousState: r.previous_state as RunState, runningStageIds, waitsClosed };
+    },
+    { idleLimitMs: ROW_HOLDING_IDLE_LIMIT_MS },
+  );
 }
 
 /** A stage of a run as the planner decides from it (src/planner/decide.ts PersistedStage) and an agent rebuilds its conversation from. */
