@@ -299,8 +299,8 @@ export async function createRatchet(options: RatchetOptions = {}): Promise<Ratch
     },
     async retry(id) {
       const res = await store.retryRun(id);
-      const hash = res?.retried && res.stage ? (await store.getRun(id))?.definitionHash : undefined;
-      if (hash && res?.stage) transport.notify(laneOf(res.stage.toolClass, hash), { stageId: res.stage.id, attempt: 1 });
+      const hash = res?.retried && res.queued.length > 0 ? (await store.getRun(id))?.definitionHash : undefined;
+      if (hash) for (const q of res!.queued) transport.notify(laneOf(q.toolClass, hash), { stageId: q.stageId, attempt: 1 });
       for (const q of res?.childQueued ?? []) transport.notify(laneOf(q.toolClass, q.definitionHash), { stageId: q.stageId, attempt: 1 });
       if (res?.retried) logger.info({ event: 'run_retried', runId: id, stageId: res.stage?.id }, 'run retried');
       return res;

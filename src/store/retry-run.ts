@@ -19,6 +19,8 @@ export interface RetryResult {
   reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed' | null;
   /** The failed stage the run is retried from (also when nothing moved, if there is one). */
   stage: { id: string; seq: number; name: string; tool: string; toolClass: string; attemptsUsed: number; error: unknown } | null;
+  /** Every stage of the run this retry queued (its failed stages, and branches the failure cancelled that were due), to wake. */
+  queued: { stageId: string; toolClass: string }[];
   /** Stages of its child runs this retry queued (retried with it: see retryRun), to wake. */
   childQueued: { stageId: string; toolClass: string; definitionHash: string }[];
 }
@@ -57,7 +59,7 @@ async function reattachChildren(tx: Queryable, runId: string, depth: number): Pr
       const child = await retryOne(tx, childId);
       if (child?.retried && child.stage) {
         await tx.query(STAGE_WAITS_FOR_CHILD_SQL, [stageId, 'waiting']);
-        queued.push({ stageId: child.stage.id, toolClass: child.stage.toolClass, definitionHash: r.child_definition_hash as string });
+        for (const q of child.queued) queued.push({ ...q, definitionHash: r.child_definition_hash as string });
         queued.push(...(await reattachChildren(tx, childId, depth + 1)));
         continue;
       }
@@ -95,5 +97,6 @@ async function retryOne(q: Queryable, runId: string): Promise<RetryResult | null
         : r.deadline_passed === true
           ? 'deadline_passed'
           : 'not_failed';
-  return { retried, previousState, reason, stage, childQueued: [] };
+  const queued = ((r.queued as RetryResult['queued'] | null | undefined) ?? []).filter(() => retried);
+  return { retried, previousState, reason, stage, queued, childQueued: [] };
 }

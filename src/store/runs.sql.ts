@@ -145,13 +145,15 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHE
  * stage), a next step whose input() threw (that step, never the one before it), a changed
  * definition, no worker. Only `failed` runs are retried: an expired or cancelled run is
  * resubmitted as a new run, and so is a failed run whose deadline has passed. The run goes
- * failed -> running (error cleared, kept in the event), its failed stage failed -> queued with a
- * fresh attempt budget (attempt back to 0, maxElapsed counted again from the next claim; the
+ * failed -> running (error cleared, kept in the event), its failed stages failed -> queued (every
+ * one, not only the first by seq, the one reported: one statement can fail several, a finish batch,
+ * a claim of expired leases with their attempts spent, failUnserved, and a join waiting for two of
+ * them would wait for good) with a fresh attempt budget (attempt back to 0, maxElapsed counted again from the next claim; the
  * fencing token still grows, from the one sequence), and the later stages the failure cancelled
  * cancelled -> pending. Nothing moves unless the run is `failed`, has a failed stage and its
  * deadline (if any) has not passed. The history stays: every earlier event is kept and a
  * `run_retried` event records the attempts used and the error retried from.
- * Returns the previous run state and why nothing moved when it did not.
+ * Returns the previous run state, why nothing moved when it did not, and the stages it queued (to wake).
  */
 export const RETRY_RUN_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
@@ -172,9 +174,9 @@ run AS (
 st AS (
   UPDATE ratchet.stages s SET state = 'queued', attempt = 0, owner_id = NULL, lease_until = NULL, heartbeat_at = NULL,
     claimed_at = NULL, first_claimed_at = NULL, available_at = clk.t, finished_at = NULL, updated_at = clk.t
-  FROM run, failed_stage f, clk
-  WHERE s.id = f.id AND s.state = 'failed'
-  RETURNING s.id
+  FROM run, clk
+  WHERE s.run_id = run.id AND s.state = 'failed' AND NOT coalesce((s.error ->> 'asValue')::boolean, false)
+  RETURNING s.id, s.tool_class
 ),
 -- The stages the failure cancelled: pending again while they wait for something (their join counter
 -- kept what had ended), queued when they were already due (a parallel branch cancelled while queued or running).
@@ -183,27 +185,29 @@ later AS (
     lease_until = NULL, heartbeat_at = NULL, claimed_at = NULL, first_claimed_at = NULL, available_at = clk.t, finished_at = NULL, updated_at = clk.t
   FROM run, failed_stage f, clk
   WHERE s.run_id = run.id AND s.state = 'cancelled'
-  RETURNING s.id
+  RETURNING s.id, s.tool_class, s.state
 ),
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT $1::uuid, f.id, 'run_retried', f.fence, f.attempt, clk.t,
     jsonb_build_object('seq', f.seq, 'attemptsUsed', f.attempt, 'maxAttempts', f.max_attempts,
-      'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later))
+      'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later), 'stagesRetried', (SELECT count(*) FROM st))
   FROM run, failed_stage f, clk
 ),
--- The retried stage's call was approved (it then failed for good): its next claim runs it with the approved
+-- A retried stage's call was approved (it then failed for good): its next claim runs it with the approved
 -- input without asking again (decideGate, a documented choice); say so, with who approved and when.
 reused AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
-  SELECT $1::uuid, f.id, 'approval_reused', clk.t,
+  SELECT $1::uuid, st.id, 'approval_reused', clk.t,
     jsonb_build_object('decidedBy', w.decided_by, 'actor', w.actor, 'decidedAt', w.ended_at, 'inputHash', w.input_hash)
-  FROM run, failed_stage f, clk, ratchet.waits w
-  WHERE w.stage_id = f.id AND w.kind = 'approval' AND w.outcome = 'approved'
+  FROM st, clk, ratchet.waits w
+  WHERE w.stage_id = st.id AND w.kind = 'approval' AND w.outcome = 'approved'
 )
 SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::int AS retried,
   (SELECT deadline IS NOT NULL AND deadline <= clk.t FROM prev) AS deadline_passed,
-  f.id::text AS stage_id, f.seq, f.name, f.tool, f.tool_class, f.attempt AS attempts_used, f.error AS stage_error
+  f.id::text AS stage_id, f.seq, f.name, f.tool, f.tool_class, f.attempt AS attempts_used, f.error AS stage_error,
+  (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', q.id::text, 'toolClass', q.tool_class) ORDER BY q.id), '[]'::jsonb)
+   FROM (SELECT id, tool_class FROM st UNION ALL SELECT id, tool_class FROM later WHERE state = 'queued') q) AS queued
 FROM clk LEFT JOIN failed_stage f ON true`;
 
 /**

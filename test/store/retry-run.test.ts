@@ -65,4 +65,63 @@ describe.each(['pglite', 'postgres'] as const)('retryRun on %s', (kind) => {
     expect(await r.retry('01890f4e-0000-7000-8000-000000000000')).toBeNull();
     expect(await r.retry('nope')).toBeNull();
   });
+
+  it('a retry revives every stage one statement failed: a join that waits for two failed branches runs, and the run ends', async () => {
+    // A fan-out of two and their join, on a class no worker here serves (the test claims and finishes by hand).
+    const c = `manual_${kind}`;
+    const stage = (name: string, deps: number[], nextSeqs: number[]) => ({
+      name,
+      tool: name,
+      toolClass: c,
+      leaseMs: 3000,
+      timeoutMs: 2000,
+      maxDurationMs: 60_000,
+      maxAttempts: 1,
+      deps,
+      nextSeqs,
+    });
+    const run = await r.store.createRun({
+      workflow: 'w',
+      definitionHash: 'h',
+      input: {},
+      stages: [stage('a', [], [3]), stage('b', [], [3]), stage('j', [1, 2], [])],
+    });
+    const claim = () => r.store.claim({ owner: 'A', toolClass: c, limit: 10, definitions: ['h'] });
+    expect(await claim()).toHaveLength(2);
+    // Both leases lapse; their one attempt is spent: one claim statement fails both, and the run.
+    await r.store.clock.advance(5000);
+    expect((await claim()).map((s) => s.state)).toEqual(['failed', 'failed']);
+    expect((await r.store.getRun(run.id))!.stages.map((s) => s.state)).toEqual(['failed', 'failed', 'cancelled']);
+    const res = await r.retry(run.id);
+    expect(res).toMatchObject({ retried: true, stage: { name: 'a' } });
+    // Before, only `a` came back: `b` stayed failed, and `j` waited for it for good (the run running, not retryable).
+    expect(res!.queued.map((q) => q.stageId).sort()).toEqual(
+      (await r.store.getRun(run.id))!.stages
+        .filter((s) => s.name !== 'j')
+        .map((s) => s.id)
+        .sort(),
+    );
+    expect((await r.store.getRun(run.id))!.stages.map((s) => s.state)).toEqual(['queued', 'queued', 'pending']);
+    const branches = await claim();
+    expect(branches.map((s) => s.state)).toEqual(['running', 'running']);
+    for (const s of branches) {
+      const [v] = await r.store.finish('A', [{ stageId: s.id, fence: s.fence, outcome: 'succeeded', result: { ok: s.seq } }]);
+      expect(v).toMatchObject({ accepted: true });
+    }
+    const [join] = await claim();
+    expect(join).toMatchObject({ seq: 3, state: 'running' });
+    const [v] = await r.store.finish('A', [
+      {
+        stageId: join!.id,
+        fence: join!.fence,
+        outcome: 'succeeded',
+        result: { done: true },
+        run: { state: 'succeeded', result: { done: true } },
+      },
+    ]);
+    expect(v).toMatchObject({ accepted: true });
+    expect((await r.store.getRun(run.id))!.state).toBe('succeeded');
+    const retried = (await r.events(run.id)).find((e) => e.type === 'run_retried');
+    expect(retried?.data).toMatchObject({ stagesRetried: 2, stagesReplanned: 1 });
+  });
 });
