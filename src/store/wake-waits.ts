@@ -70,6 +70,16 @@ export async function wakeDueWaits(
         const runId = r.run_id as string;
         const kind = r.kind as 'sleep' | 'signal' | 'approval';
         const waitingState = kind === 'approval' ? 'awaiting_approval' : 'waiting';
+        // An approval's timeout settled above may have ended this row's run (a static step fails it), cancelling this
+        // stage and closing its wait in this transaction: the rows read at the start are stale from then on.
+        if (out.settled.length > 0) {
+          const [now] = await tx.query(
+            `SELECT s.state, w.ended_at IS NOT NULL AS ended FROM ratchet.stages s JOIN ratchet.waits w ON w.stage_id = s.id WHERE s.id = $1::bigint`,
+            [stageId],
+          );
+          if (!now || now.ended === true) continue;
+          r.state = now.state;
+        }
         if (r.state !== waitingState) {
           await tx.query(`UPDATE ratchet.waits SET ended_at = ratchet.db_now(), outcome = 'cancelled' WHERE stage_id = $1::bigint`, [
             stageId,

@@ -92,6 +92,15 @@ const paid = z.object({ paid: z.boolean(), ref: z.string() });
 
 const gated = defineWorkflow({ name: 'wr_gated', input: caseInput, steps: [{ tool: createCase }, { tool: ship }] });
 const refunds = defineWorkflow({ name: 'wr_refunds', input: caseInput, steps: [{ tool: refund }] });
+/** Two gates side by side (both roots): their approvals time out in the same sweep. */
+const twinGates = defineWorkflow({
+  name: 'wr_twin_gates',
+  input: z.object({}),
+  steps: [
+    { name: 'case_a', tool: createCase, input: () => ({ invoiceId: 'twin-a', amount: 1 }), after: [] },
+    { name: 'case_b', tool: createCase, input: () => ({ invoiceId: 'twin-b', amount: 2 }), after: [] },
+  ],
+});
 const batch = defineWorkflow({
   name: 'wr_batch',
   input: z.object({ amounts: z.array(z.number()) }),
@@ -176,7 +185,7 @@ describe('waits through a real worker (PostgreSQL)', () => {
     r = await createRatchet({
       databaseUrl: db.url,
       logger: silentLogger(),
-      workflows: [gated, refunds, batch, hooked, patient, napper, forked, agent],
+      workflows: [gated, refunds, batch, hooked, patient, napper, forked, agent, twinGates],
     });
     worker = await startWorker();
     api = await createServer({ ratchet: r, tokens: [TOKEN], port: 0 });
@@ -367,6 +376,27 @@ describe('waits through a real worker (PostgreSQL)', () => {
       const text = await processMetrics().registry.metrics();
       expect(text).toMatch(/ratchet_waits_ended_total\{kind="approval",outcome="timed_out"\} [1-9]/);
       expect(text).toMatch(/ratchet_approval_decision_seconds_count\{outcome="timed_out"\} [1-9]/);
+    });
+
+    it('two approvals time out in one sweep: the first fails the run, the second stage stays cancelled with its wait (never cancelled -> failed)', async () => {
+      const { id } = await r.submit('wr_twin_gates', {});
+      const a = await stageIn(id, 'case_a', 'awaiting_approval');
+      const b = await stageIn(id, 'case_b', 'awaiting_approval');
+      await moveClock(3600_000 + 1000, async () => {
+        await ended(id);
+      });
+      const run = (await r.store.getRun(id))!;
+      expect(run.state).toBe('failed');
+      expect(run.error).toMatchObject({ code: 'approval_timeout' });
+      // One stage timed out and failed the run; the run's failure cancelled the other and closed its wait.
+      expect(run.stages.map((s) => s.state).sort()).toEqual(['cancelled', 'failed']);
+      const [failed, cancelled] = run.stages.find((s) => s.id === a.id)!.state === 'failed' ? [a, b] : [b, a];
+      expect((await waitRow(failed.id))!.outcome).toBe('timed_out');
+      expect((await waitRow(cancelled.id))!.outcome).toBe('cancelled');
+      const ev = (await r.events(id)).filter((e) => e.stageId === cancelled.id).map((e) => e.type);
+      expect(ev).not.toContain('approval_timed_out');
+      expect(ev).not.toContain('stage_failed');
+      expect(ev.filter((t) => t === 'stage_cancelled')).toHaveLength(1);
     });
   });
 
