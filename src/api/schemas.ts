@@ -17,6 +17,19 @@ const ts = z.iso.datetime({ offset: true });
 export const requestTimestampSchema = ts.refine((s) => isStorableTime(new Date(s)), `a date-time ${STORABLE_TIME_RANGE}`);
 /** PostgreSQL bigint's upper bound: event ids. */
 const MAX_BIGINT = 2n ** 63n - 1n;
+/**
+ * An event position (an event id: `after`, `streamAfter`, a stream's Last-Event-ID, `watch
+ * --after`): a decimal string 0..MAX_BIGINT, so it fits PostgreSQL bigint.
+ */
+export const eventPositionSchema = z
+  .string()
+  .regex(/^\d{1,19}$/, 'an event id')
+  // zod runs this even when the regex failed: only digits reach BigInt.
+  .refine((s) => !/^\d+$/.test(s) || BigInt(s) <= MAX_BIGINT, `an event id (at most ${MAX_BIGINT})`);
+/** Whether `s` is an event position (eventPositionSchema). */
+export function isEventPosition(s: string): boolean {
+  return eventPositionSchema.safeParse(s).success;
+}
 export const runStateSchema = z.enum(RUN_STATES as [RunState, ...RunState[]]).meta({ id: 'RunState' });
 const stageStateSchema = z.enum(STAGE_STATES as [StageState, ...StageState[]]).meta({ id: 'StageState' });
 
@@ -193,15 +206,8 @@ export type RunListJson = z.infer<typeof runListSchema>;
 
 export const eventsQuerySchema = z
   .object({
-    after: z
-      .string()
-      .regex(/^\d{1,19}$/, 'an event id')
-      .refine((s) => !/^\d+$/.test(s) || BigInt(s) <= MAX_BIGINT, `an event id (at most ${MAX_BIGINT})`)
-      .optional()
-      .describe('only events after this event id (id order)'),
-    streamAfter: z
-      .string()
-      .regex(/^\d{1,19}$/, 'an event id')
+    after: eventPositionSchema.optional().describe('only events after this event id (id order)'),
+    streamAfter: eventPositionSchema
       .optional()
       .describe(
         'stream order instead of id order: events after this event id (a Last-Event-ID; 0 for the start) as GET /v1/runs/:id/stream sends them, committed transactions only',

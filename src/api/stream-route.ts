@@ -10,6 +10,7 @@ import { openRunStreamChunks, type StreamChunk, type StreamedEvent } from '../li
 import type { TokenDelta } from '../live/tokens.js';
 import { ApiError } from './errors.js';
 import { eventToJson } from './present.js';
+import { isEventPosition } from './schemas.js';
 
 /** How long an EventSource waits before reconnecting (the SSE `retry:` field). */
 export const STREAM_RETRY_MS = 1000;
@@ -119,7 +120,7 @@ export function streamHandler(opts: StreamRouteOptions) {
   return async (c: Context) => {
     const runId = c.req.param('id') ?? '';
     const resume = c.req.header('last-event-id')?.trim() || c.req.query('after') || undefined;
-    if (resume !== undefined && !/^\d{1,19}$/.test(resume)) {
+    if (resume !== undefined && !isEventPosition(resume)) {
       throw new ApiError(400, 'invalid_request', 'Last-Event-ID (or ?after) must be an event id of this run', { path: 'Last-Event-ID' });
     }
     const ac = new AbortController();

@@ -151,6 +151,38 @@ describe('issue 9 item 14: each case a typed 4xx with nothing written', () => {
     expect(await api.http(`/v1/runs/${runId}/events?after=9223372036854775807`)).toMatchObject({ status: 200, body: { events: [] } });
   });
 
+  const stream = (id: string, resume: { header?: string; query?: string }) =>
+    api.http(`/v1/runs/${id}/stream${resume.query ? `?after=${resume.query}` : ''}`, {
+      headers: resume.header ? { 'last-event-id': resume.header } : {},
+    });
+  const PAST_BIGINT = '9999999999999999999';
+
+  it('stream Last-Event-ID past bigint is 400 invalid_request, not 500 (an unknown run too)', async () => {
+    await refused(() => stream(runId, { header: PAST_BIGINT }), 400, 'invalid_request', 'Last-Event-ID');
+    await refused(() => stream(UUID, { header: PAST_BIGINT }), 400, 'invalid_request', 'Last-Event-ID');
+  });
+
+  it('stream ?after past bigint is 400 invalid_request, not 500', async () => {
+    await refused(() => stream(runId, { query: PAST_BIGINT }), 400, 'invalid_request', 'Last-Event-ID');
+  });
+
+  it('events?streamAfter past bigint is 400 invalid_request at streamAfter, not 500 (an unknown run too)', async () => {
+    await refused(() => api.http(`/v1/runs/${runId}/events?streamAfter=${PAST_BIGINT}`), 400, 'invalid_request', 'streamAfter');
+    await refused(() => api.http(`/v1/runs/${UUID}/events?streamAfter=${PAST_BIGINT}`), 400, 'invalid_request', 'streamAfter');
+  });
+
+  it("bigint's largest value still passes the check on the stream and streamAfter: answered as before", async () => {
+    const max = '9223372036854775807';
+    // Not an event of this run (422) or of no run (404), as before the check.
+    await refused(() => stream(runId, { header: max }), 422, 'invalid_input', 'Last-Event-ID');
+    await refused(() => stream(runId, { query: max }), 422, 'invalid_input', 'Last-Event-ID');
+    await refused(() => api.http(`/v1/runs/${runId}/events?streamAfter=${max}`), 422, 'invalid_input', 'streamAfter');
+    await refused(() => stream(UUID, { header: max }), 404, 'unknown_run');
+    await refused(() => api.http(`/v1/runs/${UUID}/events?streamAfter=${max}`), 404, 'unknown_run');
+    const first = (await api.client.events(runId)).events[0]!.id;
+    expect(await api.http(`/v1/runs/${runId}/events?streamAfter=${first}`)).toMatchObject({ status: 200 });
+  });
+
   it('two Idempotency-Key headers are 400 invalid_request, never joined into a new key "a, b"', async () => {
     const body = JSON.stringify({ workflow: 'echo', input: { key: 'dup' } });
     await refused(

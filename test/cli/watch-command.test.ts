@@ -107,4 +107,22 @@ describe('ratchet watch', () => {
     expect(timeout.lines.at(-1)).toMatchObject({ type: 'watch_end', outcome: 'client_deadline_exceeded', state: 'running' });
     release('cli-watch-timeout');
   }, 120_000);
+
+  it('--after past bigint (9999999999999999999) is exit 2 invalid_input at after, from a server and from the database', async () => {
+    const { id } = await api.client.submit('echo', { key: 'cli-watch-after-past' });
+    await until('the run to succeed', async () => (await api.client.get(id)).state === 'succeeded');
+    const after = ['watch', id, '--after', '9999999999999999999', '--timeout', '5s'];
+    const [viaUrl, viaDb, text] = await Promise.all([
+      ratchet(['--url', api.server.url, '--token', TOKEN, '--json', ...after]),
+      ratchet(['--database-url', db.url, '--json', ...after]),
+      ratchet(['--database-url', db.url, ...after]),
+    ]);
+    for (const r of [viaUrl, viaDb]) {
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.error).toMatchObject({ code: 'invalid_input', path: 'after', message: expect.stringContaining('--after') });
+      expect(r.lines).toEqual([]);
+    }
+    expect(text.code, text.stderr).toBe(2);
+    expect(text.stderr).toContain('--after must be an event id (at most 9223372036854775807)');
+  }, 120_000);
 });

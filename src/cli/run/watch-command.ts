@@ -1,5 +1,5 @@
 import { eventToJson } from '../../api/present.js';
-import type { RunJson } from '../../api/schemas.js';
+import { eventPositionSchema, type RunJson } from '../../api/schemas.js';
 import { createRunService } from '../../api/service.js';
 import { createClient } from '../../client/client.js';
 import type { EventJson, TokenJson, WatchEnd } from '../../client/watch.js';
@@ -72,7 +72,8 @@ export async function watchCommand(id: string, o: WatchCommandOptions): Promise<
   const timeout = resolveDuration(o.timeout);
   if ('problem' in timeout || timeout.ms <= 0)
     throw new InvalidInputError(`--timeout: ${'problem' in timeout ? timeout.problem : 'must be > 0'}`, 'timeout');
-  if (o.after !== undefined && !/^\d{1,19}$/.test(o.after)) throw new InvalidInputError('--after must be an event id', 'after');
+  const after = o.after === undefined ? undefined : eventPositionSchema.safeParse(o.after);
+  if (after?.success === false) throw new InvalidInputError(`--after must be ${after.error.issues[0]!.message}`, 'after');
   const interrupt = new AbortController();
   const onSignal = () => interrupt.abort();
   process.once('SIGINT', onSignal);
