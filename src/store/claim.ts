@@ -1,4 +1,5 @@
 import { cancelFailedLeftovers } from './leftovers.js';
+import { classifyDbError } from './db-errors.js';
 import { z } from 'zod';
 import type { Db, Queryable, Row } from './db.js';
 import { ROW_HOLDING_IDLE_LIMIT_MS, transactionOn } from './transaction-on.js';
@@ -100,12 +101,17 @@ export async function claim(db: Db, args: z.input<typeof claimArgs>): Promise<Cl
     ? await claimLimitedThenCursor(db, { owner, toolClass, limit, hashes, by }, limits)
     : await db.query(claimSql(limit, hashes.length, by), [owner, toolClass, hashes], `ratchet_claim_${limit}_${hashes.length}_${by}`);
   // A spent budget failed runs (failRunsFrom): what a concurrent finish inserted into them meanwhile is cancelled now.
-  // The claim has committed: its stages are leased to this worker, so a follow-up that fails must not lose them (each
-  // would cost an attempt). What it leaves, no claim takes (RUN_IS_ACTIVE).
+  // The claim has committed: its stages are leased to this worker, so a follow-up the database did not answer (or
+  // aborted) must not lose them (each would cost an attempt). The stages it leaves no claim takes (RUN_IS_ACTIVE); a
+  // child run it leaves active, the sweeper's orphan pass cancels (sweepOrphans).
   await cancelFailedLeftovers(
     db,
     rows.filter((r) => r.state === 'failed').map((r) => r.id as string),
-  ).catch(() => 0);
+  ).catch((err: unknown) => {
+    const kind = classifyDbError(err);
+    if (kind !== 'unavailable' && kind !== 'conflict') throw err;
+    return 0;
+  });
   return rows.map((r) => toClaimed(r, sentAt));
 }
 

@@ -84,19 +84,23 @@ SELECT (SELECT count(*) FROM run)::int AS expired, coalesce((SELECT array_agg(ru
   coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
 
 /**
- * The child runs of runs $1 that just ended (expired), recursively, cancelled with their unfinished
- * stages, as CANCEL_RUN_SQL cancels a cancelled run's children; run right after the statement that
- * ended them (EXPIRE_RUNS_SQL), in the same transaction (deadline.ts expireRuns), so a failure rolls
- * the expiry back with it. The expiry then holds a parent's rows while it waits for a child's: when
- * another sweeper expiring that child (waking its parent) or a finish of the child's last stage meets
- * it, PostgreSQL aborts one as a deadlock, and each side asks again (transactionAgain, the finish's retry).
+ * The active child runs of runs $1 that are still ended (expired, cancelled or failed: read again,
+ * FOR SHARE, so a run retry committing meanwhile, which revives a failed parent and its children,
+ * waits or is seen), recursively, cancelled with their unfinished stages, as CANCEL_RUN_SQL cancels a
+ * cancelled run's children. Run by cancelDescendants (deadline.ts): right after the statement that
+ * ended the runs, in its transaction (the expiry, a cancel) or on its own (a failure's follow-up,
+ * leftovers.ts), and by the sweeper for a child left active under an ended parent. In the expiry's
+ * transaction it holds a parent's rows while it waits for a child's: when another sweeper expiring
+ * that child (waking its parent) or a finish of the child's last stage meets it, PostgreSQL aborts
+ * one as a deadlock, and each side asks again (transactionAgain, the finish's retry).
  * A running stage's worker learns it at its next extend (`cancelled`). Events: run_cancelled and
  * stage_cancelled (previous state), reason $2. Returns the runs cancelled and their running stages.
  */
 export const CANCEL_DESCENDANTS_SQL = `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+ended AS (SELECT p.id FROM ratchet.runs p WHERE p.id = ANY($1::uuid[]) AND p.state IN ('expired', 'cancelled', 'failed') FOR SHARE),
 tree(id) AS (
-  SELECT c.id FROM ratchet.runs c WHERE c.parent_run_id = ANY($1::uuid[])
+  SELECT c.id FROM ratchet.runs c JOIN ended ON c.parent_run_id = ended.id
   UNION ALL
   SELECT c.id FROM ratchet.runs c JOIN tree t ON c.parent_run_id = t.id
 ),
@@ -164,3 +168,13 @@ ev AS (
   SELECT w.run_id, w.stage_id, 'wait_ended', NULL, NULL, clk.t, jsonb_build_object('kind', w.kind, 'outcome', w.outcome) FROM waits_closed w, clk
 )
 SELECT (SELECT count(*) FROM st)::int AS cancelled`;
+
+/**
+ * Ended runs (expired, cancelled, failed) that still have an active child run, at most $1: what a failure's
+ * follow-up (cancelFailedLeftovers) left when its process or connection died before it ran. For the sweeper's
+ * orphan pass (deadline.ts sweepOrphans). Reads the active runs (runs_state_created_idx), not every child run.
+ */
+export const ORPHANED_PARENTS_SQL = `
+SELECT DISTINCT p.id::text AS id, p.state FROM ratchet.runs c JOIN ratchet.runs p ON p.id = c.parent_run_id
+WHERE c.state IN (${sqlStates(RUN_CANCELLABLE)}) AND c.parent_run_id IS NOT NULL AND p.state IN ('expired', 'cancelled', 'failed')
+LIMIT $1`;

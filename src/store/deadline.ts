@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { Db, Queryable } from './db.js';
-import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL } from './deadline.sql.js';
+import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL, ORPHANED_PARENTS_SQL } from './deadline.sql.js';
 import { transactionAgain } from './db-errors.js';
 import { parseInput } from './validate.js';
 import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
@@ -84,6 +84,29 @@ export async function cancelDescendants(
     out.runningStageIds.push(...((d?.running_stage_ids as string[] | undefined) ?? []));
     out.waitsClosed.push(...((d?.waits_closed as string[] | undefined) ?? []));
     await cancelLeftovers(q, ids, 'cancelled');
+  }
+  return out;
+}
+
+/** The reason a child run's cancel gives, by its parent's end. */
+const REASON_BY_PARENT_STATE = { expired: 'parent_expired', cancelled: 'parent_cancelled', failed: 'parent_ended' } as const;
+
+/**
+ * The sweeper's orphan pass: child runs left active under a parent that ended (ORPHANED_PARENTS_SQL, at most `limit`
+ * parents) are cancelled with theirs (cancelDescendants), one transaction per kind of end. Nothing else would end them
+ * when a failure's follow-up was lost to a process or connection that died first.
+ */
+export async function sweepOrphans(db: Db, limit: number): Promise<DescendantsCancelled> {
+  parseInput(z.number().int().min(1).max(10_000), limit, 'sweepOrphans.limit');
+  const rows = await db.query(ORPHANED_PARENTS_SQL, [limit], 'ratchet_orphaned_parents');
+  const out: DescendantsCancelled = { runIds: [], runningStageIds: [], waitsClosed: [] };
+  for (const [state, reason] of Object.entries(REASON_BY_PARENT_STATE)) {
+    const ids = rows.filter((r) => r.state === state).map((r) => r.id as string);
+    if (ids.length === 0) continue;
+    const d = await transactionAgain(db, (tx) => cancelDescendants(tx, ids, reason), { idleLimitMs: ROW_HOLDING_IDLE_LIMIT_MS });
+    out.runIds.push(...d.runIds);
+    out.runningStageIds.push(...d.runningStageIds);
+    out.waitsClosed.push(...d.waitsClosed);
   }
   return out;
 }

@@ -7,7 +7,7 @@ import { createPgliteDb } from './db-pglite.js';
 import { createPostgresDb } from './db-postgres.js';
 import { claim } from './claim.js';
 import { extend, extenderOn, release, type Extender } from './extend.js';
-import { expireRuns } from './deadline.js';
+import { expireRuns, sweepOrphans } from './deadline.js';
 import { EXPIRE_ALL_LEASES_SQL } from './extend.sql.js';
 import { finish, type FinishRow } from './finish.js';
 import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
@@ -122,6 +122,8 @@ export interface Store {
   openExtender(): Extender;
   /** Expires at most `limit` runs past their deadline (the sweeper; deadline.sql.ts). */
   expireRuns(limit: number): ReturnType<typeof expireRuns>;
+  /** Child runs left active under an ended parent, cancelled (the sweeper's orphan pass). */
+  sweepOrphans(limit: number): ReturnType<typeof sweepOrphans>;
   finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
   release(args: Parameters<typeof release>[1]): ReturnType<typeof release>;
   /** The movable database clock (tests): every connection and process reads it. */
@@ -132,7 +134,7 @@ export interface Store {
     advance(ms: number): Promise<void>;
   };
   close(): Promise<void>;
-  /** Retries a failed run from its failed stage with a fresh attempt budget; null for an unknown id. */
+  /** Retries a failed run from its failed stages with a fresh attempt budget; null for an unknown id. */
   retryRun(runId: string): ReturnType<typeof retryRun>;
   /** One page of runs, newest first, with filters and a keyset cursor. */
   listRuns(filter?: ListRunsFilter): ReturnType<typeof listRuns>;
@@ -224,6 +226,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     extend: (args, o) => extend(db, args, o),
     openExtender: () => extenderOn(db.session('lease-keeper')),
     expireRuns: (limit) => expireRuns(db, limit),
+    sweepOrphans: (limit) => sweepOrphans(db, limit),
     finish: (owner, rows) => finish(db, owner, rows),
     release: (args) => release(db, args),
     clock: {

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { LIVE_WORKER_MS, type Store } from '../store/index.js';
 import { laneOf } from '../transport/lane.js';
@@ -22,6 +23,10 @@ const LEASE_WAKE_MARGIN_MS = 50;
 /** Waits whose time came (a sleep's end, a signal's or an approval's timeout) ended per statement, and statements per sweep at most. */
 const WAKE_BATCH = 200;
 const WAKE_BATCHES = 5;
+/** The orphan pass (child runs left active under an ended parent) runs at the first tick, then this often at most. */
+const ORPHAN_SWEEP_EVERY_MS = 60_000;
+/** Parents the orphan pass reads per tick at most. */
+const ORPHAN_BATCH = 100;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
 /** The tick after the first comes this soon at most: workers started together learn of each other. */
@@ -42,6 +47,8 @@ export class Sweeper {
   private stopped = false;
   /** The tick after start's first comes sooner (SECOND_TICK_MS). */
   private secondTickSoon = false;
+  /** When the orphan pass last ran (performance.now()), null before the first. */
+  private orphansSweptAt: number | null = null;
 
   constructor(
     private readonly store: Store,
@@ -93,6 +100,7 @@ export class Sweeper {
   private tick(): Promise<void> {
     this.running = (async () => {
       await this.expireRuns();
+      await this.sweepOrphans();
       await this.wakeWaits();
       await this.fireSchedules?.().catch((err: Error) =>
         this.logger.warn({ event: 'schedules_failed', err: err.message }, 'firing schedules failed'),
@@ -197,6 +205,23 @@ export class Sweeper {
       }
     } catch (err) {
       this.logger.warn({ event: 'wake_waits_failed', err: (err as Error).message }, 'ending waits whose time came failed');
+    }
+  }
+
+  /** Child runs left active under an ended parent (a failure's follow-up lost with its process), cancelled. */
+  private async sweepOrphans(): Promise<void> {
+    if (this.orphansSweptAt !== null && performance.now() - this.orphansSweptAt < ORPHAN_SWEEP_EVERY_MS) return;
+    this.orphansSweptAt = performance.now();
+    try {
+      const d = await this.store.sweepOrphans(ORPHAN_BATCH);
+      for (const kind of d.waitsClosed) recordWaitEnded(this.metrics.registry, kind, 'cancelled');
+      if (d.runIds.length > 0)
+        this.logger.warn(
+          { event: 'orphans_cancelled', count: d.runIds.length, runningStages: d.runningStageIds.length },
+          'child runs left active under an ended parent were cancelled',
+        );
+    } catch (err) {
+      this.logger.warn({ event: 'orphan_sweep_failed', err: (err as Error).message }, 'cancelling child runs of ended parents failed');
     }
   }
 

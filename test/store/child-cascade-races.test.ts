@@ -1,9 +1,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Db, Queryable } from '../../src/store/db.js';
+import type { Queryable } from '../../src/store/db.js';
 import { openStore, type Store } from '../../src/store/index.js';
+import { cancelDescendants } from '../../src/store/deadline.js';
 import { cancelFailedLeftovers } from '../../src/store/leftovers.js';
 import { until } from '../api/helpers.js';
+import { failingOnce } from '../helpers/failing-db.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { spec } from './lease-suite.js';
 
@@ -116,24 +118,78 @@ describe('child runs never outlive an ended parent (PostgreSQL)', () => {
     expect(await store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'] })).toHaveLength(1);
     await store.clock.advance(5000);
     const live = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
-    let failed = false;
-    const wrap = (q: Queryable): Db['query'] =>
-      ((text, params, name, opts) => {
-        if (name === 'ratchet_cancel_failed_leftovers' && !failed) {
-          failed = true;
-          return Promise.reject(Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' }));
-        }
-        return q.query(text, params, name, opts);
-      }) as Db['query'];
-    const broken = Object.assign(Object.create(store.db) as Db, {
-      query: wrap(store.db),
-      transaction: ((fn, o) => store.db.transaction((tx) => fn({ query: wrap(tx) }), o)) as Db['transaction'],
-    });
+    const broken = failingOnce(store.db, 'ratchet_cancel_failed_leftovers');
     const { claim } = await import('../../src/store/claim.js');
     const got = await claim(broken, { owner: 'B', toolClass: c, limit: 10, definitions: ['h'] });
-    expect(failed).toBe(true);
+    expect(broken.failed()).toBe(true);
     expect(got.filter((s) => s.state === 'running').map((s) => s.runId)).toEqual([live.id]);
     expect(await runState(spent.id)).toBe('failed');
     expect(await stageStates(live.id)).toEqual(['running']);
+  });
+
+  it("a run retry that commits before or while a failure's follow-up looks for children wins: the retried child is left running", async () => {
+    const c = `race_${++n}`;
+    const { parent, stageId, kid } = await parentAndLoneChild(c);
+    await startChild(db, parent.id, stageId, kid.id);
+    const failBoth = () =>
+      db.query(`UPDATE ratchet.runs SET state = 'failed', finished_at = ratchet.db_now() WHERE id = ANY($1::uuid[])`, [
+        [parent.id, kid.id],
+      ]);
+    const reviveBoth = async (q: Queryable) => {
+      await q.query(`UPDATE ratchet.runs SET state = 'running', finished_at = NULL WHERE id = $1`, [parent.id]);
+      await q.query(`UPDATE ratchet.runs SET state = 'running', finished_at = NULL WHERE id = $1`, [kid.id]);
+    };
+    // The parent failed with its child (what failRunsFrom leaves), then a retry revived both before the follow-up's
+    // look for children: the parent is no longer ended, so its child is nobody's orphan (before, it was cancelled).
+    await failBoth();
+    await reviveBoth(db);
+    expect((await cancelDescendants(store.db, [parent.id], 'parent_ended')).runIds).toEqual([]);
+    expect(await runState(kid.id)).toBe('running');
+    // The retry commits while the look runs: the look waits for the parent's row (FOR SHARE), then reads it again.
+    await failBoth();
+    const session = new pg.Client({ connectionString: db.url });
+    await session.connect();
+    try {
+      await session.query('BEGIN');
+      await reviveBoth(session);
+      let settled = false;
+      const look = cancelDescendants(store.db, [parent.id], 'parent_ended').finally(() => {
+        settled = true;
+      });
+      await until(
+        'the look to wait for the parent row (or to end)',
+        async () =>
+          settled ||
+          (
+            await db.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+                 AND wait_event_type = 'Lock' AND position('ended AS (SELECT p.id FROM ratchet.runs p' in query) > 0`,
+            )
+          )[0]!.n > 0,
+        10_000,
+      );
+      await session.query('COMMIT');
+      expect((await look).runIds).toEqual([]);
+    } finally {
+      await session.end();
+    }
+    expect(await runState(parent.id)).toBe('running');
+    expect(await runState(kid.id)).toBe('running');
+  });
+
+  it("the sweeper's orphan pass cancels a child run left active under an ended parent (its follow-up lost), once", async () => {
+    const c = `race_${++n}`;
+    const { parent, stageId, kid } = await parentAndLoneChild(c);
+    await startChild(db, parent.id, stageId, kid.id);
+    await db.query(`UPDATE ratchet.runs SET state = 'failed', finished_at = ratchet.db_now() WHERE id = $1`, [parent.id]);
+    await db.query(`UPDATE ratchet.stages SET state = 'failed', finished_at = ratchet.db_now() WHERE id = $1`, [stageId]);
+    const d = await store.sweepOrphans(100);
+    expect(d.runIds).toEqual([kid.id]);
+    expect(await runState(kid.id)).toBe('cancelled');
+    expect(await stageStates(kid.id)).toEqual(['cancelled']);
+    expect((await store.listEvents(kid.id)).filter((e) => e.type === 'run_cancelled').map((e) => e.data)).toEqual([
+      { reason: 'parent_ended' },
+    ]);
+    expect((await store.sweepOrphans(100)).runIds).toEqual([]);
   });
 });

@@ -1,10 +1,10 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXPIRE_RUNS_SQL } from '../../src/store/deadline.sql.js';
-import type { Db, Queryable } from '../../src/store/db.js';
 import { expireRuns } from '../../src/store/deadline.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { cancelRun } from '../../src/store/runs.js';
+import { failingOnce } from '../helpers/failing-db.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
 import { spec } from './lease-suite.js';
 
@@ -91,23 +91,6 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     }
   });
 
-  /** store.db, but the statement named `name` fails (a lost connection) the first time it is asked, in or out of a transaction. */
-  const failingOnce = (name: string): Db => {
-    let failed = false;
-    const wrap = (q: Queryable): Db['query'] =>
-      ((text, params, n, opts) => {
-        if (n === name && !failed) {
-          failed = true;
-          return Promise.reject(Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' }));
-        }
-        return q.query(text, params, n, opts);
-      }) as Db['query'];
-    return Object.assign(Object.create(store.db) as Db, {
-      query: wrap(store.db),
-      transaction: ((fn, o) => store.db.transaction((tx) => fn({ query: wrap(tx) }), o)) as Db['transaction'],
-    });
-  };
-
   it('an expired lease of an ended run is not reclaimed; a cancel whose follow-up failed wrote nothing, and asked again it cancels the run with what a late plan queued', async () => {
     const c = `ended_${++n}`;
     const run = await store.createRun({ workflow: 'w', definitionHash: 'h', input: {}, stages: [spec({ toolClass: c })] });
@@ -121,7 +104,7 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     await db.query(`UPDATE ratchet.runs SET state = 'running', finished_at = NULL WHERE id = $1`, [run.id]);
     // The cancel's follow-up (the leftovers statement) fails: the caller sees the error, and the cancel is rolled back
     // with it (one transaction): the run and its running stage are as they were, with no event.
-    await expect(cancelRun(failingOnce('ratchet_cancel_leftovers'), run.id)).rejects.toThrow(/Connection terminated/);
+    await expect(cancelRun(failingOnce(store.db, 'ratchet_cancel_leftovers'), run.id)).rejects.toThrow(/Connection terminated/);
     expect((await store.getRun(run.id))!.state).toBe('running');
     expect(await stateOf(first!.id)).toBe('running');
     expect((await store.listEvents(run.id)).filter((e) => e.type === 'run_cancelled' || e.type === 'stage_cancelled')).toEqual([]);
@@ -162,7 +145,7 @@ describe('stages of ended runs are never claimed (PostgreSQL)', () => {
     await store.clock.advance(1500);
     // The cascade to the child fails: the expiry is rolled back with it (before, the parent stayed expired and its
     // child running for good: no later sweep picked an expired run again).
-    await expect(expireRuns(failingOnce('ratchet_cancel_descendants'), 100)).rejects.toThrow(/Connection terminated/);
+    await expect(expireRuns(failingOnce(store.db, 'ratchet_cancel_descendants'), 100)).rejects.toThrow(/Connection terminated/);
     expect((await store.getRun(parent.id))!.state).toBe('queued'); // as before the sweep: its stage waits for the child
     expect((await store.getRun(kid.id))!.state).toBe('running');
     expect(await stateOf(kidStage!.id)).toBe('running');
