@@ -113,7 +113,7 @@ export interface Ratchet {
   worker(opts?: WorkerOptions): Worker;
   cancel(id: string): Promise<CancelResult | null>;
   close(): Promise<void>;
-  /** Retries a failed run from its failed stage (fresh attempt budget, history kept); null for an unknown id. */
+  /** Retries a failed run from its failed stages (fresh attempt budget, history kept); null for an unknown id. */
   retry(id: string): Promise<RetryResult | null>;
   /** Why a run is where it is: one verdict and its evidence (src/observability/explain.ts). */
   explain(id: string): Promise<Explanation>;

@@ -206,7 +206,7 @@ export class AttemptAbortedError extends RatchetError {
 }
 
 /**
- * Retry works only from `failed` (the same run from its failed stage). An expired or cancelled
+ * Retry works only from `failed` (the same run from its failed stages). An expired or cancelled
  * run is resubmitted as a new run; a queued or running run is still going (wait for it).
  */
 export class RunNotRetryableError extends RatchetError {

@@ -93,8 +93,10 @@ export function retryToJson(id: string, r: RetryResult & { stage: NonNullable<Re
     state: 'running',
     previousState: r.previousState,
     stage: r.stage,
+    retriedStageIds: r.retriedStageIds,
     note:
-      `the same run goes on from stage ${r.stage.seq} (${r.stage.name}) with a fresh attempt budget; ` +
-      'its earlier attempts stay in its events (a run_retried event marks the retry)',
+      `the same run goes on from stage ${r.stage.seq} (${r.stage.name})` +
+      (r.retriedStageIds.length > 1 ? ` and ${r.retriedStageIds.length - 1} more failed stage(s)` : '') +
+      ' with a fresh attempt budget; its earlier attempts stay in its events (a run_retried event marks the retry)',
   };
 }

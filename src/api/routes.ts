@@ -113,7 +113,7 @@ export const retryRoute = createRoute({
   path: '/v1/runs/{id}/retry',
   operationId: 'retryRun',
   security,
-  summary: 'Retry a failed run from its failed stage (no body); an expired or cancelled run is resubmitted as a new run',
+  summary: 'Retry a failed run from its failed stages (no body); an expired or cancelled run is resubmitted as a new run',
   request: runId,
   responses: {
     200: json(retryResponseSchema, 'the run goes on'),

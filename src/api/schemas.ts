@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PG_BIGINT_MAX } from '../store/validate.js';
 import { PRIORITY_MAX, PRIORITY_MIN, prioritySchema } from '../definitions/priority.js';
 import { EVENT_TYPES } from '../store/event-types.js';
 import { RUN_STATES, STAGE_STATES, type RunState, type StageState } from '../planner/states.js';
@@ -15,17 +16,15 @@ const noNul = /^[^\u0000]*$/;
 const ts = z.iso.datetime({ offset: true });
 /** A date-time a client sends: RFC 3339 with an offset, a real calendar date, in the range PostgreSQL stores (src/store/limits.ts). */
 export const requestTimestampSchema = ts.refine((s) => isStorableTime(new Date(s)), `a date-time ${STORABLE_TIME_RANGE}`);
-/** PostgreSQL bigint's upper bound: event ids. */
-const MAX_BIGINT = 2n ** 63n - 1n;
 /**
  * An event position (an event id: `after`, `streamAfter`, a stream's Last-Event-ID, `watch
- * --after`): a decimal string 0..MAX_BIGINT, so it fits PostgreSQL bigint.
+ * --after`): a decimal string 0..PG_BIGINT_MAX, so it fits PostgreSQL bigint.
  */
 export const eventPositionSchema = z
   .string()
   .regex(/^\d{1,19}$/, 'an event id')
   // zod runs this even when the regex failed: only digits reach BigInt.
-  .refine((s) => !/^\d+$/.test(s) || BigInt(s) <= MAX_BIGINT, `an event id (at most ${MAX_BIGINT})`);
+  .refine((s) => !/^\d+$/.test(s) || BigInt(s) <= PG_BIGINT_MAX, `an event id (at most ${PG_BIGINT_MAX})`);
 /** Whether `s` is an event position (eventPositionSchema). */
 export function isEventPosition(s: string): boolean {
   return eventPositionSchema.safeParse(s).success;
@@ -279,6 +278,8 @@ export const retryResponseSchema = z
         error: z.unknown(),
       })
       .strict(),
+    /** Every failed stage queued again (one statement can fail several: a join waits for all of them), `stage` among them. */
+    retriedStageIds: z.array(z.string()),
     note: z.string(),
   })
   .strict()

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ApiError, errorBodySchema } from '../api/errors.js';
-import { eventSchema, type RunJson } from '../api/schemas.js';
+import { eventPositionSchema, eventSchema, type RunJson } from '../api/schemas.js';
 import { TERMINAL_EVENT_TYPES } from '../planner/states.js';
 import { parseInput } from '../store/validate.js';
 import type { Clock } from './clock.js';
@@ -25,10 +25,7 @@ export const TERMINAL_EVENTS = TERMINAL_EVENT_TYPES;
 export const watchOptionsSchema = z
   .object({
     /** Start after this event id (as Last-Event-ID): only later events come. */
-    after: z
-      .string()
-      .regex(/^\d{1,19}$/, 'an event id')
-      .optional(),
+    after: eventPositionSchema.optional(),
     /** Stop watching at this absolute time or after this many ms (default 10 minutes); the run goes on. */
     deadline: z.union([z.number().int().min(0), z.date()]).optional(),
     /** A stream silent (not even a heartbeat) for this long is dropped and reopened (default 45 s: three heartbeats). */

@@ -149,7 +149,7 @@ function actions(run: RunRow, csrf: string): Html {
   const button = (action: string, label: string, cls = '') =>
     html`<form method="post" action="/runs/${run.id}/${action}" class="action" data-action="${action}"><input type="hidden" name="csrf" value="${csrf}"><button type="submit" class="${cls}">${label}</button></form>`;
   const canCancel = run.state === 'queued' || run.state === 'running';
-  return html`<div class="actions">${canCancel ? button('cancel', 'Cancel run', 'danger') : ''}${run.state === 'failed' ? button('retry', 'Retry from the failed stage') : ''}</div>`;
+  return html`<div class="actions">${canCancel ? button('cancel', 'Cancel run', 'danger') : ''}${run.state === 'failed' ? button('retry', 'Retry from the failed stages') : ''}</div>`;
 }
 
 /**

@@ -295,7 +295,7 @@ export function classifyTerminal(run: RunRow, now: Date): Explanation {
       ? `the run succeeded${when}`
       : `the run ${run.state}${when}${failed ? ` in stage ${failed.seq} (${failed.name})` : ''}: ${errorText(run.error)}` +
         (run.state === 'failed'
-          ? ' (a failed run can be retried from its failed stage)'
+          ? ' (a failed run can be retried from its failed stages)'
           : run.state === 'expired' || run.state === 'cancelled'
             ? ' (submit a new run to try again)'
             : '');

@@ -13,7 +13,7 @@ import { IllegalTransitionError } from '../errors.js';
  *   running -> running is the reclaim of an expired lease (new owner, new fence).
  *   running -> queued is a retry (or a graceful release, or an attempt past maxDuration).
  *   queued -> failed is a claim that finds the attempt budget spent.
- *   failed -> queued is the explicit retry of a failed run from its failed stage;
+ *   failed -> queued is the explicit retry of a failed run from its failed stages;
  *   cancelled -> pending is the same retry re-planning the later stages the failure cancelled;
  *   cancelled -> queued the same for a parallel branch it cancelled that was already due.
  *   failed | cancelled -> waiting is that retry re-attaching a child-run stage to its child run,

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import { InvalidInputError } from '../errors.js';
+import { PG_BIGINT_MAX } from '../store/validate.js';
 import { InvalidFenceError, InvalidIdempotencyKeyError } from './errors.js';
 
 /** PostgreSQL bigint's upper bound: fences are taken from a sequence, so they fit. */
-export const MAX_FENCE = 9223372036854775807n;
+export const MAX_FENCE = PG_BIGINT_MAX;
 /** Longest idempotency key the guard accepts (characters). */
 export const MAX_KEY_LENGTH = 512;
 

@@ -19,6 +19,8 @@ export interface RetryResult {
   reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed' | null;
   /** The failed stage the run is retried from (also when nothing moved, if there is one). */
   stage: { id: string; seq: number; name: string; tool: string; toolClass: string; attemptsUsed: number; error: unknown } | null;
+  /** The run's failed stages this retry queued again (`stage` first among them; a statement can fail several). */
+  retriedStageIds: string[];
   /** Every stage of the run this retry queued (its failed stages, and branches the failure cancelled that were due), to wake. */
   queued: { stageId: string; toolClass: string }[];
   /** Stages of its child runs this retry queued (retried with it: see retryRun), to wake. */
@@ -26,7 +28,7 @@ export interface RetryResult {
 }
 
 /**
- * Retries a failed run from its failed stage (RETRY_RUN_SQL) with a fresh attempt budget; the
+ * Retries a failed run from its failed stages (RETRY_RUN_SQL) with a fresh attempt budget; the
  * history stays in the events. Null for an unknown id. With its child runs (the run graph), in
  * the same transaction, as a user of Temporal's or Inngest's "retry from the failure" expects:
  * - a child-run stage the retry revived whose child run FAILED: the child is retried too, in place
@@ -98,5 +100,6 @@ async function retryOne(q: Queryable, runId: string): Promise<RetryResult | null
           ? 'deadline_passed'
           : 'not_failed';
   const queued = ((r.queued as RetryResult['queued'] | null | undefined) ?? []).filter(() => retried);
-  return { retried, previousState, reason, stage, queued, childQueued: [] };
+  const retriedStageIds = retried ? ((r.retried_stage_ids as string[] | undefined) ?? []) : [];
+  return { retried, previousState, reason, stage, retriedStageIds, queued, childQueued: [] };
 }

@@ -139,7 +139,7 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHE
   coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
 
 /**
- * Retry failed run $1 from its failed stage, as one conditional statement. Every way a run
+ * Retry failed run $1 from its failed stages, as one conditional statement. Every way a run
  * fails leaves a failed stage to start from: a tool's permanent error or spent budget
  * (attempts, maxElapsed, maxDuration), a failed model call or a refused action list (the model
  * stage), a next step whose input() threw (that step, never the one before it), a changed
@@ -191,7 +191,8 @@ ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
   SELECT $1::uuid, f.id, 'run_retried', f.fence, f.attempt, clk.t,
     jsonb_build_object('seq', f.seq, 'attemptsUsed', f.attempt, 'maxAttempts', f.max_attempts,
-      'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later), 'stagesRetried', (SELECT count(*) FROM st))
+      'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later), 'stagesRetried', (SELECT count(*) FROM st),
+      'retriedStageIds', (SELECT jsonb_agg(id::text ORDER BY id) FROM st))
   FROM run, failed_stage f, clk
 ),
 -- A retried stage's call was approved (it then failed for good): its next claim runs it with the approved
@@ -207,7 +208,8 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::i
   (SELECT deadline IS NOT NULL AND deadline <= clk.t FROM prev) AS deadline_passed,
   f.id::text AS stage_id, f.seq, f.name, f.tool, f.tool_class, f.attempt AS attempts_used, f.error AS stage_error,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', q.id::text, 'toolClass', q.tool_class) ORDER BY q.id), '[]'::jsonb)
-   FROM (SELECT id, tool_class FROM st UNION ALL SELECT id, tool_class FROM later WHERE state = 'queued') q) AS queued
+   FROM (SELECT id, tool_class FROM st UNION ALL SELECT id, tool_class FROM later WHERE state = 'queued') q) AS queued,
+  coalesce((SELECT array_agg(id::text ORDER BY id) FROM st), '{}') AS retried_stage_ids
 FROM clk LEFT JOIN failed_stage f ON true`;
 
 /**

@@ -1,4 +1,5 @@
 import type { Queryable } from './db.js';
+import { PG_BIGINT_MAX } from './validate.js';
 import { eventOfRow, isUuid, type EventRow } from './runs.js';
 import {
   EVENT_POSITION_SQL,
@@ -46,7 +47,7 @@ export async function readStreamBatch(q: Queryable, runId: string, after: Stream
 /** The position of event `eventId` of run `runId` (a Last-Event-ID), or null when the run has no such event. */
 export async function eventPosition(q: Queryable, runId: string, eventId: string): Promise<StreamPosition | null> {
   // An id past bigint is no event (PostgreSQL would refuse the cast: 22003).
-  if (!isUuid(runId) || !/^\d{1,19}$/.test(eventId) || BigInt(eventId) > 9223372036854775807n) return null;
+  if (!isUuid(runId) || !/^\d{1,19}$/.test(eventId) || BigInt(eventId) > PG_BIGINT_MAX) return null;
   const [r] = await q.query(EVENT_POSITION_SQL, [runId, eventId], 'ratchet_event_position');
   return r ? { tx: r.tx as string, id: eventId } : null;
 }

@@ -1,6 +1,9 @@
 import type { z } from 'zod';
 import { InvalidInputError } from '../errors.js';
 
+/** PostgreSQL bigint's upper bound (event ids, stage ids, fences). */
+export const PG_BIGINT_MAX = 2n ** 63n - 1n;
+
 /** Parses with zod; a failure becomes InvalidInputError naming the first offending JSON path. */
 export function parseInput<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
   const res = schema.safeParse(value);

@@ -122,6 +122,7 @@ describe.each(['pglite', 'postgres'] as const)('retryRun on %s', (kind) => {
     expect(v).toMatchObject({ accepted: true });
     expect((await r.store.getRun(run.id))!.state).toBe('succeeded');
     const retried = (await r.events(run.id)).find((e) => e.type === 'run_retried');
-    expect(retried?.data).toMatchObject({ stagesRetried: 2, stagesReplanned: 1 });
+    expect(retried?.data).toMatchObject({ stagesRetried: 2, stagesReplanned: 1, retriedStageIds: [...res!.retriedStageIds] });
+    expect(res!.retriedStageIds).toHaveLength(2);
   });
 });

@@ -78,7 +78,7 @@ export const COMMANDS: Record<string, LazyCommand> = {
   retry: {
     term: 'retry <id>',
     description:
-      'retry a failed run from its failed stage (exit 3 unknown id, 7 not failed: resubmit expired or cancelled runs with `run`)',
+      'retry a failed run from its failed stages (exit 3 unknown id, 7 not failed: resubmit expired or cancelled runs with `run`)',
     load: async () => (await import('./retry.js')).registerRetryCommand,
   },
   prune: {
