@@ -213,7 +213,7 @@ export class RunNotRetryableError extends RatchetError {
   constructor(
     readonly runId: string,
     readonly state: string,
-    readonly reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed',
+    readonly reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed' | 'parent_ended',
     hint: string,
   ) {
     super(

@@ -278,8 +278,11 @@ export const retryResponseSchema = z
         error: z.unknown(),
       })
       .strict(),
-    /** Every failed stage queued again (one statement can fail several: a join waits for all of them), `stage` among them. */
-    retriedStageIds: z.array(z.string()),
+    /**
+     * Every failed stage queued again, in seq order, `stage` first (one statement can fail several: a join waits for all
+     * of them). Always sent; optional so that a client reads the answer of a server from before it was added.
+     */
+    retriedStageIds: z.array(z.string()).optional(),
     note: z.string(),
   })
   .strict()

@@ -38,7 +38,7 @@ export interface RunService {
   retry(id: string): Promise<RetryResponse>;
 }
 
-const RETRY_HINTS: Record<RunState | 'deadline_passed' | 'no_failed_stage', string> = {
+const RETRY_HINTS: Record<RunState | 'deadline_passed' | 'no_failed_stage' | 'parent_ended', string> = {
   queued: 'it has not ended: wait for it',
   running: 'it has not ended: wait for it',
   succeeded: 'it succeeded: there is nothing to retry',
@@ -47,6 +47,8 @@ const RETRY_HINTS: Record<RunState | 'deadline_passed' | 'no_failed_stage', stri
   failed: 'submit it again as a new run',
   deadline_passed: 'its deadline has passed: resubmit it as a new run (POST /v1/runs)',
   no_failed_stage: 'no stage failed (the run failed between stages): resubmit it as a new run (POST /v1/runs)',
+  parent_ended:
+    'it is a child run whose parent run ended: retry the parent (POST /v1/runs/:parentId/retry), which retries this child with it',
 };
 
 /**

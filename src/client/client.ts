@@ -211,7 +211,9 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/cancel`, schema: cancelResponseSchema, timeoutMs })).data;
     },
     async retry(id) {
-      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/retry`, schema: retryResponseSchema, timeoutMs })).data;
+      // Loose: the retry has happened by the time the answer is read, so a field a newer server adds must not fail it.
+      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/retry`, schema: retryResponseSchema.loose(), timeoutMs }))
+        .data;
     },
     async explain(id) {
       return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/explain`, schema: explanationSchema, timeoutMs })).data;

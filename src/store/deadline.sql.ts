@@ -98,7 +98,7 @@ SELECT (SELECT count(*) FROM run)::int AS expired, coalesce((SELECT array_agg(ru
  */
 export const CANCEL_DESCENDANTS_SQL = `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
-ended AS (SELECT p.id FROM ratchet.runs p WHERE p.id = ANY($1::uuid[]) AND p.state IN ('expired', 'cancelled', 'failed') FOR SHARE),
+ended AS (SELECT p.id FROM ratchet.runs p WHERE p.id = ANY($1::uuid[]) AND p.state IN ('expired', 'cancelled', 'failed') ORDER BY p.id FOR SHARE),
 tree(id) AS (
   SELECT c.id FROM ratchet.runs c JOIN ended ON c.parent_run_id = ended.id
   UNION ALL

@@ -96,10 +96,10 @@ const REASON_BY_PARENT_STATE = { expired: 'parent_expired', cancelled: 'parent_c
  * parents) are cancelled with theirs (cancelDescendants), one transaction per kind of end. Nothing else would end them
  * when a failure's follow-up was lost to a process or connection that died first.
  */
-export async function sweepOrphans(db: Db, limit: number): Promise<DescendantsCancelled> {
+export async function sweepOrphans(db: Db, limit: number): Promise<DescendantsCancelled & { parents: number }> {
   parseInput(z.number().int().min(1).max(10_000), limit, 'sweepOrphans.limit');
   const rows = await db.query(ORPHANED_PARENTS_SQL, [limit], 'ratchet_orphaned_parents');
-  const out: DescendantsCancelled = { runIds: [], runningStageIds: [], waitsClosed: [] };
+  const out = { runIds: [] as string[], runningStageIds: [] as string[], waitsClosed: [] as string[], parents: rows.length };
   for (const [state, reason] of Object.entries(REASON_BY_PARENT_STATE)) {
     const ids = rows.filter((r) => r.state === state).map((r) => r.id as string);
     if (ids.length === 0) continue;

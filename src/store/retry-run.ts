@@ -16,10 +16,10 @@ export interface RetryResult {
   retried: boolean;
   previousState: RunState;
   /** Why nothing moved: the run is not failed, has no failed stage, or its deadline passed. */
-  reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed' | null;
+  reason: 'not_failed' | 'no_failed_stage' | 'deadline_passed' | 'parent_ended' | null;
   /** The failed stage the run is retried from (also when nothing moved, if there is one). */
   stage: { id: string; seq: number; name: string; tool: string; toolClass: string; attemptsUsed: number; error: unknown } | null;
-  /** The run's failed stages this retry queued again (`stage` first among them; a statement can fail several). */
+  /** The run's failed stages this retry queued again, in seq order (`stage` first; a statement can fail several). */
   retriedStageIds: string[];
   /** Every stage of the run this retry queued (its failed stages, and branches the failure cancelled that were due), to wake. */
   queued: { stageId: string; toolClass: string }[];
@@ -98,7 +98,9 @@ async function retryOne(q: Queryable, runId: string): Promise<RetryResult | null
         ? 'no_failed_stage'
         : r.deadline_passed === true
           ? 'deadline_passed'
-          : 'not_failed';
+          : r.parent_ended === true
+            ? 'parent_ended'
+            : 'not_failed';
   const queued = ((r.queued as RetryResult['queued'] | null | undefined) ?? []).filter(() => retried);
   const retriedStageIds = retried ? ((r.retried_stage_ids as string[] | undefined) ?? []) : [];
   return { retried, previousState, reason, stage, retriedStageIds, queued, childQueued: [] };

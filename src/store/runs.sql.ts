@@ -153,11 +153,16 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHE
  * cancelled -> pending. Nothing moves unless the run is `failed`, has a failed stage and its
  * deadline (if any) has not passed. The history stays: every earlier event is kept and a
  * `run_retried` event records the attempts used and the error retried from.
+ * A child run whose parent ended is retried with its parent (retryRun's reattach), never alone
+ * (parent_ended): it would run under an ended parent, and the sweeper's orphan pass would cancel it.
  * Returns the previous run state, why nothing moved when it did not, and the stages it queued (to wake).
  */
 export const RETRY_RUN_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
-prev AS (SELECT id, state, deadline, error FROM ratchet.runs WHERE id = $1::uuid),
+prev AS (SELECT id, state, deadline, error, parent_run_id FROM ratchet.runs WHERE id = $1::uuid),
+parent_ended AS (
+  SELECT EXISTS (SELECT 1 FROM prev JOIN ratchet.runs p ON p.id = prev.parent_run_id WHERE p.state IN ('failed', 'cancelled', 'expired')) AS yes
+),
 failed_stage AS (
   SELECT s.id, s.seq, s.name, s.tool, s.tool_class, s.attempt, s.max_attempts, s.fence, s.error
   FROM ratchet.stages s WHERE s.run_id = $1::uuid AND s.state = 'failed' AND NOT coalesce((s.error ->> 'asValue')::boolean, false)
@@ -168,7 +173,7 @@ run AS (
     -- a run with several sinks keeps the part of its result its ended sinks wrote
     result = CASE WHEN r.sinks_left IS NULL THEN NULL ELSE r.result END
   FROM clk, failed_stage f
-  WHERE r.id = $1::uuid AND r.state = 'failed' AND (r.deadline IS NULL OR r.deadline > clk.t)
+  WHERE r.id = $1::uuid AND r.state = 'failed' AND (r.deadline IS NULL OR r.deadline > clk.t) AND NOT (SELECT yes FROM parent_ended)
   RETURNING r.id
 ),
 st AS (
@@ -176,7 +181,7 @@ st AS (
     claimed_at = NULL, first_claimed_at = NULL, available_at = clk.t, finished_at = NULL, updated_at = clk.t
   FROM run, clk
   WHERE s.run_id = run.id AND s.state = 'failed' AND NOT coalesce((s.error ->> 'asValue')::boolean, false)
-  RETURNING s.id, s.tool_class
+  RETURNING s.id, s.seq, s.tool_class
 ),
 -- The stages the failure cancelled: pending again while they wait for something (their join counter
 -- kept what had ended), queued when they were already due (a parallel branch cancelled while queued or running).
@@ -192,7 +197,7 @@ ev AS (
   SELECT $1::uuid, f.id, 'run_retried', f.fence, f.attempt, clk.t,
     jsonb_build_object('seq', f.seq, 'attemptsUsed', f.attempt, 'maxAttempts', f.max_attempts,
       'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later), 'stagesRetried', (SELECT count(*) FROM st),
-      'retriedStageIds', (SELECT jsonb_agg(id::text ORDER BY id) FROM st))
+      'retriedStageIds', (SELECT jsonb_agg(id::text ORDER BY seq) FROM st))
   FROM run, failed_stage f, clk
 ),
 -- A retried stage's call was approved (it then failed for good): its next claim runs it with the approved
@@ -209,7 +214,8 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run)::i
   f.id::text AS stage_id, f.seq, f.name, f.tool, f.tool_class, f.attempt AS attempts_used, f.error AS stage_error,
   (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', q.id::text, 'toolClass', q.tool_class) ORDER BY q.id), '[]'::jsonb)
    FROM (SELECT id, tool_class FROM st UNION ALL SELECT id, tool_class FROM later WHERE state = 'queued') q) AS queued,
-  coalesce((SELECT array_agg(id::text ORDER BY id) FROM st), '{}') AS retried_stage_ids
+  coalesce((SELECT array_agg(id::text ORDER BY seq) FROM st), '{}') AS retried_stage_ids,
+  (SELECT yes FROM parent_ended) AS parent_ended
 FROM clk LEFT JOIN failed_stage f ON true`;
 
 /**

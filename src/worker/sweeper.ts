@@ -25,8 +25,9 @@ const WAKE_BATCH = 200;
 const WAKE_BATCHES = 5;
 /** The orphan pass (child runs left active under an ended parent) runs at the first tick, then this often at most. */
 const ORPHAN_SWEEP_EVERY_MS = 60_000;
-/** Parents the orphan pass reads per tick at most. */
+/** Parents the orphan pass reads per statement, and statements per pass at most. */
 const ORPHAN_BATCH = 100;
+const ORPHAN_BATCHES = 5;
 /** A class no worker has announced within this long is reported unserved (explain, metric). */
 export const UNSERVED_AFTER_MS = 30_000;
 /** The tick after the first comes this soon at most: workers started together learn of each other. */
@@ -37,7 +38,8 @@ const SECOND_TICK_MS = 1000;
  * due `queued` stages and expired leases to the transport (job ids dedupe repeats), and keeps
  * this worker's row in ratchet.workers fresh (explain uses it to say no worker serves a class).
  * It also expires runs past their deadline, so a run expires within one sweep whatever its
- * stages wait for (a retry delay, a class nobody serves, a long stage).
+ * stages wait for (a retry delay, a class nobody serves, a long stage), and once a minute cancels
+ * child runs left active under an ended parent (the orphan pass).
  */
 export class Sweeper {
   private timer: NodeJS.Timeout | null = null;
@@ -76,6 +78,7 @@ export class Sweeper {
   start(): void {
     this.stopped = false;
     this.secondTickSoon = true;
+    this.orphansSweptAt = null;
     void this.tick();
   }
 
@@ -210,16 +213,19 @@ export class Sweeper {
 
   /** Child runs left active under an ended parent (a failure's follow-up lost with its process), cancelled. */
   private async sweepOrphans(): Promise<void> {
-    if (this.orphansSweptAt !== null && performance.now() - this.orphansSweptAt < ORPHAN_SWEEP_EVERY_MS) return;
+    if (this.stopped || (this.orphansSweptAt !== null && performance.now() - this.orphansSweptAt < ORPHAN_SWEEP_EVERY_MS)) return;
     this.orphansSweptAt = performance.now();
     try {
-      const d = await this.store.sweepOrphans(ORPHAN_BATCH);
-      for (const kind of d.waitsClosed) recordWaitEnded(this.metrics.registry, kind, 'cancelled');
-      if (d.runIds.length > 0)
-        this.logger.warn(
-          { event: 'orphans_cancelled', count: d.runIds.length, runningStages: d.runningStageIds.length },
-          'child runs left active under an ended parent were cancelled',
-        );
+      for (let i = 0; i < ORPHAN_BATCHES && !this.stopped; i++) {
+        const d = await this.store.sweepOrphans(ORPHAN_BATCH);
+        for (const kind of d.waitsClosed) recordWaitEnded(this.metrics.registry, kind, 'cancelled');
+        if (d.runIds.length > 0)
+          this.logger.warn(
+            { event: 'orphans_cancelled', count: d.runIds.length, runningStages: d.runningStageIds.length },
+            'child runs left active under an ended parent were cancelled',
+          );
+        if (d.parents < ORPHAN_BATCH) break;
+      }
     } catch (err) {
       this.logger.warn({ event: 'orphan_sweep_failed', err: (err as Error).message }, 'cancelling child runs of ended parents failed');
     }

@@ -78,7 +78,7 @@ describe('cancel', () => {
 });
 
 describe('retry', () => {
-  it('a failed run goes on from its failed stage with a fresh attempt budget; the history is kept', async () => {
+  it('a failed run goes on from its failed stages with a fresh attempt budget; the history is kept', async () => {
     owe('retry-1', 3); // maxAttempts 2: attempts 1 and 2 fail (exhausted); after the retry, attempt 1 fails and attempt 2 succeeds
     const { id } = await api.client.submit('flaky', { key: 'retry-1' });
     const failed = await settled(id);

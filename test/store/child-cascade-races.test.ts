@@ -192,4 +192,17 @@ describe('child runs never outlive an ended parent (PostgreSQL)', () => {
     ]);
     expect((await store.sweepOrphans(100)).runIds).toEqual([]);
   });
+
+  it('a child run whose parent ended is not retried alone (parent_ended): it would run under an ended parent', async () => {
+    const c = `race_${++n}`;
+    const { parent, stageId, kid } = await parentAndLoneChild(c);
+    await startChild(db, parent.id, stageId, kid.id);
+    await db.query(`UPDATE ratchet.runs SET state = 'failed', finished_at = ratchet.db_now() WHERE id = ANY($1::uuid[])`, [
+      [parent.id, kid.id],
+    ]);
+    await db.query(`UPDATE ratchet.stages SET state = 'failed', finished_at = ratchet.db_now() WHERE run_id = $1`, [kid.id]);
+    expect(await store.retryRun(kid.id)).toMatchObject({ retried: false, previousState: 'failed', reason: 'parent_ended' });
+    expect(await runState(kid.id)).toBe('failed');
+    expect(await stageStates(kid.id)).toEqual(['failed']);
+  });
 });

@@ -28,7 +28,7 @@ describe.each(['pglite', 'postgres'] as const)('retryRun on %s', (kind) => {
       return run && ['succeeded', 'failed', 'cancelled', 'expired'].includes(run.state) ? run : null;
     });
 
-  it('moves a failed run on from its failed stage with a fresh budget; later stages are re-planned', async () => {
+  it('moves a failed run on from its failed stages with a fresh budget; later stages are re-planned', async () => {
     owe(`${kind}-a`, 2);
     const { id } = await r.submit('flaky', { key: `${kind}-a` });
     expect((await ended(id)).state).toBe('failed');
