@@ -280,9 +280,9 @@ export const retryResponseSchema = z
       .strict(),
     /**
      * Every failed stage queued again, in seq order, `stage` first (one statement can fail several: a join waits for all
-     * of them). Always sent; optional so that a client reads the answer of a server from before it was added.
+     * of them). The client reads it as optional (a server from before it was added).
      */
-    retriedStageIds: z.array(z.string()).optional(),
+    retriedStageIds: z.array(z.string()),
     note: z.string(),
   })
   .strict()

@@ -42,6 +42,9 @@ import { ApiError } from '../api/errors.js';
 import { waitForRun, type WaitOptions, type WaitOutcome } from './wait.js';
 import { watchRunEvents, type EventJson, type WatchEnd, type WatchOptions } from './watch.js';
 
+/** The retry's answer as the client reads it: `retriedStageIds` may be missing (an older server: []), and unknown fields pass. */
+const retryClientSchema = retryResponseSchema.extend({ retriedStageIds: z.array(z.string()).default([]) }).loose();
+
 const clientOptions = z
   .object({
     /** The server, e.g. http://127.0.0.1:7700 */
@@ -211,9 +214,9 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/cancel`, schema: cancelResponseSchema, timeoutMs })).data;
     },
     async retry(id) {
-      // Loose: the retry has happened by the time the answer is read, so a field a newer server adds must not fail it.
-      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/retry`, schema: retryResponseSchema.loose(), timeoutMs }))
-        .data;
+      // Loose: the retry has happened by the time the answer is read, so a field a newer server adds, or one an older
+      // server lacks, must not fail it.
+      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/retry`, schema: retryClientSchema, timeoutMs })).data;
     },
     async explain(id) {
       return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/explain`, schema: explanationSchema, timeoutMs })).data;
