@@ -37,8 +37,7 @@ export async function expireRuns(db: Db, limit: number): Promise<ExpiredRuns> {
       const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
       const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));
       const waitsExpired = (r?.waits_closed as string[] | undefined) ?? [];
-      if (runIds.length > 0) await cancelLeftovers(q, runIds, 'run_deadline');
-      const d = await cancelDescendants(q, runIds, 'parent_expired');
+      const d = await sweepEnded(q, runIds, 'expired');
       runningStageIds.push(...d.runningStageIds);
       return {
         expired: (r?.expired as number | undefined) ?? 0,
@@ -90,6 +89,16 @@ export async function cancelDescendants(
 
 /** The reason a child run's cancel gives, by its parent's end. */
 const REASON_BY_PARENT_STATE = { expired: 'parent_expired', cancelled: 'parent_cancelled', failed: 'parent_ended' } as const;
+
+/**
+ * What runs `runIds` that just ended `expired` or `cancelled` (or were asked to again) may still hold: their leftovers
+ * (cancelLeftovers: `run_deadline` for an expired run) and their active child runs with theirs (cancelDescendants).
+ * For the expiry and the cancel, in their transaction.
+ */
+export async function sweepEnded(q: Queryable, runIds: string[], state: 'expired' | 'cancelled'): Promise<DescendantsCancelled> {
+  if (runIds.length > 0) await cancelLeftovers(q, runIds, state === 'expired' ? 'run_deadline' : 'cancelled');
+  return cancelDescendants(q, runIds, REASON_BY_PARENT_STATE[state]);
+}
 
 /**
  * The sweeper's orphan pass: child runs left active under a parent that ended (ORPHANED_PARENTS_SQL, at most `limit`

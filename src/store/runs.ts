@@ -20,7 +20,7 @@ import {
   LIST_EVENTS_SQL,
   TRANSITION_STAGE_SQL,
 } from './runs.sql.js';
-import { cancelDescendants, cancelLeftovers } from './deadline.js';
+import { sweepEnded } from './deadline.js';
 import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
 import { transactionAgain } from './db-errors.js';
 
@@ -457,10 +457,9 @@ export async function cancelRun(q: Db, runId: string): Promise<CancelResult | nu
       const waitsClosed = (r.waits_closed as string[] | undefined) ?? [];
       // A run already ended is swept again, its run row left as it was: its own leftovers and its children's (a run
       // cancelled before cancels were one transaction, or expired by a sweeper of that time, may still hold some).
-      if (r.cancelled === 1 || r.previous_state === 'cancelled' || r.previous_state === 'expired') {
-        const runIds = r.cancelled === 1 ? ((r.run_ids as string[] | undefined) ?? [runId]) : [runId];
-        await cancelLeftovers(tx, runIds, r.previous_state === 'expired' ? 'run_deadline' : 'cancelled');
-        const d = await cancelDescendants(tx, [runId], r.previous_state === 'expired' ? 'parent_expired' : 'parent_cancelled');
+      const ended = r.cancelled === 1 ? 'cancelled' : r.previous_state;
+      if (ended === 'cancelled' || ended === 'expired') {
+        const d = await sweepEnded(tx, r.cancelled === 1 ? ((r.run_ids as string[] | undefined) ?? [runId]) : [runId], ended);
         runningStageIds.push(...d.runningStageIds);
         waitsClosed.push(...d.waitsClosed);
       }
