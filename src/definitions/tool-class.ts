@@ -27,8 +27,9 @@ export const toolClassOptionsSchema = z.strictObject({
   /**
    * The limit of ONE ATTEMPT's whole life, from its claim: reconcile + run + the time around
    * them. Enforced by the database — past it the lease keeper's next extend itself ends the
-   * attempt with `stage_duration_exceeded` (a failure counted against the attempt budget), and
-   * the tool's signal aborts with that reason. Since the keeper keeps extending while each
+   * attempt with `stage_duration_exceeded` (a failure counted against the attempt budget, retried
+   * as the retry policy says: after its backoff, not past maxElapsed), and the tool's signal aborts
+   * with that reason. Since the keeper keeps extending while each
    * call is within its `timeout`, this fires when the calls together pass it (a slow
    * reconcile, then a slow run); one call alone ends at its `timeout` first. Must be longer
    * than `timeout`: a class with `timeout >= maxDuration` is refused, with both numbers named.

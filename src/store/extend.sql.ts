@@ -6,8 +6,11 @@ import { DB_NOW_EXPR, BY_ID_RUNNING, failRunsFrom, failedAsValue, settleFrom } f
  * A lease is extended only while state = 'running', the owner and the fence match and
  * lease_until > now: an expired lease is never revived, even if nobody reclaimed it yet.
  * An attempt past max_duration_ms (counted from claimed_at) is ended by this same statement
- * with stage_duration_exceeded: back to `queued` if attempts remain (it counts against the
- * budget), else `failed` with its run. Returns a verdict for every requested lease, with
+ * with stage_duration_exceeded, a failure counted against the budget, as its retry policy says:
+ * $4 holds per lease the delay before the next attempt (the worker's decideRetry), or -1 when the
+ * policy allows none (maxElapsed spent). Back to `queued`, due after that delay, while attempts
+ * remain; else `failed` with its run (decision attempts_exhausted or max_elapsed in the error and
+ * the event). Returns a verdict for every requested lease, with
  * lease_until and the database's now:
  * - extended | duration_exceeded: what this statement did;
  * - run_deadline: the stage was cancelled under this fence because its run expired (deadline.sql.ts);
@@ -21,11 +24,13 @@ import { DB_NOW_EXPR, BY_ID_RUNNING, failRunsFrom, failedAsValue, settleFrom } f
  */
 export const EXTEND_SQL = `
 WITH RECURSIVE clk AS MATERIALIZED (SELECT ${DB_NOW_EXPR} AS t),
-req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, fence)),
+req AS (SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::int[]) AS r(id, fence, retry_delay_ms)),
 cur AS (
   SELECT s.id, s.run_id, s.state, s.fence, s.attempt, s.max_attempts,
     (s.state = 'running' AND s.owner_id = $1 AND s.lease_until > clk.t) AS held,
-    (clk.t >= s.claimed_at + s.max_duration_ms * interval '1 millisecond') AS over_duration
+    (clk.t >= s.claimed_at + s.max_duration_ms * interval '1 millisecond') AS over_duration,
+    greatest(req.retry_delay_ms, 0) AS retry_delay_ms,
+    CASE WHEN s.attempt >= s.max_attempts THEN 'attempts_exhausted' WHEN req.retry_delay_ms < 0 THEN 'max_elapsed' END AS no_retry
   FROM ratchet.stages s JOIN req ON s.id = req.id AND s.fence = req.fence CROSS JOIN clk
   WHERE s.id = ANY($2::bigint[])
 ),
@@ -38,26 +43,31 @@ ok AS (
 ),
 over AS (
   UPDATE ratchet.stages s SET
-    state = CASE WHEN s.attempt >= s.max_attempts THEN 'failed' ELSE 'queued' END,
-    available_at = clk.t,
-    finished_at = CASE WHEN s.attempt >= s.max_attempts THEN clk.t ELSE NULL END,
+    state = CASE WHEN cur.no_retry IS NOT NULL THEN 'failed' ELSE 'queued' END,
+    available_at = clk.t + cur.retry_delay_ms * interval '1 millisecond',
+    finished_at = CASE WHEN cur.no_retry IS NOT NULL THEN clk.t ELSE NULL END,
     error = jsonb_build_object('code', 'stage_duration_exceeded',
       'message', 'attempt ' || s.attempt || ' ran past maxDuration of ' || s.max_duration_ms || ' ms',
       'maxDurationMs', s.max_duration_ms)
+      || CASE WHEN cur.no_retry = 'max_elapsed' THEN '{"decision": "max_elapsed"}'::jsonb ELSE '{}'::jsonb END
       -- the last attempt of a stage whose failure is a value (continueOnError; an agent's tool error told to the model)
-      || CASE WHEN s.attempt >= s.max_attempts AND s.continue_on_error THEN '{"asValue": true}'::jsonb ELSE '{}'::jsonb END,
+      || CASE WHEN cur.no_retry IS NOT NULL AND s.continue_on_error THEN '{"asValue": true}'::jsonb ELSE '{}'::jsonb END,
     updated_at = clk.t
   FROM cur, clk
   WHERE s.id = ANY($2::bigint[]) AND s.id = cur.id AND cur.held AND cur.over_duration
     AND s.state = ${BY_ID_RUNNING} AND s.owner_id = $1 AND s.fence = cur.fence AND s.lease_until > clk.t
-  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt, s.continue_on_error, s.next_seqs, s.sink, coalesce(s.step, s.name) AS step
+  RETURNING s.id, s.run_id, s.state, s.error, s.fence, s.attempt, s.continue_on_error, s.next_seqs, s.sink, coalesce(s.step, s.name) AS step,
+    s.available_at, cur.retry_delay_ms, cur.no_retry
 ),
 -- The last attempt past maxDuration fails the run, unless the stage's failure is a value: then it counts as done (settleFrom).
 over_failed AS (SELECT * FROM over WHERE NOT continue_on_error),${failRunsFrom('over_failed', 'over')},
 ${failedAsValue('over', 'over_value')},${settleFrom('over_value', 'over_settle')},
 ev AS (
   INSERT INTO ratchet.events (run_id, stage_id, type, fence, attempt, at, data)
-  SELECT o.run_id, o.id, 'stage_duration_exceeded', o.fence, o.attempt, clk.t, jsonb_build_object('owner', $1::text, 'nextState', o.state)
+  SELECT o.run_id, o.id, 'stage_duration_exceeded', o.fence, o.attempt, clk.t,
+    jsonb_build_object('owner', $1::text, 'nextState', o.state)
+    || CASE WHEN o.state = 'queued' THEN jsonb_build_object('delayMs', o.retry_delay_ms, 'availableAt', o.available_at)
+       ELSE jsonb_build_object('decision', o.no_retry) END
   FROM over o, clk
   UNION ALL
   SELECT x.run_id, x.stage_id, x.type, x.fence, x.attempt, x.at, x.data FROM over_settle_events x

@@ -2,7 +2,7 @@ import { cancelFailedLeftovers } from './leftovers.js';
 import type { z } from 'zod';
 import type { DbSession, QueryOptions, Queryable } from './db.js';
 import { EXTEND_SQL, RELEASE_SQL } from './extend.sql.js';
-import { confirmedUntil, leasesArgs, monotonicNow } from './lease.js';
+import { confirmedUntil, extendArgs, leasesArgs, monotonicNow } from './lease.js';
 import { parseInput } from './validate.js';
 
 /** What an extend found for one lease (see EXTEND_SQL for each word). */
@@ -24,11 +24,18 @@ export interface ExtendResult {
  * that throws means *unknown* (the caller keeps its old deadline), never lost. `opts.timeoutMs`
  * bounds the statement, connection included (the monotonic clock is read before either).
  */
-export async function extend(q: Queryable, args: z.input<typeof leasesArgs>, opts?: QueryOptions): Promise<ExtendResult[]> {
-  const { owner, leases } = parseInput(leasesArgs, args, 'extend');
+export async function extend(q: Queryable, args: z.input<typeof extendArgs>, opts?: QueryOptions): Promise<ExtendResult[]> {
+  const { owner, leases } = parseInput(extendArgs, args, 'extend');
   if (leases.length === 0) return [];
   const sentAt = monotonicNow();
-  const rows = await q.query(EXTEND_SQL, [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence)], 'ratchet_extend', opts);
+  // Past maxDuration: -1 = no further attempt (the policy's answer), else the delay before the next (none given: 0).
+  const retryDelays = leases.map((l) => (l.retryDelayMs === null ? -1 : (l.retryDelayMs ?? 0)));
+  const rows = await q.query(
+    EXTEND_SQL,
+    [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence), retryDelays],
+    'ratchet_extend',
+    opts,
+  );
   // A last attempt past maxDuration failed its run (failRunsFrom): what a concurrent finish inserted meanwhile is cancelled now.
   const failed = rows.filter((r) => r.verdict === 'duration_exceeded' && r.state === 'failed').map((r) => r.id as string);
   if (failed.length > 0) await cancelFailedLeftovers(q, failed);
@@ -58,7 +65,7 @@ export async function release(q: Queryable, args: z.input<typeof leasesArgs>): P
 
 /** The lease keeper's link: extends on a connection of its own (DbSession), outside the pool. */
 export interface Extender {
-  extend(args: z.input<typeof leasesArgs>, opts?: QueryOptions): Promise<ExtendResult[]>;
+  extend(args: z.input<typeof extendArgs>, opts?: QueryOptions): Promise<ExtendResult[]>;
   close(): Promise<void>;
 }
 

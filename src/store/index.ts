@@ -36,7 +36,7 @@ export type { Db, DbSession, QueryOptions, Queryable } from './db.js';
 export { StatementTimeLimitError } from './db.js';
 export { LEASE_CONFIRMATION_MARGIN_MS, monotonicNow } from './lease.js';
 export { encodeFinishRow, FinishPartlyCommitted, finishEncoded } from './finish.js';
-export type { ClaimedStage, Lease } from './lease.js';
+export type { ClaimedStage, ExtendLease, Lease } from './lease.js';
 export type { Extender, ExtendResult, ExtendVerdict } from './extend.js';
 export type { ExpiredRuns } from './deadline.js';
 export type { FinishRow, FinishVerdict } from './finish.js';

@@ -19,6 +19,16 @@ export interface Lease {
   fence: string;
 }
 
+/** A lease to extend, with what its retry policy says should the extend find the attempt past maxDuration. */
+export interface ExtendLease extends Lease {
+  /**
+   * The delay before the next attempt, as the retry policy decides for this attempt failing now
+   * (decideRetry with errorKind 'timeout'), or null when the policy allows none (maxElapsed spent,
+   * attempts spent). Left out: the next attempt is due at once, while attempts remain.
+   */
+  retryDelayMs?: number | null;
+}
+
 export interface ClaimedStage {
   id: string;
   runId: string;
@@ -94,9 +104,33 @@ export function toClaimed(r: Row, sentAt: number): ClaimedStage {
   };
 }
 
+const leaseShape = { stageId: z.string().regex(/^\d{1,19}$/), fence: z.string().regex(/^\d{1,19}$/) };
+
 export const leasesArgs = z
   .object({
     owner: z.string().min(1).max(200),
-    leases: z.array(z.object({ stageId: z.string().regex(/^\d{1,19}$/), fence: z.string().regex(/^\d{1,19}$/) }).strict()).max(10_000),
+    leases: z.array(z.object(leaseShape).strict()).max(10_000),
+  })
+  .strict();
+
+export const extendArgs = z
+  .object({
+    owner: z.string().min(1).max(200),
+    leases: z
+      .array(
+        z
+          .object({
+            ...leaseShape,
+            retryDelayMs: z
+              .number()
+              .int()
+              .min(0)
+              .max(2 ** 31 - 1)
+              .nullable()
+              .optional(),
+          })
+          .strict(),
+      )
+      .max(10_000),
   })
   .strict();

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { RetryPolicy } from '../definitions/types.js';
 import { AttemptAbortedError, type AbortReason } from '../errors.js';
 import type { AttemptLabels, Metrics } from '../observability/metrics.js';
 import { monotonicNow, type ClaimedStage } from '../store/index.js';
@@ -78,6 +79,8 @@ export interface AttemptOptions {
   labels?: AttemptLabels;
   /** Counts ownership_unknown when it happens (not when the attempt ends). */
   metrics?: Metrics;
+  /** Its tool's retry policy: what follows should the keeper's extend find it past maxDuration. */
+  retry?: RetryPolicy;
 }
 
 /**
@@ -117,6 +120,8 @@ export class Attempt {
   finishing = false;
   ended = false;
   readonly labels: AttemptLabels;
+  /** Its tool's retry policy (AttemptOptions.retry), if given. */
+  readonly retry: RetryPolicy | undefined;
   private final: AttemptAbortedError | null = null;
   private readonly finalListeners = new Set<(err: AttemptAbortedError) => void>();
   /** The deadline of the call in progress (reconcile, run, a model call), monotonic ms; null between calls. */
@@ -136,6 +141,7 @@ export class Attempt {
     this.lastLeaseUntil = stage.leaseUntil;
     this.labels = options.labels ?? { tool_class: stage.toolClass, workflow: stage.workflow };
     this.metrics = options.metrics;
+    this.retry = options.retry;
     this.armDeadline();
   }
 

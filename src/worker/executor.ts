@@ -159,6 +159,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
   const attempt = new Attempt(stage, step.cls.heartbeatMs, deps.events, log, {
     metrics: deps.metrics,
     labels: step.kind === 'model' ? stageLabels(deps.registry, stage.toolClass, stage.workflow, step.agent.model.name) : labels,
+    retry: step.kind === 'model' ? step.cls.retry : step.tool.retry,
   });
   deps.keeper.add(attempt);
   const started = monotonicNow();

@@ -3,10 +3,12 @@ import {
   DatabaseUnavailableError,
   monotonicNow,
   StatementTimeLimitError,
+  type ExtendLease,
   type ExtendResult,
-  type Lease,
   type QueryOptions,
 } from '../store/index.js';
+import { elapsedSinceFirstClaim } from '../dispatcher/dispatcher.js';
+import { decideRetry } from '../planner/retry.js';
 import type { Attempt } from './attempt.js';
 import { processMetrics, type ExtensionFailureReason, type Metrics } from '../observability/metrics.js';
 
@@ -20,7 +22,7 @@ export const RETRY_TICK_MS = 100;
 
 /** The keeper's whole dependency: extend a batch of leases in one statement, within a time limit. */
 export interface LeaseExtender {
-  extend(args: { owner: string; leases: Lease[] }, opts?: QueryOptions): Promise<ExtendResult[]>;
+  extend(args: { owner: string; leases: ExtendLease[] }, opts?: QueryOptions): Promise<ExtendResult[]>;
 }
 
 const keyOf = (a: Attempt): string => `${a.stage.id}:${a.stage.fence}`;
@@ -156,7 +158,7 @@ export class LeaseKeeper {
     const timeoutMs = this.tickLimit(live, now);
     let results: ExtendResult[];
     try {
-      const leases = live.map((a) => ({ stageId: a.stage.id, fence: a.stage.fence }));
+      const leases = live.map((a) => ({ stageId: a.stage.id, fence: a.stage.fence, retryDelayMs: retryAfterOverrun(a) }));
       results = await this.store.extend({ owner: this.owner, leases }, { timeoutMs });
     } catch (err) {
       const reason = extensionFailureReason(err);
@@ -218,6 +220,23 @@ export class LeaseKeeper {
         break;
     }
   }
+}
+
+/**
+ * What the attempt's retry policy says should this extend find it past maxDuration: the delay
+ * before the next attempt, or null for none (attempts or maxElapsed spent), decided as a failed
+ * attempt's finish decides (the dispatcher's onFailure: errorKind 'timeout', maxElapsed counted
+ * to now). Undefined without a policy: the next attempt is due at once while attempts remain.
+ */
+export function retryAfterOverrun(a: Attempt, now = monotonicNow()): number | null | undefined {
+  if (!a.retry) return undefined;
+  const decision = decideRetry({
+    policy: a.retry,
+    attempt: a.stage.attempt,
+    errorKind: 'timeout',
+    elapsedMs: elapsedSinceFirstClaim(a.stage, now),
+  });
+  return decision.retry ? decision.delayMs : null;
 }
 
 /**

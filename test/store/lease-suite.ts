@@ -177,6 +177,41 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
       expect((await events(run.id)).filter((e) => e.type === 'stage_duration_exceeded')).toHaveLength(2);
     });
 
+    it('an extend past maxDuration follows the retry policy the lease carries: its delay, or no further attempt', async () => {
+      const c = cls();
+      const run = await store.createRun({
+        workflow: 'w',
+        definitionHash: 'h',
+        input: {},
+        stages: [spec({ toolClass: c, maxDurationMs: 1000, maxAttempts: 3 })],
+      });
+      const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
+      await store.clock.advance(1500);
+      const [ext] = await store.extend({ owner: 'A', leases: [{ stageId: a!.id, fence: a!.fence, retryDelayMs: 3000 }] });
+      expect(ext!.verdict).toBe('duration_exceeded');
+      const over = (await events(run.id)).find((e) => e.type === 'stage_duration_exceeded')!;
+      expect(over.data).toMatchObject({ nextState: 'queued', delayMs: 3000 });
+      expect(await store.claim({ owner: 'B', toolClass: c, limit: 1 })).toEqual([]); // not due yet
+      await store.clock.advance(3000);
+      const [b] = await store.claim({ owner: 'B', toolClass: c, limit: 1 });
+      expect(b!.attempt).toBe(2);
+
+      // The policy allows no further attempt (maxElapsed spent), though maxAttempts would: the run fails.
+      await store.clock.advance(1500);
+      const [ext2] = await store.extend({ owner: 'B', leases: [{ stageId: b!.id, fence: b!.fence, retryDelayMs: null }] });
+      expect(ext2!.verdict).toBe('duration_exceeded');
+      const r = (await store.getRun(run.id))!;
+      expect(r.stages[0]!.state).toBe('failed');
+      expect(r.state).toBe('failed');
+      expect(r.error).toMatchObject({ code: 'stage_duration_exceeded', decision: 'max_elapsed' });
+      const last = (await events(run.id)).filter((e) => e.type === 'stage_duration_exceeded').at(-1)!;
+      expect(last.data).toMatchObject({ nextState: 'failed', decision: 'max_elapsed' });
+
+      await expect(store.extend({ owner: 'B', leases: [{ stageId: b!.id, fence: b!.fence, retryDelayMs: -5 }] })).rejects.toMatchObject({
+        code: 'invalid_input',
+      });
+    });
+
     it('a reclaim that finds the attempt budget spent fails the stage with attempts_exhausted and keeps the last error', async () => {
       const c = cls();
       const run = await store.createRun({

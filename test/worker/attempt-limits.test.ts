@@ -97,6 +97,45 @@ const hangingReconcile = defineTool({
   },
 });
 
+/**
+ * timeout 3 s < maxDuration 3.5 s, backoff 1 s then 2 s (no jitter). Attempt 1 sends an effect and fails (retried
+ * by its finish after 1 s); attempt 2 reconciles for 2.5 s, then its run waits for its signal, so the extend ends it
+ * past maxDuration (~3.5-4 s after its claim, before the run's own timeout at ~5.5 s); attempt 3 answers.
+ * `patient` allows a third attempt; `hurried`'s maxElapsed (4 s from the first claim) is spent by the overrun.
+ */
+const overrunClass = (name: string, maxElapsed?: string) =>
+  defineToolClass({
+    name,
+    lease: '3s',
+    heartbeat: '500ms',
+    jitter: '200ms',
+    timeout: '3s',
+    maxDuration: '3500ms',
+    retry: { maxAttempts: 3, backoff: { initial: '1s', factor: 2, jitter: 0 }, ...(maxElapsed ? { maxElapsed } : {}) },
+  });
+const overrunsOnce = (name: string, cls: ReturnType<typeof defineToolClass>) =>
+  defineTool({
+    name,
+    description: 'attempt 1 fails after its effect; attempt 2 reconciles, then waits for its signal; attempt 3 answers',
+    class: cls,
+    input: empty,
+    output: z.object({ attempt: z.number() }),
+    run: async (_i, ctx) => {
+      if (ctx.attempt === 1) effectThenFail(ctx);
+      if (ctx.attempt === 2) {
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+        throw ctx.signal.reason;
+      }
+      return { attempt: ctx.attempt };
+    },
+    reconcile: async (_i, ctx) => {
+      if (ctx.attempt === 2) await sleep(2500);
+      return { done: false };
+    },
+  });
+const patient = overrunsOnce('patient_overrun', overrunClass('patient'));
+const hurried = overrunsOnce('hurried_overrun', overrunClass('hurried', '4s'));
+
 const wf = (name: string, tool: ToolStepOptions['tool']) => defineWorkflow({ name, input: empty, steps: [{ tool }] });
 
 describe('timeout per call, maxDuration per attempt', () => {
@@ -106,7 +145,13 @@ describe('timeout per call, maxDuration per attempt', () => {
     db = await createTestDatabase('attempt_limits');
     r = await createRatchet({
       databaseUrl: db.url,
-      workflows: [wf('overrun', overrun), wf('slow-both', slowBoth), wf('hanging-reconcile', hangingReconcile)],
+      workflows: [
+        wf('overrun', overrun),
+        wf('slow-both', slowBoth),
+        wf('hanging-reconcile', hangingReconcile),
+        wf('patient-overrun', patient),
+        wf('hurried-overrun', hurried),
+      ],
       logger: silentLogger(),
     });
     await r.worker({ pollIntervalMs: 50 }).start();
@@ -129,6 +174,30 @@ describe('timeout per call, maxDuration per attempt', () => {
     const events = await r.events(id);
     expect(events.filter((e) => e.type === 'stage_duration_exceeded').map((e) => e.attempt)).toEqual([2]);
     expect(events.find((e) => e.type === 'reconciled')).toMatchObject({ attempt: 2, data: { done: false } });
+  });
+
+  it('an attempt past maxDuration is retried after its policy’s backoff, the chosen delay in its event', async () => {
+    const { id } = await r.submit('patient-overrun', {});
+    const run = await settled(id);
+    expect(run.state).toBe('succeeded');
+    expect(run.stages[0]!.attempt).toBe(3);
+    const events = await r.events(id);
+    const over = events.find((e) => e.type === 'stage_duration_exceeded');
+    expect(over).toMatchObject({ attempt: 2, data: { nextState: 'queued', delayMs: 2000 } }); // the policy's second delay
+    const overAt = over!.at.getTime();
+    expect(new Date((over!.data as { availableAt: string }).availableAt).getTime()).toBe(overAt + 2000);
+    const third = events.find((e) => e.type === 'job_claimed' && e.attempt === 3);
+    expect(third!.at.getTime()).toBeGreaterThanOrEqual(overAt + 2000); // not at once
+  });
+
+  it('an attempt past maxDuration whose policy’s maxElapsed is spent is not retried: the run fails (decision max_elapsed)', async () => {
+    const { id } = await r.submit('hurried-overrun', {});
+    const run = await settled(id);
+    expect(run.state).toBe('failed');
+    expect(run.stages[0]!.attempt).toBe(2); // a third attempt was allowed by maxAttempts, not by maxElapsed
+    expect(run.error).toMatchObject({ code: 'stage_duration_exceeded', decision: 'max_elapsed' });
+    const over = (await r.events(id)).find((e) => e.type === 'stage_duration_exceeded');
+    expect(over).toMatchObject({ attempt: 2, data: { nextState: 'failed', decision: 'max_elapsed' } });
   });
 
   it('reconcile has its own time limit: a slow reconcile does not eat the run’s timeout', async () => {
