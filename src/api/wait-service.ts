@@ -4,6 +4,7 @@ import type { Workflow } from '../definitions/types.js';
 import type { Ratchet } from '../engine.js';
 import { InvalidInputError, NotAwaitingApprovalError, UnknownRunError, UnknownSignalError, UnknownStageError } from '../errors.js';
 import { approvedInput, checkSignalPayload, decideRefusal } from '../planner/waits.js';
+import { stepIndexOf } from '../planner/map.js';
 import { approveStage, listPendingApprovals, rejectStage, type DecisionResult } from '../store/approvals.js';
 import { sendSignal } from '../store/signals.js';
 import type { Settled } from '../store/waits-settle.js';
@@ -67,7 +68,8 @@ export function createWaitService(ratchet: Ratchet): WaitService {
     const wf = definitionOf(run);
     const tool = toolsOf(wf).find((t) => t.name === stage.tool);
     if (!tool?.approval) throw new NotAwaitingApprovalError(runId, stage.id, `its tool ${stage.tool} has no approval gate`);
-    return { run, stage, wf, tool, step: wf.steps.find((s) => s.name === stage.name) ?? null };
+    // The step by seq, as the executor and the sweeper find it: a map's item stage (named `refunds[1]`) belongs to its map's step.
+    return { run, stage, wf, tool, step: wf.agent ? null : (wf.steps[stepIndexOf(stage.seq)] ?? null) };
   };
   const decided = (d: DecisionResult) => {
     const registry = processMetrics().registry;

@@ -15,6 +15,9 @@ export const ITEM_SEQ_STRIDE = 1_000_000;
 
 export const itemSeq = (mapSeq: number, index: number): number => mapSeq * ITEM_SEQ_STRIDE + index;
 
+/** Where in a static workflow's steps the step of a stage is: its own seq's, or for a map's item, its map's. */
+export const stepIndexOf = (seq: number): number => (seq >= ITEM_SEQ_STRIDE ? Math.floor(seq / ITEM_SEQ_STRIDE) - 1 : seq - 1);
+
 /** A map item's stage key: stable per run, step and index (a tool's own idempotencyKey(input) still names the effect). */
 export const itemIdempotencyKey = (runId: string, step: string, index: number): string => `${runId}:${step}:${index}`;
 

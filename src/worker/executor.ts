@@ -19,7 +19,7 @@ import {
 } from '../dispatcher/dispatcher.js';
 import { decideAtClaim, type ClaimDecision, type PersistedStage } from '../planner/decide.js';
 import { runGraph } from '../planner/graph.js';
-import { ITEM_SEQ_STRIDE } from '../planner/map.js';
+import { ITEM_SEQ_STRIDE, stepIndexOf } from '../planner/map.js';
 import { fastPathInput } from '../planner/settle.js';
 import { plannerFailure } from '../planner/planner-error.js';
 import { planStaticRun } from '../planner/plan.js';
@@ -336,8 +336,7 @@ function resolveStep(workflow: Workflow, stage: ClaimedStage): ResolvedStep | nu
     return tool ? { kind: 'agent_tool', tool, cls: tool.class } : null;
   }
   // A map item's stage belongs to its map step (seq = mapSeq × ITEM_SEQ_STRIDE + index).
-  const index = stage.seq >= ITEM_SEQ_STRIDE ? Math.floor(stage.seq / ITEM_SEQ_STRIDE) - 1 : stage.seq - 1;
-  const step = workflow.steps[index];
+  const step = workflow.steps[stepIndexOf(stage.seq)];
   return step && step.tool.name === stage.tool ? { kind: 'static', tool: step.tool, cls: step.tool.class } : null;
 }
 
@@ -651,7 +650,7 @@ async function decideNow(
 ): Promise<ClaimDecision> {
   if (stage.seq >= ITEM_SEQ_STRIDE) {
     // A map item of a gated tool asks a person too (its input stored by the expansion).
-    const itemTool = workflow.steps[Math.floor(stage.seq / ITEM_SEQ_STRIDE) - 1]?.tool;
+    const itemTool = workflow.steps[stepIndexOf(stage.seq)]?.tool;
     if (!itemTool?.approval) return { kind: 'run', input: stage.input ?? null };
     const wait = await askStore(attempt, log, 'the stage wait', () => stageWait(deps.store.db, stage.id));
     return decideGate(itemTool, stage.input ?? null, stage.input, wait);

@@ -8,7 +8,7 @@ import type { RetentionAges } from '../store/index.js';
 import { applyRetention } from './retention.js';
 import type { Registry } from '../definitions/registry.js';
 import { toolsOf } from '../definitions/agent.js';
-import { ITEM_SEQ_STRIDE } from '../planner/map.js';
+import { stepIndexOf } from '../planner/map.js';
 import { decideRefusal } from '../planner/waits.js';
 import { wakeDueWaits, type DueApproval } from '../store/wake-waits.js';
 import { recordApprovalDecision, recordWaitEnded } from '../observability/wait-metrics.js';
@@ -266,8 +266,7 @@ export function refuseTimedOut(registry: Registry, due: DueApproval): { error: u
   if (!wf) return null;
   const tool = toolsOf(wf).find((t) => t.name === due.tool);
   if (!tool) return null;
-  const index = due.seq >= ITEM_SEQ_STRIDE ? Math.floor(due.seq / ITEM_SEQ_STRIDE) - 1 : due.seq - 1;
-  const step = wf.agent ? null : (wf.steps[index] ?? null);
+  const step = wf.agent ? null : (wf.steps[stepIndexOf(due.seq)] ?? null);
   const d = decideRefusal(wf, step, tool, { outcome: 'timed_out', decidedBy: null, decidedAt: due.until, reason: null });
   return { error: d.error, asValue: d.kind !== 'fail_run' };
 }

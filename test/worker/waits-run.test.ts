@@ -111,6 +111,18 @@ const batch = defineWorkflow({
     },
   ],
 });
+/** The same map whose failures are values: a refused item is `{ ok: false, error }` in its place, the run goes on. */
+const batchKept = defineWorkflow({
+  name: 'wr_batch_kept',
+  input: z.object({ amounts: z.array(z.number()) }),
+  steps: [
+    {
+      name: 'refunds',
+      continueOnError: true,
+      map: { items: ({ input }) => input.amounts, tool: refund, input: (amount: number, i: number) => ({ invoiceId: `k-${i}`, amount }) },
+    },
+  ],
+});
 const hooked = defineWorkflow({
   name: 'wr_hooked',
   input: z.object({}),
@@ -185,7 +197,7 @@ describe('waits through a real worker (PostgreSQL)', () => {
     r = await createRatchet({
       databaseUrl: db.url,
       logger: silentLogger(),
-      workflows: [gated, refunds, batch, hooked, patient, napper, forked, agent, twinGates],
+      workflows: [gated, refunds, batch, batchKept, hooked, patient, napper, forked, agent, twinGates],
     });
     worker = await startWorker();
     api = await createServer({ ratchet: r, tokens: [TOKEN], port: 0 });
@@ -312,6 +324,22 @@ describe('waits through a real worker (PostgreSQL)', () => {
       const run = await ended(id);
       expect(run.state).toBe('succeeded');
       expect(run.result).toEqual([{ refunded: 50 }, { refunded: 500 }, { refunded: 70 }]);
+    });
+
+    it('a map item rejected under continueOnError: the refusal is a value in its place, the map and the run go on (as its timeout would)', async () => {
+      const { id } = await r.submit('wr_batch_kept', { amounts: [50, 500, 70] });
+      const big = await until('an item awaiting approval', async () =>
+        (await r.store.getRun(id))!.stages.find((s) => s.state === 'awaiting_approval'),
+      );
+      const res = await post(url(`/v1/runs/${id}/stages/${big!.id}/reject`), { reason: 'too much' });
+      expect(res.status).toBe(200);
+      expect(res.body.runEnded).toBeFalsy();
+      const run = await ended(id);
+      expect(run.state).toBe('succeeded');
+      const result = run.result as unknown[];
+      expect(result[0]).toEqual({ refunded: 50 });
+      expect(result[1]).toMatchObject({ ok: false, error: { code: 'approval_rejected' } });
+      expect(result[2]).toEqual({ refunded: 70 });
     });
 
     it('an agent: approve → the tool runs once; reject → no effect, the next model call hears the rejection and the run ends as the model says', async () => {
