@@ -366,11 +366,6 @@ export function decideSleepStep(step: Step, args: StepInputArgs, now: Date, wait
 const SIGNAL_TIMEOUT_CODES = new Set(['signal_timeout', 'on_timeout_failed']);
 
 /**
- * A signal step's claim: after the sweeper found its timeout passed, onTimeout or
- * signal_timeout (signalTimedOut); else (its first claim, or a run retried after the timeout
- * failed it) a new wait of `timeout` from now, which takes a signal kept for it at once.
- */
-/**
  * Is the ended signal wait `outcome` of a stage with error `stageError` the one its next claim ends
  * (the sweeper's timeout: onTimeout or signal_timeout), rather than an old wait its next claim
  * replaces by a new one (a run retried from signal_timeout, a cancelled wait revived by a retry)?
@@ -380,6 +375,11 @@ export function signalTimeoutPending(outcome: string | null, stageError: unknown
   return outcome === 'timed_out' && !SIGNAL_TIMEOUT_CODES.has(code as string);
 }
 
+/**
+ * A signal step's claim: after the sweeper found its timeout passed, onTimeout or
+ * signal_timeout (signalTimedOut); else (its first claim, or a run retried after the timeout
+ * failed it) a new wait of `timeout` from now, which takes a signal kept for it at once.
+ */
 export function decideSignalStep(step: Step, args: StepInputArgs, now: Date, wait: StageWait | null, stageError: unknown): WaitClaim {
   const spec = step.signal;
   if (!spec) throw new Error(`step ${step.name} is not a signal step`);

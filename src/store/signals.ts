@@ -77,11 +77,12 @@ export async function sendSignal(db: Db, s: SendSignalInput): Promise<SignalDeli
       [s.runId, s.name],
     );
     // The step's wait already ended (timed out) and no new one will start: no wait will take this signal.
-    // Say so; keep nothing. A stage queued or pending again whose next claim begins a new wait (a run
-    // retried from signal_timeout, a wait cancelled by the run's failure then revived): kept, as before a first wait.
+    // Say so; keep nothing. A stage queued or pending again whose claim begins a new wait (a run retried
+    // from signal_timeout, a wait cancelled by the run's failure then revived), or already so claimed
+    // (running, its new wait not begun: the begin takes this lock, then the kept signal): kept, as before a first wait.
     const waitsAgain =
       wait !== undefined &&
-      (wait.state === 'queued' || wait.state === 'pending') &&
+      (wait.state === 'queued' || wait.state === 'pending' || wait.state === 'running') &&
       !signalTimeoutPending(wait.outcome as string | null, wait.error);
     if (wait && wait.ended_at !== null && !waitsAgain) {
       throw new AlreadyDecidedError(s.runId, wait.stage_id as string, {

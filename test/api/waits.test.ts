@@ -377,7 +377,8 @@ describe('signals', () => {
     expect([late.status, late.body.error.code]).toEqual([409, 'already_decided']);
   });
 
-  it('a run failed by signal_timeout and retried: a signal sent before the retried stage waits again is kept (202) and consumed by the new wait', async () => {
+  /** A run whose signal wait timed out and failed it (signal_timeout), then retried: its signal stage is queued again. */
+  async function retriedAfterSignalTimeout() {
     const run = await atTheWait();
     const s1 = run.stageIds[1]!;
     const lease = await claimStage(api.ratchet.store.db, s1);
@@ -394,12 +395,28 @@ describe('signals', () => {
     await q(`UPDATE ratchet.runs SET state = 'failed', error = '{"code":"signal_timeout"}' WHERE id = $1`, [run.id]);
     await api.client.retry(run.id);
     expect((await stageRow(s1)).state).toBe('queued');
+    return { run, s1 };
+  }
+
+  it('a run failed by signal_timeout and retried: a signal sent before the retried stage waits again is kept (202) and consumed by the new wait', async () => {
+    const { run, s1 } = await retriedAfterSignalTimeout();
     const kept = await send(run.id, 'paid', { paid: true, ref: 'after-retry' }, 'sig-retry');
     expect([kept.status, kept.body.status]).toEqual([202, 'kept']);
     const again = await claimStage(api.ratchet.store.db, s1);
     const w = await beginWait(api.ratchet.store.db, again, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
     expect(w).toMatchObject({ verdict: 'consumed', signalId: 'sig-retry' });
     expect(await stageRow(s1)).toMatchObject({ state: 'succeeded', result: { paid: true, ref: 'after-retry' } });
+  });
+
+  it('the same, the signal sent once the retried stage is claimed but before its new wait begins: kept (202), not 409, and consumed', async () => {
+    const { run, s1 } = await retriedAfterSignalTimeout();
+    const again = await claimStage(api.ratchet.store.db, s1);
+    expect((await stageRow(s1)).state).toBe('running');
+    const kept = await send(run.id, 'paid', { paid: true, ref: 'while-claimed' }, 'sig-claimed');
+    expect([kept.status, kept.body.status]).toEqual([202, 'kept']);
+    const w = await beginWait(api.ratchet.store.db, again, { kind: 'signal', signalName: 'paid', until: { inMs: 60_000 } });
+    expect(w).toMatchObject({ verdict: 'consumed', signalId: 'sig-claimed' });
+    expect(await stageRow(s1)).toMatchObject({ state: 'succeeded', result: { paid: true, ref: 'while-claimed' } });
   });
 
   it('lock order: the sweeper takes the run row first (as a decision and cancel do): a run locked elsewhere is skipped, not half-locked', async () => {
