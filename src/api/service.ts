@@ -48,7 +48,7 @@ const RETRY_HINTS: Record<RunState | 'deadline_passed' | 'no_failed_stage' | 'pa
   deadline_passed: 'its deadline has passed: resubmit it as a new run (POST /v1/runs)',
   no_failed_stage: 'no stage failed (the run failed between stages): resubmit it as a new run (POST /v1/runs)',
   parent_ended:
-    'it is a child run whose parent run ended: a failed parent is retried (POST /v1/runs/:parentId/retry), which retries this child with it; a cancelled or expired one is resubmitted as a new run',
+    'it is a child run whose parent no longer waits for it (the parent run ended, or its stage already took this run’s end): a failed parent is retried (POST /v1/runs/:parentId/retry), which retries this child with it; a cancelled or expired one is resubmitted as a new run',
 };
 
 /**

@@ -1,4 +1,4 @@
-import { closeWaitsOf } from './lease-common.sql.js';
+import { closeWaitsOf, RUN_ACTIVE, STAGE_UNENDED } from './lease-common.sql.js';
 /** Statements for submitting and reading runs. Parameters are listed above each. */
 
 /**
@@ -155,13 +155,21 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHE
  * `run_retried` event records the attempts used and the error retried from.
  * A child run whose parent ended is retried with its parent (retryRun's reattach), never alone
  * (parent_ended): it would run under an ended parent, and the sweeper's orphan pass would cancel it.
+ * Nor one whose parent stage already took its end (parent_ended too): its result would go nowhere.
  * Returns the previous run state, why nothing moved when it did not, and the stages it queued (to wake).
  */
 export const RETRY_RUN_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
-prev AS (SELECT id, state, deadline, error, parent_run_id FROM ratchet.runs WHERE id = $1::uuid),
+prev AS (SELECT id, state, deadline, error, parent_run_id, parent_stage_id FROM ratchet.runs WHERE id = $1::uuid),
+-- A child run is retried alone only while its parent stage waits for it (the parent active, the stage unended: its
+-- claim then waits for the child again). A parent that ended, or a stage that already took the child's end (a
+-- continueOnError value, or its failure), would leave the retried child's result going nowhere.
 parent_ended AS (
-  SELECT EXISTS (SELECT 1 FROM prev JOIN ratchet.runs p ON p.id = prev.parent_run_id WHERE p.state IN ('failed', 'cancelled', 'expired')) AS yes
+  SELECT EXISTS (
+    SELECT 1 FROM prev JOIN ratchet.runs p ON p.id = prev.parent_run_id
+    WHERE p.state NOT IN (${RUN_ACTIVE})
+      OR NOT EXISTS (SELECT 1 FROM ratchet.stages ps WHERE ps.id = prev.parent_stage_id AND ps.state IN (${STAGE_UNENDED}))
+  ) AS yes
 ),
 failed_stage AS (
   SELECT s.id, s.seq, s.name, s.tool, s.tool_class, s.attempt, s.max_attempts, s.fence, s.error

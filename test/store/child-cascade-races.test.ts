@@ -205,4 +205,31 @@ describe('child runs never outlive an ended parent (PostgreSQL)', () => {
     expect(await runState(kid.id)).toBe('failed');
     expect(await stageStates(kid.id)).toEqual(['failed']);
   });
+
+  it('nor one whose parent stage already took its end (a succeeded parent, or one running on past a continueOnError value); while the stage waits for it, it is', async () => {
+    const failedChildUnder = async (parentRun: string, parentStage: string) => {
+      const c = `race_${++n}`;
+      const { parent, stageId, kid } = await parentAndLoneChild(c);
+      await startChild(db, parent.id, stageId, kid.id);
+      await db.query(`UPDATE ratchet.runs SET state = 'failed', finished_at = ratchet.db_now() WHERE id = $1`, [kid.id]);
+      await db.query(`UPDATE ratchet.stages SET state = 'failed', finished_at = ratchet.db_now() WHERE run_id = $1`, [kid.id]);
+      await db.query(`UPDATE ratchet.stages SET state = $2 WHERE id = $1`, [stageId, parentStage]);
+      await db.query(`UPDATE ratchet.runs SET state = $2 WHERE id = $1`, [parent.id, parentRun]);
+      return kid.id;
+    };
+    for (const [parentRun, parentStage] of [
+      ['succeeded', 'succeeded'],
+      ['running', 'succeeded'],
+      ['running', 'failed'],
+    ]) {
+      const kid = await failedChildUnder(parentRun!, parentStage!);
+      expect(await store.retryRun(kid), `${parentRun} / ${parentStage}`).toMatchObject({ retried: false, reason: 'parent_ended' });
+      expect(await stageStates(kid)).toEqual(['failed']);
+    }
+    for (const parentStage of ['waiting', 'queued']) {
+      const kid = await failedChildUnder('running', parentStage);
+      expect(await store.retryRun(kid), parentStage).toMatchObject({ retried: true });
+      expect(await stageStates(kid)).toEqual(['queued']);
+    }
+  });
 });
