@@ -132,14 +132,9 @@ export function onUnstorable(stage: ClaimedStage, err: unknown, data: Record<str
   };
 }
 
-/** A permanent failure that does not involve the tool (changed definition, deadline). */
-export function terminal(
-  stage: ClaimedStage,
-  outcome: 'failed' | 'cancelled',
-  runState: 'failed' | 'expired',
-  error: { code: string; message: string },
-): FinishRow {
-  return { stageId: stage.id, fence: stage.fence, outcome, error, run: { state: runState, error }, data: { error } };
+/** A permanent failure that does not involve the tool (a changed definition): the stage and its run fail. (A run past its deadline is expired by the expiry, deadline.ts.) */
+export function terminal(stage: ClaimedStage, error: { code: string; message: string }): FinishRow {
+  return { stageId: stage.id, fence: stage.fence, outcome: 'failed', error, run: { state: 'failed', error }, data: { error } };
 }
 
 /** Lone surrogates and U+0000: what PostgreSQL text and jsonb refuse. */

@@ -31,13 +31,26 @@ for (const from of STAGE_UNFINISHED) assertTransition('stage', from, 'cancelled'
  * runs expired, their ids (for CANCEL_DESCENDANTS_SQL and CANCEL_LEFTOVERS_SQL), the running
  * stages cancelled, and the parent stages woken (to wake a worker of their class).
  */
-export const EXPIRE_RUNS_SQL = `
-WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
-due AS (
+export const EXPIRE_RUNS_SQL = expireSql(`
   SELECT r.id FROM ratchet.runs r
   WHERE r.state IN (${sqlStates(RUN_EXPIRABLE)}) AND r.deadline <= (SELECT t FROM clk)
   LIMIT $1
-  FOR UPDATE SKIP LOCKED
+  FOR UPDATE SKIP LOCKED`);
+
+/**
+ * The same for run $1 alone, if its deadline has passed: a claim found it so before any sweep
+ * (the executor's check), so it waits for the run's row rather than skip it, and then reads it
+ * again (an expiry, cancel or failure that committed meanwhile leaves nothing to do).
+ */
+export const EXPIRE_RUN_SQL = expireSql(`
+  SELECT r.id FROM ratchet.runs r
+  WHERE r.id = $1::uuid AND r.state IN (${sqlStates(RUN_EXPIRABLE)}) AND r.deadline <= (SELECT t FROM clk)
+  FOR UPDATE`);
+
+function expireSql(due: string): string {
+  return `
+WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
+due AS (${due}
 ),
 run AS (
   UPDATE ratchet.runs r SET state = 'expired', finished_at = clk.t, updated_at = clk.t,
@@ -82,6 +95,7 @@ SELECT (SELECT count(*) FROM run)::int AS expired, coalesce((SELECT array_agg(ru
   (SELECT coalesce(jsonb_agg(jsonb_build_object('stageId', p.id::text, 'toolClass', p.tool_class, 'definitionHash', p.definition_hash,
      'attempt', p.attempt) ORDER BY p.id), '[]'::jsonb) FROM parent_woken p) AS woken,
   coalesce((SELECT array_agg(kind) FROM waits_closed), '{}') AS waits_closed`;
+}
 
 /**
  * The active child runs of runs $1 that are still ended (expired, cancelled or failed: read again,

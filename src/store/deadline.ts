@@ -1,8 +1,10 @@
 import { z } from 'zod';
 import type { Db, Queryable } from './db.js';
-import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUNS_SQL, ORPHANED_PARENTS_SQL } from './deadline.sql.js';
+import { CANCEL_DESCENDANTS_SQL, CANCEL_LEFTOVERS_SQL, EXPIRE_RUN_SQL, EXPIRE_RUNS_SQL, ORPHANED_PARENTS_SQL } from './deadline.sql.js';
 import { transactionAgain } from './db-errors.js';
 import { parseInput } from './validate.js';
+import { isUuid } from './runs.js';
+import { InvalidInputError } from '../errors.js';
 import { ROW_HOLDING_IDLE_LIMIT_MS } from './transaction-on.js';
 
 export interface ExpiredRuns {
@@ -29,10 +31,24 @@ export interface ExpiredRuns {
  */
 export async function expireRuns(db: Db, limit: number): Promise<ExpiredRuns> {
   parseInput(z.number().int().min(1).max(10_000), limit, 'expireRuns.limit');
+  return expireWith(db, EXPIRE_RUNS_SQL, [limit], 'ratchet_expire_runs');
+}
+
+/**
+ * The same for one run, if its deadline has passed by the database clock: what a claim that found it so
+ * does (the executor), so the run ends as every expiry does (its waits `expired`, its stages and children
+ * cancelled with reason run_deadline / parent_expired), whichever of the claim and the sweeper saw it first.
+ */
+export async function expireRun(db: Db, runId: string): Promise<ExpiredRuns> {
+  if (!isUuid(runId)) throw new InvalidInputError(`not a run id: ${runId}`, 'expireRun.runId');
+  return expireWith(db, EXPIRE_RUN_SQL, [runId], 'ratchet_expire_run');
+}
+
+async function expireWith(db: Db, sql: string, params: unknown[], name: string): Promise<ExpiredRuns> {
   return transactionAgain(
     db,
     async (q) => {
-      const [r] = await q.query(EXPIRE_RUNS_SQL, [limit], 'ratchet_expire_runs');
+      const [r] = await q.query(sql, params, name);
       const runIds = (r?.run_ids as string[] | undefined) ?? [];
       const runningStageIds = (r?.running_stage_ids as string[] | undefined) ?? [];
       const woken = ((r?.woken as ExpiredRuns['woken'] | null | undefined) ?? []).map((w) => ({ ...w, attempt: w.attempt + 1 }));

@@ -7,7 +7,7 @@ import { createPgliteDb } from './db-pglite.js';
 import { createPostgresDb } from './db-postgres.js';
 import { claim } from './claim.js';
 import { extend, extenderOn, release, type Extender } from './extend.js';
-import { expireRuns, sweepOrphans } from './deadline.js';
+import { expireRun, expireRuns, sweepOrphans } from './deadline.js';
 import { EXPIRE_ALL_LEASES_SQL } from './extend.sql.js';
 import { finish, type FinishRow } from './finish.js';
 import { appendEvents, effectStarted, runStages, stageResults, type NewEvent } from './events.js';
@@ -122,6 +122,8 @@ export interface Store {
   openExtender(): Extender;
   /** Expires at most `limit` runs past their deadline (the sweeper; deadline.sql.ts). */
   expireRuns(limit: number): ReturnType<typeof expireRuns>;
+  /** Expires one run if its deadline has passed (a claim found it so first: the executor). */
+  expireRun(runId: string): ReturnType<typeof expireRun>;
   /** Child runs left active under an ended parent, cancelled (the sweeper's orphan pass). */
   sweepOrphans(limit: number): ReturnType<typeof sweepOrphans>;
   finish(owner: string, rows: FinishRow[]): ReturnType<typeof finish>;
@@ -226,6 +228,7 @@ export async function openStore(options: StoreOptions = {}): Promise<Store> {
     extend: (args, o) => extend(db, args, o),
     openExtender: () => extenderOn(db.session('lease-keeper')),
     expireRuns: (limit) => expireRuns(db, limit),
+    expireRun: (runId) => expireRun(db, runId),
     sweepOrphans: (limit) => sweepOrphans(db, limit),
     finish: (owner, rows) => finish(db, owner, rows),
     release: (args) => release(db, args),

@@ -81,6 +81,8 @@ export interface ExecutorDeps {
   finish(row: FinishRow, confirmedUntil: number): Promise<FinishVerdict>;
   /** A stage of a run of `definitionHash` became ready (now, or after delayMs): wake whoever serves its class and definition. */
   onQueued(toolClass: string, definitionHash: string, ready: StageReady, delayMs?: number): void;
+  /** Expires a run whose deadline the claim found passed (the sweeper's expiry of that one run). */
+  expireRun(runId: string): Promise<void>;
   /** The fast path: may this worker claim the next stage (of `nextClass`) in the finish itself? */
   canClaimNext(nextClass: string, currentClass: string): boolean;
   /** The fast path claimed the next stage: run it. */
@@ -142,18 +144,21 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     const message =
       `run ${stage.runId} has stage ${stage.seq} (${stage.tool}), which definition ${stage.definitionHash} ` +
       `of workflow "${stage.workflow}" does not have`;
-    return settle(deps, log, stage, terminal(stage, 'failed', 'failed', { code: 'definition_changed', message }));
+    return settle(deps, log, stage, terminal(stage, { code: 'definition_changed', message }));
   }
   if (stage.runDeadline && stage.runDeadline.getTime() <= stage.dbNow.getTime()) {
-    return settle(
-      deps,
-      log,
-      stage,
-      terminal(stage, 'cancelled', 'expired', {
-        code: 'run_deadline_exceeded',
-        message: `the run's deadline ${stage.runDeadline.toISOString()} passed`,
-      }),
-    );
+    // Claimed before any sweep expired its run: the run is expired now, as a sweep does it (this stage cancelled
+    // under this lease's fence, waits `expired`, children cancelled). Failing that, the lease runs out and the next
+    // claim or sweep does it.
+    try {
+      await deps.expireRun(stage.runId);
+    } catch (err) {
+      log.warn(
+        { event: 'expire_failed', err: (err as Error).message },
+        'expiring the run past its deadline failed: left to the next sweep',
+      );
+    }
+    return abandoned(log, 'run_deadline');
   }
 
   const attempt = new Attempt(stage, step.cls.heartbeatMs, deps.events, log, {

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { LIVE_WORKER_MS, type Store } from '../store/index.js';
+import { LIVE_WORKER_MS, type ExpiredRuns, type Store } from '../store/index.js';
 import { laneOf } from '../transport/lane.js';
 import type { Transport } from '../transport/transport.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -235,24 +235,34 @@ export class Sweeper {
   private async expireRuns(): Promise<void> {
     try {
       for (let i = 0; i < DEADLINE_BATCHES; i++) {
-        const { expired, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled } =
-          await this.store.expireRuns(DEADLINE_BATCH);
-        for (const kind of waitsExpired ?? []) recordWaitEnded(this.metrics.registry, kind, 'expired');
-        for (const kind of waitsCancelled ?? []) recordWaitEnded(this.metrics.registry, kind, 'cancelled');
-        // A parent stage an expired child run queued again: its next claim fails it with child_run_expired.
-        for (const w of woken) this.transport.notify(laneOf(w.toolClass, w.definitionHash), { stageId: w.stageId, attempt: w.attempt });
-        if (expired > 0) {
-          const runningStages = runningStageIds.length;
-          this.logger.info(
-            { event: 'run_expired', count: expired, runningStages, parentsWoken: woken.length, childrenCancelled },
-            'runs past their deadline expired',
-          );
-        }
+        const { expired } = this.expired(await this.store.expireRuns(DEADLINE_BATCH));
         if (expired < DEADLINE_BATCH) break;
       }
     } catch (err) {
       this.logger.warn({ event: 'expire_failed', err: (err as Error).message }, 'expiring runs past their deadline failed');
     }
+  }
+
+  /** One run whose deadline a claim found passed before any sweep expired it (the executor): expired now, as a sweep would. Throws what the store throws. */
+  async expireRun(runId: string): Promise<void> {
+    this.expired(await this.store.expireRun(runId));
+  }
+
+  /** After an expiry: the waits it closed counted, the parent stages it queued woken, a log line. */
+  private expired(e: ExpiredRuns): ExpiredRuns {
+    const { expired, runningStageIds, woken, childrenCancelled, waitsExpired, waitsCancelled } = e;
+    for (const kind of waitsExpired ?? []) recordWaitEnded(this.metrics.registry, kind, 'expired');
+    for (const kind of waitsCancelled ?? []) recordWaitEnded(this.metrics.registry, kind, 'cancelled');
+    // A parent stage an expired child run queued again: its next claim fails it with child_run_expired.
+    for (const w of woken) this.transport.notify(laneOf(w.toolClass, w.definitionHash), { stageId: w.stageId, attempt: w.attempt });
+    if (expired > 0) {
+      const runningStages = runningStageIds.length;
+      this.logger.info(
+        { event: 'run_expired', count: expired, runningStages, parentsWoken: woken.length, childrenCancelled },
+        'runs past their deadline expired',
+      );
+    }
+    return e;
   }
 }
 

@@ -230,6 +230,7 @@ export class Worker {
       metrics,
       finish: (row, confirmedUntil) => this.batcher.finish(row, confirmedUntil),
       onQueued: (toolClass, definitionHash, ready, delayMs) => this.onQueued(toolClass, definitionHash, ready, delayMs),
+      expireRun: (runId) => this.sweeper.expireRun(runId),
       canClaimNext: (nextClass, currentClass) =>
         this.running &&
         this.opts.fastPath &&

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineTool, defineToolClass, defineWorkflow } from '../../src/definitions/index.js';
@@ -60,6 +61,15 @@ const workflows = [
   defineWorkflow({ name: 'dl-orphan', input: empty, steps: [{ tool: unserved }] }),
   defineWorkflow({ name: 'dl-long', input: empty, steps: [{ tool: waitAbort }] }),
   defineWorkflow({ name: 'dl-default', input: empty, deadline: '10m', steps: [{ tool: unserved }] }),
+  // Two roots: one a worker claims, one of a class nobody serves (still queued when the run expires).
+  defineWorkflow({
+    name: 'dl-pair',
+    input: empty,
+    steps: [
+      { name: 'served', tool: failOnce, after: [] },
+      { name: 'unserved', tool: unserved, after: [] },
+    ],
+  }),
 ];
 
 describe('run deadlines', () => {
@@ -130,6 +140,34 @@ describe('run deadlines', () => {
     }
     await expect(r.submit('dl-orphan', {}, { deadline: 'soon' })).rejects.toMatchObject({ code: 'invalid_input' });
     expect(await count()).toBe(before);
+  });
+
+  it('a claim that finds its run past the deadline before any sweep expires the run as the sweep does (reason run_deadline), not as a failure', async () => {
+    const { id } = await r.submit('dl-pair', {}, { deadline: '10m' });
+    await r.store.clock.advance(11 * 60_000);
+    // A key-share lock on the run: the sweepers' expiry (FOR UPDATE SKIP LOCKED) passes it by, the claim does not wait for it.
+    const session = new pg.Client({ connectionString: db.url });
+    await session.connect();
+    try {
+      await session.query('BEGIN');
+      await session.query('SELECT id FROM ratchet.runs WHERE id = $1 FOR KEY SHARE', [id]);
+      await startWorker(['dl_later']);
+      await until('the served stage claimed', 10_000, async () => {
+        const run = (await r.getRun(id))!;
+        return run.stages.find((s) => s.name === 'served')!.attempt >= 1 ? run : null;
+      });
+      await new Promise((res) => setTimeout(res, 300)); // the executor's expiry waits for the lock (or, before, a finish went by)
+      await session.query('COMMIT');
+    } finally {
+      await session.end();
+    }
+    const run = await until('the run expired', SWEEP_MS * 2 + 5000, state(id, 'expired'));
+    expect(run.error).toMatchObject({ code: 'run_deadline_exceeded' });
+    expect(run.stages.map((s) => s.state)).toEqual(['cancelled', 'cancelled']);
+    const events = await r.events(id);
+    expect(events.filter((e) => e.type === 'run_expired').map((e) => e.data)).toEqual([{ reason: 'run_deadline' }]);
+    const cancelled = events.filter((e) => e.type === 'stage_cancelled').map((e) => (e.data as { reason: string }).reason);
+    expect(cancelled).toEqual(['run_deadline', 'run_deadline']);
   });
 
   it('expires a run whose stage waits in a retry delay', async () => {
