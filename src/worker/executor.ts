@@ -268,7 +268,14 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     if (!row.claimNext) slot.release(); // the tool is done: its slot serves the next claim while this finish commits
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return await settle(deps, log, stage, withEffectKey(row, attempt.effectKey), attempt.confirmedUntil);
+    return await settle(
+      deps,
+      log,
+      stage,
+      withEffectKey(row, attempt.effectKey),
+      attempt.confirmedUntil,
+      step.kind === 'model' ? null : workflow,
+    );
   } catch (err) {
     slot.release(); // the tool settled, or was left behind by the abort that ended the attempt
     if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
@@ -282,7 +289,14 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     attempt.finishing = true;
     let failed = onFailure(storeReads(deps), policy, stage, err, finishData(deps.owner, started, answered));
     if (failed.outcome === 'failed' && step.kind !== 'model') failed = applyGroupRule(workflow, stage, failed);
-    return await settle(deps, log, stage, withEffectKey(failed, attempt.effectKey), attempt.confirmedUntil);
+    return await settle(
+      deps,
+      log,
+      stage,
+      withEffectKey(failed, attempt.effectKey),
+      attempt.confirmedUntil,
+      step.kind === 'model' ? null : workflow,
+    );
   } finally {
     const outcome = attempt.abortReason ?? 'finished';
     deps.metrics.stageDuration.observe(withOutcome(attempt.labels, outcome), (monotonicNow() - started) / 1000);
@@ -535,7 +549,9 @@ function storeReads(deps: ExecutorDeps): DispatchDeps {
  * - a deadlock or serialisation failure (`conflict`): nothing was written; asked again at once.
  * - data the database refuses (`unstorable`, or a row the encoder refuses): asked once more
  *   alone (in a batch it may have been another row's), then the stage fails for good with
- *   `result_not_storable` instead of being asked again until its budget is spent.
+ *   `result_not_storable` instead of being asked again until its budget is spent; under the
+ *   group rule of `groupOf` (a tool stage's workflow), as every failure for good: continueOnError
+ *   keeps it as a value.
  */
 async function settle(
   deps: ExecutorDeps,
@@ -543,6 +559,7 @@ async function settle(
   stage: ClaimedStage,
   row: FinishRow,
   confirmedUntil = stage.confirmedUntil,
+  groupOf: Workflow | null = null,
 ): Promise<AttemptEnd> {
   let verdict: FinishVerdict | undefined;
   const until = monotonicNow() + FINISH_RETRY_WINDOW_MS;
@@ -570,7 +587,8 @@ async function settle(
         log.error({ event: 'result_not_storable', err: message, code }, 'the finish cannot be stored: the stage fails');
         const key = row.effectKey ? { effectKey: row.effectKey } : {};
         const spent = row.data?.usage === undefined ? {} : { usage: row.data.usage }; // a model's answer too large to keep still spent its tokens
-        row = { ...onUnstorable(stage, err, { owner: deps.owner, ...spent, ...key }), ...key };
+        const failed = onUnstorable(stage, err, { owner: deps.owner, ...spent, ...key });
+        row = { ...(groupOf ? applyGroupRule(groupOf, stage, failed) : failed), ...key };
         replaced = true;
         alone = true;
         continue;

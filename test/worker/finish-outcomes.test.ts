@@ -77,6 +77,8 @@ const keyed = defineTool({
   },
 });
 
+const unstorableTool = tool('unstorable', fin, () => ({ text: 'fine' }), z.object({ text: z.string() }));
+
 const workflows = [
   defineWorkflow({
     name: 'lost_fast',
@@ -99,7 +101,16 @@ const workflows = [
   defineWorkflow({
     name: 'unstorable',
     input: anyIn,
-    steps: [{ tool: tool('unstorable', fin, () => ({ text: 'fine' }), z.object({ text: z.string() })) }],
+    steps: [{ tool: unstorableTool }],
+  }),
+  // The same refusal in a step that keeps its failures as values: the run goes on with { ok: false, error }.
+  defineWorkflow({
+    name: 'unstorable_kept',
+    input: anyIn,
+    steps: [
+      { name: 'kept', continueOnError: true, tool: unstorableTool },
+      { name: 'after', tool: tool('after_kept', fin, () => ({ went: 'on' })), input: () => ({}) },
+    ],
   }),
   defineWorkflow({
     name: 'elapsed',
@@ -244,9 +255,18 @@ describe('finishes under real operations (PostgreSQL, one process)', () => {
       const run = await ended(id, 20_000);
       expect(run.state).toBe('failed');
       expect(calls.unstorable).toEqual([1]);
+      calls.unstorable = [];
       expect(run.stages[0]).toMatchObject({ state: 'failed', attempt: 1, lastError: { code: 'result_not_storable', kind: 'permanent' } });
       expect((run.stages[0]!.lastError as { message: string }).message).toMatch(/cannot be stored/);
       expect(run.error).toMatchObject({ code: 'result_not_storable' });
+
+      // Under continueOnError the refusal is a failure kept as a value, as any failure for good is: the run goes on.
+      const kept = await r.submit('unstorable_kept', {});
+      const keptRun = await ended(kept.id, 20_000);
+      expect(keptRun.state).toBe('succeeded');
+      expect(keptRun.stages.map((s) => s.state)).toEqual(['failed', 'succeeded']);
+      expect(keptRun.stages[0]!.lastError).toMatchObject({ code: 'result_not_storable' });
+      expect(calls.after_kept).toEqual([1]);
     } finally {
       await db.query(`DROP TRIGGER unstorable_fault ON ratchet.stages`);
     }
