@@ -1,9 +1,9 @@
 import { z } from 'zod';
+import { isStorableText } from '../store/json.js';
 import { idempotencyKeySchema } from './schemas.js';
 
 /** Bodies and answers of the wait routes (issue 10), in plain zod: the server validates with them, the client parses with them. */
 const ts = z.iso.datetime({ offset: true });
-const noNul = /^[^\u0000]*$/;
 
 export const signalParamsSchema = z.object({
   id: z.string().min(1).max(200),
@@ -28,14 +28,10 @@ export type SignalResponse = z.infer<typeof signalResponseSchema>;
 
 export const stageParamsSchema = z.object({ id: z.string().min(1).max(200), stageId: z.string().regex(/^\d{1,19}$/, 'a stage id') });
 
-const reason = z.string().trim().min(1).max(2000).regex(noNul, 'must not contain \\u0000');
-const by = z
-  .string()
-  .trim()
-  .min(1)
-  .max(200)
-  .regex(noNul, 'must not contain \\u0000')
-  .describe("the person's name, recorded beside the token");
+/** Stored as text and in an event's JSON: no U+0000, no lone surrogate (PostgreSQL refuses both; one rule, src/store/json.ts). */
+const storable = 'must be Unicode text without \\u0000';
+const reason = z.string().trim().min(1).max(2000).refine(isStorableText, storable);
+const by = z.string().trim().min(1).max(200).refine(isStorableText, storable).describe("the person's name, recorded beside the token");
 
 export const approveBodySchema = z
   .object({

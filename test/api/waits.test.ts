@@ -234,6 +234,30 @@ describe('approval gates', () => {
     expect(await counts(api.ratchet)).toEqual(before);
     expect((await stageRow(s0)).state).toBe('awaiting_approval');
   });
+
+  it('a lone surrogate in reason or by is 400 invalid_request at its path (PostgreSQL cannot store it), nothing written', async () => {
+    const run = await awaitingApproval({ invoiceId: 'inv-surrogate', amount: 1 });
+    const s0 = run.stageIds[0]!;
+    const before = await counts(api.ratchet);
+    const post = (decision: 'approve' | 'reject', body: string) =>
+      api.http(`/v1/runs/${run.id}/stages/${s0}/${decision}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const cases: [ReturnType<typeof post>, string][] = [
+      [post('reject', '{"reason":"no \\udfff"}'), 'reason'],
+      [post('reject', '{"by":"\\ud800"}'), 'by'],
+      [post('approve', '{"by":"\\ud800"}'), 'by'],
+      [post('approve', '{"reason":"ok","by":"Ana \\ud83d"}'), 'by'],
+      [post('approve', '{"reason":"\\ude00\\ud83d"}'), 'reason'],
+    ];
+    for (const [p, path] of cases) {
+      const r = await p;
+      expect([r.status, r.body.error?.code, r.body.error?.path]).toEqual([400, 'invalid_request', path]);
+    }
+    expect(await counts(api.ratchet)).toEqual(before);
+    expect((await stageRow(s0)).state).toBe('awaiting_approval');
+    // A surrogate pair is Unicode text: accepted as before.
+    const ok = await post('reject', '{"reason":"no \\ud83d\\ude00","by":"Ana"}');
+    expect([ok.status, ok.body.reason]).toEqual([200, 'no \u{1f600}']);
+  });
 });
 
 describe('metrics', () => {
