@@ -11,6 +11,7 @@ import {
   scheduleToJson,
   tickToJson,
 } from './schedule-schemas.js';
+import { SCHEDULE_NAME } from '../schedules/spec.js';
 
 /**
  * /v1/schedules: cron schedules as the API shows them (src/schedules/). Mounted by app.ts with
@@ -66,6 +67,15 @@ const deleteRoute = createRoute({
 });
 
 const unknown = (name: string) => new ApiError(404, 'unknown_schedule', `no schedule named "${name}"`, { path: 'name', details: { name } });
+/**
+ * The name of a schedule that can exist: every schedule is created through SCHEDULE_NAME (the API's
+ * body, defineSchedule), so another name (a U+0000 in it, which PostgreSQL would refuse as text) is
+ * 404 without asking the database.
+ */
+const existingName = (name: string): string => {
+  if (!SCHEDULE_NAME.test(name)) throw unknown(name);
+  return name;
+};
 
 export function mountScheduleRoutes(app: OpenAPIHono, ratchet: Ratchet): void {
   app.openapi(putRoute, async (c) => {
@@ -75,13 +85,13 @@ export function mountScheduleRoutes(app: OpenAPIHono, ratchet: Ratchet): void {
   });
   app.openapi(listRoute, async (c) => c.json({ schedules: (await ratchet.schedules.list()).map(scheduleToJson) }, 200));
   app.openapi(getRoute, async (c) => {
-    const { name } = c.req.valid('param');
+    const name = existingName(c.req.valid('param').name);
     const s = await ratchet.schedules.get(name);
     if (!s) throw unknown(name);
     return c.json({ ...scheduleToJson(s), recentTicks: (await ratchet.schedules.ticks(name)).map(tickToJson) }, 200);
   });
   app.openapi(deleteRoute, async (c) => {
-    const { name } = c.req.valid('param');
+    const name = existingName(c.req.valid('param').name);
     if (!(await ratchet.schedules.delete(name))) throw unknown(name);
     return c.json({ name, deleted: true as const }, 200);
   });

@@ -103,4 +103,17 @@ describe('/v1/schedules', () => {
     expect(await rows()).toEqual(before);
     expect((await api.client.getSchedule('guarded')).name).toBe('guarded');
   });
+
+  it('a name no schedule can have (a U+0000 in it, which PostgreSQL refuses) is 404 unknown_schedule, not 500', async () => {
+    await api.client.putSchedule({ name: 'kept', cron: '0 * * * *', workflow: 'echo', input: { key: 'k' } });
+    const before = await rows();
+    for (const name of ['%00', 'a%00b', 'kept%00']) {
+      for (const method of ['GET', 'DELETE']) {
+        const res = await api.http(`/v1/schedules/${name}`, { method });
+        expect([res.status, res.body.error?.code, res.body.error?.path], `${method} ${name}`).toEqual([404, 'unknown_schedule', 'name']);
+      }
+    }
+    expect(await rows()).toEqual(before);
+    expect((await api.client.getSchedule('kept')).name).toBe('kept');
+  });
 });
