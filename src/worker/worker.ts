@@ -19,6 +19,16 @@ import { Sweeper } from './sweeper.js';
 import type { RetentionAges } from '../store/index.js';
 import { processMetrics, type Metrics, type WorkerSample } from '../observability/metrics.js';
 
+/** The tool classes a worker asked for `classes` serves (default: every class of the loaded workflows); an unknown one is refused. */
+export function servedClasses(registry: Registry, classes: string[] | undefined): string[] {
+  const known = registry.toolClasses().map((c) => c.name);
+  for (const [i, c] of (classes ?? []).entries()) {
+    if (!known.includes(c))
+      throw new InvalidInputError(`no workflow uses tool class "${c}" (known: ${known.join(', ') || 'none'})`, `worker.classes[${i}]`);
+  }
+  return classes ?? known;
+}
+
 export const workerOptionsSchema = z
   .object({
     /** Tool classes this worker serves (default: every class in the registry). */
@@ -154,12 +164,7 @@ export class Worker {
     const o = parseInput(workerOptionsSchema, options, 'worker');
     const classes = deps.registry.toolClasses();
     const known = classes.map((c) => c.name);
-    this.classes = o.classes ?? known;
-    for (const [i, c] of this.classes.entries()) {
-      if (!known.includes(c))
-        throw new InvalidInputError(`no workflow uses tool class "${c}" (known: ${known.join(', ') || 'none'})`, `worker.classes[${i}]`);
-    }
-    this.classes = withControl(deps.registry, this.classes);
+    this.classes = withControl(deps.registry, servedClasses(deps.registry, o.classes));
     this.definitions = new Map(this.classes.map((c) => [c, deps.registry.hashesOf(c)]));
     for (const [c, hashes] of this.definitions) {
       if (hashes.length > MAX_CLAIM_DEFINITIONS) {

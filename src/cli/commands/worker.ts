@@ -1,5 +1,7 @@
 import type { Command } from 'commander';
+import type { Ratchet } from '../../engine.js';
 import { InvalidInputError } from '../../errors.js';
+import type { Worker } from '../../worker/worker.js';
 
 interface WorkerCommandOptions {
   classes?: string;
@@ -77,24 +79,48 @@ export function registerWorkerCommand(program: Command): void {
         .map((c) => c.trim())
         .filter(Boolean);
       const retention = retentionOption(o.retention || process.env.RATCHET_RETENTION || undefined);
-      const [{ default: pino }, { createRatchet }, { processMetrics, serveMetrics }] = await Promise.all([
+      const [
+        { default: pino },
+        { createRatchet },
+        { processMetrics, serveMetrics },
+        { loadDefinitions },
+        { createRegistry },
+        { servedClasses },
+      ] = await Promise.all([
         import('pino'),
         import('../../engine.js'),
         import('../../observability/metrics.js'),
+        import('../../definitions/loader.js'),
+        import('../../definitions/registry.js'),
+        import('../../worker/worker.js'),
       ]);
       const logger = pino({ name: 'ratchet', level: process.env.RATCHET_LOG_LEVEL ?? 'info' }, pino.destination(2));
-      const ratchet = await createRatchet({
-        databaseUrl: o.databaseUrl || process.env.DATABASE_URL || undefined,
-        dataDir: o.dataDir || process.env.RATCHET_DATA_DIR || undefined,
-        redisUrl: o.redisUrl || process.env.REDIS_URL || undefined,
-        workflowsDir: o.workflowsDir,
-        logger,
-        ...(retention ? { retention } : {}),
-      });
-      const worker = ratchet.worker({ classes, concurrency, graceMs, name: o.name });
-      await worker.start();
+      // What can be refused is refused before the store opens (nothing created, no migration): the workflows and
+      // the classes asked for, then the metrics port (its server needs only the process's metrics).
+      const { workflows, schedules } = await loadDefinitions(o.workflowsDir);
+      servedClasses(createRegistry(workflows), classes);
       const metrics =
         metricsPort === null ? null : await serveMetrics(processMetrics().registry, { port: metricsPort, host: o.metricsHost });
+      let ratchet: Ratchet | null = null;
+      let worker: Worker;
+      try {
+        ratchet = await createRatchet({
+          databaseUrl: o.databaseUrl || process.env.DATABASE_URL || undefined,
+          dataDir: o.dataDir || process.env.RATCHET_DATA_DIR || undefined,
+          redisUrl: o.redisUrl || process.env.REDIS_URL || undefined,
+          workflows,
+          schedules, // even []: this process says which schedules its files define (as workflowsDir would)
+          logger,
+          ...(retention ? { retention } : {}),
+        });
+        worker = ratchet.worker({ classes, concurrency, graceMs, name: o.name });
+        await worker.start();
+      } catch (err) {
+        // Never left running after the error is printed: what started is stopped, the store closed.
+        await ratchet?.close().catch(() => {});
+        await metrics?.close().catch(() => {});
+        throw err;
+      }
       const ready = {
         ready: true,
         owner: worker.owner,
