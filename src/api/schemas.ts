@@ -173,6 +173,9 @@ export const runSummarySchema = z
   .meta({ id: 'RunSummary' });
 export type RunSummaryJson = z.infer<typeof runSummarySchema>;
 
+/** A workflow name to list runs by (`?workflow=`): the API's list and the dashboard's filter. */
+export const workflowFilterSchema = z.string().min(1).max(200).regex(noNul, 'must not contain \\u0000');
+
 /** `?state=failed,cancelled&workflow=w&createdAfter=...&createdBefore=...&limit=50&cursor=...` */
 export const listQuerySchema = z
   .object({
@@ -180,7 +183,7 @@ export const listQuerySchema = z
       .string()
       .regex(new RegExp(`^(${RUN_STATES.join('|')})(,(${RUN_STATES.join('|')}))*$`), `a comma-separated list of ${RUN_STATES.join(', ')}`)
       .optional(),
-    workflow: z.string().min(1).max(200).regex(noNul, 'must not contain \\u0000').optional(),
+    workflow: workflowFilterSchema.optional(),
     createdAfter: requestTimestampSchema.optional().describe('created at or after (inclusive)'),
     createdBefore: requestTimestampSchema.optional().describe('created before (exclusive)'),
     cursor: z.string().min(1).max(200).optional().describe('nextCursor of the previous page'),

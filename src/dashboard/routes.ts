@@ -3,6 +3,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import { deleteCookie, setCookie } from 'hono/cookie';
 import type { Logger } from 'pino';
 import type { RunService } from '../api/service.js';
+import { workflowFilterSchema } from '../api/schemas.js';
 import { streamHandler } from '../api/stream-route.js';
 import type { Ratchet } from '../engine.js';
 import { InvalidInputError, UnknownRunError } from '../errors.js';
@@ -56,6 +57,9 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
       status as 200,
       SECURITY_HEADERS,
     );
+
+  const badRequest = (c: Context, message: string) =>
+    page(c, 'Bad request', html`<h1>Bad request</h1><p class="err" id="error">${message}</p><p><a href="/">← runs</a></p>`, 400);
 
   const signedIn: MiddlewareHandler = async (c, next) => {
     if (session.signedIn(c)) return next();
@@ -118,6 +122,9 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const cursor = c.req.query('cursor') || undefined;
     const awaiting = state === AWAITING_APPROVAL;
     const workflows = opts.ratchet.registry.list().map((w) => w.name);
+    // The API's rule for ?workflow= (a U+0000 would reach PostgreSQL, which refuses it).
+    const filter = workflow ? workflowFilterSchema.safeParse(workflow) : null;
+    if (filter && !filter.success) return badRequest(c, `workflow: ${filter.error.issues[0]!.message}`);
     try {
       // What awaits a person: the oldest first (waits_open_approval_idx), one bounded read narrowed to
       // the workflow in SQL; the awaiting view pages on with its own cursor.
@@ -154,13 +161,7 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
       );
     } catch (err) {
       // A bad cursor is the caller's (400, said so); anything else (the database down) is ours: never an empty "No runs." page.
-      if (err instanceof InvalidInputError)
-        return page(
-          c,
-          'Bad request',
-          html`<h1>Bad request</h1><p class="err" id="error">${err.message}</p><p><a href="/">← runs</a></p>`,
-          400,
-        );
+      if (err instanceof InvalidInputError) return badRequest(c, err.message);
       opts.logger.error({ event: 'dashboard_list_failed', err }, 'dashboard list failed');
       return page(
         c,

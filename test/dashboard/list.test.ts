@@ -79,4 +79,15 @@ describe('dashboard: awaiting approval', () => {
       expect(text).not.toContain('No runs.');
     }
   });
+
+  it('a workflow filter with a U+0000 is a 400 as on the API (its rule), not a 500 from the database', async () => {
+    for (const path of ['/?workflow=a%00b', '/?state=awaiting_approval&workflow=a%00', `/?workflow=${'w'.repeat(201)}`]) {
+      const { status, text } = await get(path);
+      expect(status, path).toBe(400);
+      expect(text, path).toContain('Bad request');
+      expect(text, path).not.toContain('Could not list runs');
+    }
+    expect((await get('/?workflow=a%00b')).text).toContain('must not contain');
+    expect((await api.http('/v1/runs?workflow=a%00b')).status).toBe(400);
+  });
 });
