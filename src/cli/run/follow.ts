@@ -5,6 +5,7 @@ import { depNames, depsText, errorText } from '../api/format.js';
 
 /** What an event says about its stage's state, for the `stage` lines of `run --wait` (null: nothing visible changed). */
 export function stageStateOf(e: EventJson): string | null {
+  const data = e.data as { nextState?: unknown; kind?: unknown; outcome?: unknown } | null;
   switch (e.type) {
     case 'job_claimed':
     case 'lease_reclaimed':
@@ -13,13 +14,26 @@ export function stageStateOf(e: EventJson): string | null {
       return 'succeeded';
     case 'stage_failed':
     case 'attempts_exhausted':
-    case 'stage_duration_exceeded':
-      return e.type === 'stage_duration_exceeded' ? null : 'failed';
+      return 'failed';
+    case 'stage_duration_exceeded': // queued again or failed, as its retry policy said
+      return typeof data?.nextState === 'string' ? data.nextState : null;
     case 'retry_scheduled':
     case 'lease_released':
+    case 'approval_granted':
       return 'queued';
     case 'stage_cancelled':
       return 'cancelled';
+    case 'stage_skipped':
+      return 'skipped';
+    // waits (issue 10): a sleep or a signal, a child run or a map's items, a person's approval
+    case 'wait_started':
+    case 'stage_waiting':
+      return 'waiting';
+    case 'approval_requested':
+      return 'awaiting_approval';
+    case 'wait_ended':
+      // a sleep woken, a signal's timeout: queued for the claim that goes on (the other ends come with their own event)
+      return data?.kind !== 'approval' && (data?.outcome === 'woken' || data?.outcome === 'timed_out') ? 'queued' : null;
     default:
       return null;
   }
