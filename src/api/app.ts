@@ -182,18 +182,17 @@ export function createApp(opts: AppOptions): OpenAPIHono {
     }
     await next();
   });
-  app.use(
-    '/v1/*',
-    bodyLimit({
-      maxSize: opts.bodyLimit,
-      onError: () => {
-        throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, {
-          path: '$',
-          details: { limit: opts.bodyLimit },
-        });
-      },
-    }),
-  );
+  // One body limit for the API and the dashboard's POSTs (the sign-in included): 413 past it, read no further.
+  const limitBody = bodyLimit({
+    maxSize: opts.bodyLimit,
+    onError: () => {
+      throw new ApiError(413, 'body_too_large', `the request body is larger than ${opts.bodyLimit} bytes`, {
+        path: '$',
+        details: { limit: opts.bodyLimit },
+      });
+    },
+  });
+  app.use('/v1/*', limitBody);
   app.use('/v1/*', singleValueHeaders);
   app.use('/v1/runs/:id/cancel', noBody);
   app.use('/v1/runs/:id/retry', noBody);
@@ -228,6 +227,7 @@ export function createApp(opts: AppOptions): OpenAPIHono {
     tokens: opts.tokens,
     heartbeatMs: opts.streamHeartbeatMs,
     logger: log,
+    limitBody,
   });
 
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });

@@ -25,6 +25,8 @@ export interface DashboardOptions {
   tokens: readonly string[];
   heartbeatMs?: number;
   logger: Logger;
+  /** The API's body limit (app.ts, AppOptions.bodyLimit), first on every POST: 413 past it, the body read no further. */
+  limitBody: MiddlewareHandler;
 }
 
 /** Runs per page of the list: a thousand runs are twenty pages, each one indexed read. */
@@ -95,7 +97,7 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
 
   app.get('/favicon.ico', (c) => c.body(null, 204));
   app.get('/login', (c) => page(c, 'Sign in', loginPage(null)));
-  app.post('/login', async (c) => {
+  app.post('/login', opts.limitBody, async (c) => {
     // Login CSRF (a page elsewhere signing this browser in with its own token): there is no session
     // yet for a CSRF token to come from, so the browser's own word on where the form was posted from.
     if (fromElsewhere(c)) return page(c, 'Sign in', loginPage('This sign-in did not come from this server.'), 403);
@@ -111,7 +113,7 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     });
     return c.redirect('/', 303);
   });
-  app.post('/logout', signedIn, csrf, (c) => {
+  app.post('/logout', opts.limitBody, signedIn, csrf, (c) => {
     deleteCookie(c, SESSION_COOKIE, { path: '/' });
     return c.redirect('/login', 303);
   });
@@ -224,8 +226,8 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     opts.logger.info({ event: `dashboard_${name}`, runId: id }, `run ${name} from the dashboard`);
     return c.req.header('accept')?.includes('application/json') ? c.json(res, 200) : c.redirect(`/runs/${id}`, 303);
   };
-  app.post('/runs/:id/cancel', signedIn, csrf, action('cancel'));
-  app.post('/runs/:id/retry', signedIn, csrf, action('retry'));
+  app.post('/runs/:id/cancel', opts.limitBody, signedIn, csrf, action('cancel'));
+  app.post('/runs/:id/retry', opts.limitBody, signedIn, csrf, action('retry'));
 
   // Approve / reject a stage awaiting approval: the API's decision (same service, same checks),
   // decided by this session's token identity (never the token), a rejection with its reason.
@@ -243,6 +245,6 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const note = name === 'approve' ? `stage approved: it runs next` : `stage rejected${reason ? `: ${reason}` : ''}`;
     return c.req.header('accept')?.includes('application/json') ? c.json({ ...res, note }, 200) : c.redirect(`/runs/${id}`, 303);
   };
-  app.post('/runs/:id/stages/:stageId/approve', signedIn, csrf, decide('approve'));
-  app.post('/runs/:id/stages/:stageId/reject', signedIn, csrf, decide('reject'));
+  app.post('/runs/:id/stages/:stageId/approve', opts.limitBody, signedIn, csrf, decide('approve'));
+  app.post('/runs/:id/stages/:stageId/reject', opts.limitBody, signedIn, csrf, decide('reject'));
 }
