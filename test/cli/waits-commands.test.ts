@@ -72,6 +72,9 @@ describe('ratchet approve / reject / list --state awaiting_approval', () => {
     const listed = await ratchet([...remote, 'list', '--state', 'awaiting_approval']);
     expect(listed.code).toBe(0);
     expect(listed.json.approvals).toContainEqual(expect.objectContaining({ runId: run.id, stageId: s0, tool: 'create_case' }));
+    // A filter of runs does not apply to this list of stages: refused (exit 2), never silently ignored.
+    const filtered = await ratchet([...remote, 'list', '--state', 'awaiting_approval', '--workflow', 'other']);
+    expect([filtered.code, filtered.error?.code, filtered.error?.path]).toEqual([2, 'invalid_input', 'workflow']);
 
     const events = await count('events');
     const bad = await ratchet([...remote, 'approve', run.id, '--input', '{"invoiceId":"cli-1","amount":-1}']);

@@ -32,6 +32,20 @@ export function registerListCommand(program: Command): void {
       const o = cmd.optsWithGlobals<ListOptions>();
       // A stage state, not a run's: the stages that wait for a person (issue 10), oldest first.
       if (o.state === 'awaiting_approval') {
+        // It lists stages, oldest first, with a limit alone: a filter of runs would be silently ignored, so it is refused.
+        const runFilters = [
+          ['--workflow', o.workflow],
+          ['--created-after', o.createdAfter],
+          ['--created-before', o.createdBefore],
+          ['--cursor', o.cursor],
+        ].filter(([, v]) => v !== undefined);
+        if (runFilters.length > 0) {
+          const { InvalidInputError } = await import('../../errors.js');
+          throw new InvalidInputError(
+            `${runFilters.map(([f]) => f).join(', ')} does not apply with --state awaiting_approval (the stages that wait for a person, oldest first: --limit only)`,
+            runFilters[0]![0]!.replace(/^--/, ''),
+          );
+        }
         const { intOption } = await import('../api/options.js');
         const limit = intOption(o.limit, '--limit', 1, 500);
         const page = await withBackend(o, (b) => b.approvals({ limit }));
