@@ -30,7 +30,9 @@ export const stageParamsSchema = z.object({ id: z.string().min(1).max(200), stag
 
 /** Stored as text and in an event's JSON: no U+0000, no lone surrogate (PostgreSQL refuses both; one rule, src/store/json.ts). */
 const storable = 'must be Unicode text without \\u0000';
-const reason = z.string().trim().min(1).max(2000).refine(isStorableText, storable);
+/** Why a person decided (approve / reject): the API's body and the dashboard's form alike. */
+export const decisionReasonSchema = z.string().trim().min(1).max(2000).refine(isStorableText, storable);
+const reason = decisionReasonSchema;
 const by = z.string().trim().min(1).max(200).refine(isStorableText, storable).describe("the person's name, recorded beside the token");
 
 export const approveBodySchema = z

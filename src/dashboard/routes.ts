@@ -13,6 +13,8 @@ import { DASHBOARD_CSS, DASHBOARD_JS } from './assets.js';
 import { html, layout } from './html.js';
 import { AWAITING_APPROVAL, EVENTS_SHOWN, listPage, loginPage, runPage, runPanel } from './pages.js';
 import { createWaitService } from '../api/wait-service.js';
+import { decisionReasonSchema } from '../api/wait-schemas.js';
+import { parseInput } from '../store/validate.js';
 import { pendingApprovalsPage, waitsOf } from '../store/approvals.js';
 import { countStreamBefore, readStreamTail } from '../store/stream.js';
 import { runUsage } from '../store/usage.js';
@@ -235,7 +237,9 @@ export function registerDashboard(app: OpenAPIHono, opts: DashboardOptions): voi
     const id = c.req.param('id')!;
     const stageId = c.req.param('stageId')!;
     const form = c.req.header('content-type')?.includes('form') ? await c.req.parseBody() : {};
-    const reason = typeof form.reason === 'string' && form.reason.trim() ? form.reason.trim().slice(0, 500) : undefined;
+    // The API's rule for a reason (its length, no U+0000): a 4xx with its path, nothing decided.
+    const reason =
+      typeof form.reason === 'string' && form.reason.trim() ? parseInput(decisionReasonSchema, form.reason, 'reason') : undefined;
     const by = session.identity(c);
     const res =
       name === 'approve'

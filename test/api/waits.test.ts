@@ -6,7 +6,7 @@ import { wakeDueWaits } from '../../src/store/wake-waits.js';
 import { refusalError } from '../../src/planner/waits.js';
 import { toApiError } from '../../src/api/to-api-error.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
-import { counts, startApi, type Api } from './helpers.js';
+import { counts, startApi, TOKEN, type Api } from './helpers.js';
 import {
   allowWaitStates,
   awaitingApproval as awaitingApprovalOf,
@@ -257,6 +257,35 @@ describe('approval gates', () => {
     // A surrogate pair is Unicode text: accepted as before.
     const ok = await post('reject', '{"reason":"no \\ud83d\\ude00","by":"Ana"}');
     expect([ok.status, ok.body.reason]).toEqual([200, 'no \u{1f600}']);
+  });
+});
+
+describe('approve / reject from the dashboard', () => {
+  it('a reason the API refuses (U+0000, past 2,000 characters) is a 4xx there too, nothing decided; a long one is kept whole', async () => {
+    const cookie = `ratchet_token=${TOKEN}`;
+    const run = await awaitingApproval({ invoiceId: 'dash-1', amount: 130 });
+    const s0 = run.stageIds[0]!;
+    const page = await (await fetch(`${api.server.url}/runs/${run.id}`, { headers: { cookie, accept: 'text/html' } })).text();
+    const csrf = /name="csrf-token" content="([^"]+)"/.exec(page)![1]!;
+    const reject = (reason: string) =>
+      fetch(`${api.server.url}/runs/${run.id}/stages/${s0}/reject`, {
+        method: 'POST',
+        headers: { accept: 'application/json', cookie, 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ csrf, reason }),
+      });
+    const before = await counts(api.ratchet);
+    for (const reason of ['no\u0000', 'x'.repeat(2001)]) {
+      const res = await reject(reason);
+      expect(res.status, reason.slice(0, 10)).toBeGreaterThanOrEqual(400);
+      expect(res.status, reason.slice(0, 10)).toBeLessThan(500);
+      expect(((await res.json()) as { error: { path?: string } }).error.path).toBe('reason');
+    }
+    expect(await counts(api.ratchet)).toEqual(before);
+    expect((await stageRow(s0)).state).toBe('awaiting_approval');
+    const long = `${'y'.repeat(498)}😀 and the rest`; // cut at 500 it was a lone surrogate
+    const ok = await reject(long);
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { reason: string }).reason).toBe(long);
   });
 });
 
