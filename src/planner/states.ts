@@ -17,7 +17,8 @@ import { IllegalTransitionError } from '../errors.js';
  *   cancelled -> pending is the same retry re-planning the later stages the failure cancelled;
  *   cancelled -> queued the same for a parallel branch it cancelled that was already due.
  *   failed | cancelled -> waiting is that retry re-attaching a child-run stage to its child run,
- *   retried with it (store/retry-run.ts).
+ *   retried with it (store/retry-run.ts); queued -> waiting a child run retried alone while the
+ *   parent stage its end had queued was not yet claimed: the stage waits for it again.
  *   The run graph (issue 11): running -> skipped is a stage whose `when` was false, or whose
  *   dependencies were all skipped (decided at its claim; it counts as done for the join).
  *   running -> waiting is a stage that holds no lease while it waits: a map stage for its items,
@@ -42,7 +43,7 @@ import { IllegalTransitionError } from '../errors.js';
  */
 export const STAGE_TRANSITIONS = {
   pending: ['queued', 'running', 'failed', 'cancelled', 'awaiting_approval'],
-  queued: ['running', 'failed', 'cancelled'],
+  queued: ['running', 'failed', 'cancelled', 'waiting'],
   running: ['running', 'queued', 'succeeded', 'failed', 'cancelled', 'skipped', 'waiting', 'awaiting_approval'],
   waiting: ['queued', 'cancelled', 'succeeded'],
   awaiting_approval: ['queued', 'failed', 'cancelled'],

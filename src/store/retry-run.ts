@@ -10,6 +10,7 @@ assertTransition('stage', 'failed', 'queued');
 assertTransition('stage', 'cancelled', 'pending');
 assertTransition('stage', 'failed', 'waiting');
 assertTransition('stage', 'cancelled', 'waiting');
+assertTransition('stage', 'queued', 'waiting');
 
 export interface RetryResult {
   /** false when nothing moved: see `reason`. */

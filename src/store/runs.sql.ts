@@ -1,4 +1,4 @@
-import { closeWaitsOf, RUN_ACTIVE, STAGE_UNENDED } from './lease-common.sql.js';
+import { closeWaitsOf, RUN_ACTIVE } from './lease-common.sql.js';
 /** Statements for submitting and reading runs. Parameters are listed above each. */
 
 /**
@@ -155,20 +155,25 @@ SELECT (SELECT state FROM prev) AS previous_state, (SELECT count(*) FROM run WHE
  * `run_retried` event records the attempts used and the error retried from.
  * A child run whose parent ended is retried with its parent (retryRun's reattach), never alone
  * (parent_ended): it would run under an ended parent, and the sweeper's orphan pass would cancel it.
- * Nor one whose parent stage already took its end (parent_ended too): its result would go nowhere.
+ * Nor one whose parent stage took its end or is taking it (parent_ended too): its result would go nowhere.
+ * A parent stage queued to take the child's end waits for the retried child again.
  * Returns the previous run state, why nothing moved when it did not, and the stages it queued (to wake).
  */
 export const RETRY_RUN_SQL = `
 WITH clk AS MATERIALIZED (SELECT ratchet.db_now() AS t),
 prev AS (SELECT id, state, deadline, error, parent_run_id, parent_stage_id FROM ratchet.runs WHERE id = $1::uuid),
--- A child run is retried alone only while its parent stage waits for it (the parent active, the stage unended: its
--- claim then waits for the child again). A parent that ended, or a stage that already took the child's end (a
--- continueOnError value, or its failure), would leave the retried child's result going nowhere.
+-- A child run is retried alone only while its parent stage has not yet taken its end: the parent active, the stage
+-- still waiting for it, or queued to take it (the child's end woke it) and not yet claimed. The stage's row is locked
+-- (a claim skips it meanwhile, or has it already: running, refused) and a queued one waits for the child again
+-- (parent_rewait). A parent that ended, or a stage that took the child's end or is taking it (running: its finish
+-- would carry the old end), would leave the retried child's result going nowhere.
+parent_stage AS (
+  SELECT ps.id, ps.state FROM prev JOIN ratchet.stages ps ON ps.id = prev.parent_stage_id FOR UPDATE OF ps
+),
 parent_ended AS (
   SELECT EXISTS (
     SELECT 1 FROM prev JOIN ratchet.runs p ON p.id = prev.parent_run_id
-    WHERE p.state NOT IN (${RUN_ACTIVE})
-      OR NOT EXISTS (SELECT 1 FROM ratchet.stages ps WHERE ps.id = prev.parent_stage_id AND ps.state IN (${STAGE_UNENDED}))
+    WHERE p.state NOT IN (${RUN_ACTIVE}) OR NOT EXISTS (SELECT 1 FROM parent_stage ps WHERE ps.state IN ('waiting', 'queued'))
   ) AS yes
 ),
 failed_stage AS (
@@ -207,6 +212,16 @@ ev AS (
       'previousError', (SELECT error FROM prev), 'stagesReplanned', (SELECT count(*) FROM later), 'stagesRetried', (SELECT count(*) FROM st),
       'retriedStageIds', (SELECT jsonb_agg(id::text ORDER BY seq) FROM st))
   FROM run, failed_stage f, clk
+),
+-- The parent stage the child's end had queued waits for the retried child again (its end queues it once more).
+parent_rewait AS (
+  UPDATE ratchet.stages ps SET state = 'waiting', deps_left = 1, updated_at = clk.t
+  FROM run, parent_stage p, clk WHERE ps.id = p.id AND p.state = 'queued'
+  RETURNING ps.id, ps.run_id
+),
+rewait_ev AS (
+  INSERT INTO ratchet.events (run_id, stage_id, type, at, data)
+  SELECT w.run_id, w.id, 'stage_waiting', clk.t, jsonb_build_object('reason', 'child_retried', 'childRunId', $1::text) FROM parent_rewait w, clk
 ),
 -- A retried stage's call was approved (it then failed for good): its next claim runs it with the approved
 -- input without asking again (decideGate, a documented choice); say so, with who approved and when.

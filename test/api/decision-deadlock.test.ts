@@ -147,7 +147,7 @@ describe('a decision, a signal or a run retry that meets a deadlock is asked aga
         failedRun,
         (runId) => post(`/v1/runs/${runId}/retry`),
         // (pg_stat_activity keeps a statement's first 1 kB: a fragment near RETRY_RUN_SQL's start)
-        'error, parent_run_id FROM ratchet.runs',
+        'error, parent_run_id, parent_stage_id FROM ratchet.runs',
         async (runId, stageId, body) => {
           expect(body).toMatchObject({ previousState: 'failed', state: 'running', stage: { id: stageId } });
           expect(await stateOf('stages', stageId)).toBe('queued');

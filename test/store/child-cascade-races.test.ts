@@ -206,7 +206,7 @@ describe('child runs never outlive an ended parent (PostgreSQL)', () => {
     expect(await stageStates(kid.id)).toEqual(['failed']);
   });
 
-  it('nor one whose parent stage already took its end (a succeeded parent, or one running on past a continueOnError value); while the stage waits for it, it is', async () => {
+  it('nor one whose parent stage took its end or is taking it (a succeeded parent, a stage past it, a stage claimed to take it); while the stage waits for it, or is queued to take its end, it is, and the stage waits for it again', async () => {
     const failedChildUnder = async (parentRun: string, parentStage: string) => {
       const c = `race_${++n}`;
       const { parent, stageId, kid } = await parentAndLoneChild(c);
@@ -221,6 +221,7 @@ describe('child runs never outlive an ended parent (PostgreSQL)', () => {
       ['succeeded', 'succeeded'],
       ['running', 'succeeded'],
       ['running', 'failed'],
+      ['running', 'running'], // its claim has read the child's end: its finish carries it
     ]) {
       const kid = await failedChildUnder(parentRun!, parentStage!);
       expect(await store.retryRun(kid), `${parentRun} / ${parentStage}`).toMatchObject({ retried: false, reason: 'parent_ended' });
@@ -230,6 +231,10 @@ describe('child runs never outlive an ended parent (PostgreSQL)', () => {
       const kid = await failedChildUnder('running', parentStage);
       expect(await store.retryRun(kid), parentStage).toMatchObject({ retried: true });
       expect(await stageStates(kid)).toEqual(['queued']);
+      // The parent stage waits for the retried child (its end queues it again), never claimed meanwhile to spin on it.
+      const { parent_stage_id: ps } = (await db.query(`SELECT parent_stage_id::text FROM ratchet.runs WHERE id = $1`, [kid]))[0]!;
+      const [row] = await db.query(`SELECT state, deps_left FROM ratchet.stages WHERE id = $1`, [ps]);
+      expect(row, parentStage).toEqual({ state: 'waiting', deps_left: 1 });
     }
   });
 });
