@@ -68,6 +68,15 @@ export function elapsedSinceFirstClaim(stage: ClaimedStage, now = monotonicNow()
 }
 
 /**
+ * A retry policy with the stage row's attempt budget: the policy's maxAttempts when planned, raised by a
+ * wait (an approval, a sleep or a signal begun at the stage's own claim, which counts an attempt) so the
+ * tool still has all of its own. The finish (onFailure) and the extend past maxDuration count the same.
+ */
+export function withRowBudget(policy: RetryPolicy, stage: ClaimedStage): RetryPolicy {
+  return stage.maxAttempts === policy.maxAttempts ? policy : { ...policy, maxAttempts: stage.maxAttempts };
+}
+
+/**
  * A failed attempt: a retry after its backoff, or the run failed with the error (and the
  * attempts) kept. maxElapsed is measured up to this decision, not to the attempt's claim.
  */
@@ -80,7 +89,7 @@ export function onFailure(
 ): FinishRow {
   const error: StageError = storable(describeError(err, stage.attempt, stage.fence));
   const decision = decideRetry({
-    policy: tool.retry,
+    policy: withRowBudget(tool.retry, stage),
     attempt: stage.attempt,
     errorKind: error.kind,
     elapsedMs: elapsedSinceFirstClaim(stage),

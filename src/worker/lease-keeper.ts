@@ -7,7 +7,7 @@ import {
   type ExtendResult,
   type QueryOptions,
 } from '../store/index.js';
-import { elapsedSinceFirstClaim } from '../dispatcher/dispatcher.js';
+import { elapsedSinceFirstClaim, withRowBudget } from '../dispatcher/dispatcher.js';
 import { decideRetry } from '../planner/retry.js';
 import type { Attempt } from './attempt.js';
 import { processMetrics, type ExtensionFailureReason, type Metrics } from '../observability/metrics.js';
@@ -231,7 +231,8 @@ export class LeaseKeeper {
 export function retryAfterOverrun(a: Attempt, now = monotonicNow()): number | null | undefined {
   if (!a.retry) return undefined;
   const decision = decideRetry({
-    policy: a.retry,
+    policy: withRowBudget(a.retry, a.stage), // as the extend statement itself counts it
+
     attempt: a.stage.attempt,
     errorKind: 'timeout',
     elapsedMs: elapsedSinceFirstClaim(a.stage, now),

@@ -69,6 +69,20 @@ const refund = defineTool({
   approval: (i) => i.amount > 100,
   run: async (i) => ({ refunded: i.amount }),
 });
+/** A gated call that always fails transiently: after its approval it must still have its whole budget (wr_io: 2 attempts). */
+let stubbornCalls = 0;
+const stubborn = defineTool({
+  name: 'stubborn_gated',
+  description: 'asks, then fails every time',
+  class: io,
+  input: z.object({}),
+  output: z.object({}),
+  approval: true,
+  run: async () => {
+    stubbornCalls++;
+    throw new TransientError('still down');
+  },
+});
 const seen: Record<string, unknown[]> = {};
 let prepGate: Promise<void> = Promise.resolve();
 const tool = (name: string, run: (input: unknown) => unknown = (input) => ({ [name]: input })) =>
@@ -123,6 +137,7 @@ const batchKept = defineWorkflow({
     },
   ],
 });
+const stubbornRun = defineWorkflow({ name: 'wr_stubborn', input: z.object({}), steps: [{ tool: stubborn }] });
 const hooked = defineWorkflow({
   name: 'wr_hooked',
   input: z.object({}),
@@ -197,7 +212,7 @@ describe('waits through a real worker (PostgreSQL)', () => {
     r = await createRatchet({
       databaseUrl: db.url,
       logger: silentLogger(),
-      workflows: [gated, refunds, batch, batchKept, hooked, patient, napper, forked, agent, twinGates],
+      workflows: [gated, refunds, batch, batchKept, stubbornRun, hooked, patient, napper, forked, agent, twinGates],
     });
     worker = await startWorker();
     api = await createServer({ ratchet: r, tokens: [TOKEN], port: 0 });
@@ -324,6 +339,16 @@ describe('waits through a real worker (PostgreSQL)', () => {
       const run = await ended(id);
       expect(run.state).toBe('succeeded');
       expect(run.result).toEqual([{ refunded: 50 }, { refunded: 500 }, { refunded: 70 }]);
+    });
+
+    it('an approved call keeps its whole attempt budget: the claim that began the wait is not one of the tool’s attempts', async () => {
+      const { id } = await r.submit('wr_stubborn', {});
+      const waiting = await stageIn(id, 'stubborn_gated', 'awaiting_approval');
+      expect((await post(url(`/v1/runs/${id}/stages/${waiting.id}/approve`), {})).status).toBe(200);
+      const run = await ended(id);
+      expect(run.state).toBe('failed');
+      expect(run.error).toMatchObject({ code: 'attempts_exhausted' });
+      expect(stubbornCalls).toBe(2); // wr_io's maxAttempts
     });
 
     it('a map item rejected under continueOnError: the refusal is a value in its place, the map and the run go on (as its timeout would)', async () => {
