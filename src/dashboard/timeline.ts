@@ -161,6 +161,12 @@ export function buildTimeline(
     endWait(lane, at);
     pendingWait.set(lane.stageId, { kind, start: at, label: `${WAIT_WORDS[kind]}${detail}` });
   };
+  /** An attempt that ends with a retry after `delay` ms: a mark, then a wait until the next claim. */
+  const retryAfter = (lane: Lane, at: number, delay: number | null, what: string) => {
+    close(lane, at, 'retried');
+    lane.marks.push({ at, kind: 'retry', label: `${what}${delay !== null ? ` after ${delay} ms` : ''}` });
+    beginWait(lane, at, 'retry', delay !== null ? ` (${delay} ms)` : '');
+  };
   for (const e of events) {
     if (!e.stageId) continue;
     const lane = lanes.get(e.stageId);
@@ -199,8 +205,13 @@ export function buildTimeline(
         break;
       case 'stage_failed':
       case 'attempts_exhausted':
-      case 'stage_duration_exceeded':
         close(lane, at, 'failed');
+        break;
+      case 'stage_duration_exceeded':
+        // past maxDuration: retried after its policy's delay (as retry_scheduled), or failed for good
+        if (data.nextState === 'queued')
+          retryAfter(lane, at, typeof data.delayMs === 'number' ? data.delayMs : null, 'past maxDuration: retry');
+        else close(lane, at, 'failed');
         break;
       case 'stage_cancelled':
         close(lane, at, 'cancelled');
@@ -251,13 +262,9 @@ export function buildTimeline(
       case 'lease_released':
         close(lane, at, 'released');
         break;
-      case 'retry_scheduled': {
-        close(lane, at, 'retried');
-        const delay = typeof data.delayMs === 'number' ? data.delayMs : null;
-        lane.marks.push({ at, kind: 'retry', label: `retry scheduled${delay !== null ? ` after ${delay} ms` : ''}` });
-        beginWait(lane, at, 'retry', delay !== null ? ` (${delay} ms)` : '');
+      case 'retry_scheduled':
+        retryAfter(lane, at, typeof data.delayMs === 'number' ? data.delayMs : null, 'retry scheduled');
         break;
-      }
       case 'heartbeat_lost':
         lane.marks.push({ at, kind: 'lease_lost', label: `attempt ${e.attempt ?? '?'} lost its lease (fence ${e.fence ?? '-'})` });
         break;

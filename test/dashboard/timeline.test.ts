@@ -88,7 +88,7 @@ describe('timeline', () => {
   });
 
   it('sleep and signal waits, a retry delay, a skip; a cancelled run ends an open wait', () => {
-    const stages = [stage(1), stage(2, { state: 'cancelled' }), stage(3, { state: 'skipped' }), stage(4)];
+    const stages = [stage(1), stage(2, { state: 'cancelled' }), stage(3, { state: 'skipped' }), stage(4), stage(5)];
     const tl = buildTimeline(
       stages,
       [
@@ -106,18 +106,26 @@ describe('timeline', () => {
         ev('104', 'retry_scheduled', 5, { delayMs: 1000 }, 1),
         ev('104', 'job_claimed', 6, {}, 2),
         ev('104', 'stage_succeeded', 7, {}, 2),
+        ev('105', 'job_claimed', 4, {}, 1),
+        ev('105', 'stage_duration_exceeded', 6, { nextState: 'queued', delayMs: 2000 }, 1),
+        ev('105', 'job_claimed', 8, {}, 2),
+        ev('105', 'stage_duration_exceeded', 9, { nextState: 'failed', decision: 'max_elapsed' }, 2),
       ],
       at(0),
       at(10),
       at(9),
     );
-    const [l1, l2, l3, l4] = tl.lanes;
+    const [l1, l2, l3, l4, l5] = tl.lanes;
     expect(l1!.waits).toMatchObject([{ kind: 'sleep', start: T0 + 1000, end: T0 + 3000, open: false }]);
     expect(l2!.waits).toMatchObject([{ kind: 'signal', label: 'waiting for a signal "paid"', end: T0 + 8000, open: false }]);
     expect(l3!.attempts.map((a) => a.outcome)).toEqual(['skipped']);
     expect(l3!.marks.map((m) => m.kind)).toEqual(['skip']);
     expect(l4!.waits).toMatchObject([{ kind: 'retry', label: 'waiting to retry (1000 ms)', start: T0 + 5000, end: T0 + 6000 }]);
     expect(l4!.attempts.map((a) => a.outcome)).toEqual(['retried', 'succeeded']);
+    // past maxDuration: retried after the policy's delay, then failed for good
+    expect(l5!.waits).toMatchObject([{ kind: 'retry', label: 'waiting to retry (2000 ms)', start: T0 + 6000, end: T0 + 8000 }]);
+    expect(l5!.attempts.map((a) => a.outcome)).toEqual(['retried', 'failed']);
+    expect(l5!.marks).toMatchObject([{ kind: 'retry', label: 'past maxDuration: retry after 2000 ms' }]);
   });
 
   it('a map: its items in lanes under it, by index, the ones beyond ITEMS_SHOWN counted by state; a child run waited for and linked', () => {
