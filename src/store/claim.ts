@@ -20,7 +20,7 @@ import {
   WAITING_DEFINITIONS_SQL,
 } from './claim.sql.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
-import { parseInput } from './validate.js';
+import { parseInput, TIMER_MS_MAX } from './validate.js';
 
 export const claimLimitsSchema = z
   .object({
@@ -30,11 +30,7 @@ export const claimLimitsSchema = z
     rate: z
       .object({
         max: z.number().int().min(1).max(1_000_000),
-        windowMs: z
-          .number()
-          .int()
-          .min(1)
-          .max(2 ** 31 - 1),
+        windowMs: z.number().int().min(1).max(TIMER_MS_MAX),
       })
       .strict()
       .optional(),

@@ -26,7 +26,7 @@ const UNENDED = STAGE_UNENDED;
  * a hash join over the whole table). $2 is a JSON array of rows:
  *   { id, fence, outcome: 'succeeded'|'failed'|'queued'|'cancelled'|'skipped'|'waiting', result?, error?, retryDelayMs?,
  *     asValue?, waitFor?, nextSeq?, nextInput?, nextError?, claimNext?, plan?,
- *     runState?: 'succeeded'|'failed'|'expired'|'cancelled', runResult?, runError?, effectKey?, data? }
+ *     runState?: 'succeeded'|'failed'|'cancelled', runResult?, runError?, effectKey?, data? }
  * Each part below is one decision, named for it:
  *   accepted           the fence: each attempt that still holds its stage ends as asked;
  *   refused            the other rows, the only ones looked up further;

@@ -7,7 +7,7 @@ import { FINISH_SQL } from './finish.sql.js';
 import { cancelFailedLeftovers } from './leftovers.js';
 import { checkJson } from './json.js';
 import { monotonicNow, toClaimed, type ClaimedStage } from './lease.js';
-import { parseInput } from './validate.js';
+import { delayMsSchema, parseInput } from './validate.js';
 
 const json = z.unknown();
 const finishRow = z
@@ -17,12 +17,7 @@ const finishRow = z
     outcome: z.enum(['succeeded', 'failed', 'queued', 'cancelled', 'skipped', 'waiting']),
     result: json.optional(),
     error: json.optional(),
-    retryDelayMs: z
-      .number()
-      .int()
-      .min(0)
-      .max(2 ** 31 - 1)
-      .optional(),
+    retryDelayMs: delayMsSchema.optional(),
     /** A failure for good kept as a value (`{ ok: false, error }` for later steps): it counts as done for the join. */
     asValue: z.boolean().optional(),
     /** With outcome `waiting`: how many finishes (a map's items) it waits for; its counter. */
@@ -72,7 +67,7 @@ const finishRow = z
       .max(1_000_000)
       .optional(),
     run: z
-      .object({ state: z.enum(['succeeded', 'failed', 'expired', 'cancelled']), result: json.optional(), error: json.optional() })
+      .object({ state: z.enum(['succeeded', 'failed', 'cancelled']), result: json.optional(), error: json.optional() })
       .strict()
       .optional(),
     /**
@@ -87,13 +82,7 @@ const finishRow = z
         input: json,
         sinksLeft: z.number().int().min(1).nullable(),
         /** The child workflow's own deadline, from the child's start (null or absent: none; its parent's end cancels it anyway). */
-        deadlineMs: z
-          .number()
-          .int()
-          .min(0)
-          .max(2 ** 31 - 1)
-          .nullable()
-          .optional(),
+        deadlineMs: delayMsSchema.nullable().optional(),
         stages: z.array(z.record(z.string(), json)).min(1).max(10_000),
       })
       .strict()
@@ -121,7 +110,8 @@ export type FinishRow = z.input<typeof finishRow>;
  */
 const DECIMAL_ID = /^\d{1,19}$/;
 const OUTCOMES = new Set(['succeeded', 'failed', 'queued', 'cancelled', 'skipped', 'waiting']);
-const RUN_STATES = new Set(['succeeded', 'failed', 'expired', 'cancelled']);
+// Never 'expired': a run past its deadline is expired by the expiry alone (deadline.ts), with its reasons and its waits' outcome.
+const RUN_STATES = new Set(['succeeded', 'failed', 'cancelled']);
 const MAX_INT31 = 2 ** 31 - 1;
 const isPlain = (v: unknown): v is Record<string, unknown> => {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;

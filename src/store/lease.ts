@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { z } from 'zod';
 import type { Row } from './db.js';
+import { delayMsSchema } from './validate.js';
 
 /**
  * Timer lateness covered by the local confirmation deadline: a lease is trusted until
@@ -121,13 +122,7 @@ export const extendArgs = z
         z
           .object({
             ...leaseShape,
-            retryDelayMs: z
-              .number()
-              .int()
-              .min(0)
-              .max(2 ** 31 - 1)
-              .nullable()
-              .optional(),
+            retryDelayMs: delayMsSchema.nullable().optional(),
           })
           .strict(),
       )

@@ -168,6 +168,8 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
   });
   deps.keeper.add(attempt);
   const started = monotonicNow();
+  // The group rule (continueOnError) of a tool stage's workflow for a failure the finish itself brings (unstorable); a model stage's fails its run.
+  const groupOf = step.kind === 'model' ? null : workflow;
   // A model call's usage, once answered, rides on whatever finish the attempt ends with (succeeded, failed, retried):
   // the run's usage sums every finish event that carries it (src/store/usage.sql.ts).
   let answered: { usage?: ModelUsage } = {};
@@ -268,14 +270,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     if (!row.claimNext) slot.release(); // the tool is done: its slot serves the next claim while this finish commits
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
-    return await settle(
-      deps,
-      log,
-      stage,
-      withEffectKey(row, attempt.effectKey),
-      attempt.confirmedUntil,
-      step.kind === 'model' ? null : workflow,
-    );
+    return await settle(deps, log, stage, withEffectKey(row, attempt.effectKey), attempt.confirmedUntil, groupOf);
   } catch (err) {
     slot.release(); // the tool settled, or was left behind by the abort that ended the attempt
     if (isFinal(attempt)) return abandoned(log, attempt.finalReason!);
@@ -289,14 +284,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     attempt.finishing = true;
     let failed = onFailure(storeReads(deps), policy, stage, err, finishData(deps.owner, started, answered));
     if (failed.outcome === 'failed' && step.kind !== 'model') failed = applyGroupRule(workflow, stage, failed);
-    return await settle(
-      deps,
-      log,
-      stage,
-      withEffectKey(failed, attempt.effectKey),
-      attempt.confirmedUntil,
-      step.kind === 'model' ? null : workflow,
-    );
+    return await settle(deps, log, stage, withEffectKey(failed, attempt.effectKey), attempt.confirmedUntil, groupOf);
   } finally {
     const outcome = attempt.abortReason ?? 'finished';
     deps.metrics.stageDuration.observe(withOutcome(attempt.labels, outcome), (monotonicNow() - started) / 1000);
