@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 
 /** `ratchet worker` refuses a bad --metrics-port before it opens anything (exit 2, invalid_input naming the option). */
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -46,7 +46,15 @@ describe('ratchet worker --metrics-port', () => {
 });
 
 describe('ratchet worker refuses what it can before it opens the store, and never runs on after an error', () => {
-  const dataDir = () => join(mkdtempSync(join(tmpdir(), 'ratchet-worker-opts-')), 'data');
+  const made: string[] = [];
+  afterAll(() => {
+    for (const d of made) rmSync(d, { recursive: true, force: true });
+  });
+  const dataDir = () => {
+    const parent = mkdtempSync(join(tmpdir(), 'ratchet-worker-opts-'));
+    made.push(parent);
+    return join(parent, 'data');
+  };
 
   it('an unknown --classes: exit 2, the data dir never created', async () => {
     const dir = dataDir();
