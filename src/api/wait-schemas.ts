@@ -32,13 +32,12 @@ export const stageParamsSchema = z.object({ id: z.string().min(1).max(200), stag
 const storable = 'must be Unicode text without \\u0000';
 /** Why a person decided (approve / reject): the API's body and the dashboard's form alike. */
 export const decisionReasonSchema = z.string().trim().min(1).max(2000).refine(isStorableText, storable);
-const reason = decisionReasonSchema;
 const by = z.string().trim().min(1).max(200).refine(isStorableText, storable).describe("the person's name, recorded beside the token");
 
 export const approveBodySchema = z
   .object({
     input: z.unknown().optional().describe("an edited input for the tool, checked by the tool's schema (422 with its path)"),
-    reason: reason.optional(),
+    reason: decisionReasonSchema.optional(),
     by: by.optional(),
   })
   .strict()
@@ -46,7 +45,7 @@ export const approveBodySchema = z
 export type ApproveBody = z.infer<typeof approveBodySchema>;
 
 export const rejectBodySchema = z
-  .object({ reason: reason.optional().describe('why: an agent hears it as the answer of the tool call'), by: by.optional() })
+  .object({ reason: decisionReasonSchema.optional().describe('why: an agent hears it as the answer of the tool call'), by: by.optional() })
   .strict()
   .meta({ id: 'Reject' });
 export type RejectBody = z.infer<typeof rejectBodySchema>;

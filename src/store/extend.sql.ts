@@ -7,7 +7,7 @@ import { DB_NOW_EXPR, BY_ID_RUNNING, failRunsFrom, failedAsValue, settleFrom } f
  * lease_until > now: an expired lease is never revived, even if nobody reclaimed it yet.
  * An attempt past max_duration_ms (counted from claimed_at) is ended by this same statement
  * with stage_duration_exceeded, a failure counted against the budget, as its retry policy says:
- * $4 holds per lease the delay before the next attempt (the worker's decideRetry), or -1 when the
+ * $4 holds per lease the delay before the next attempt (the worker's decideRetry), or NULL when the
  * policy allows none (maxElapsed spent). Back to `queued`, due after that delay, while attempts
  * remain; else `failed` with its run (decision attempts_exhausted or max_elapsed in the error and
  * the event). Returns a verdict for every requested lease, with
@@ -29,8 +29,8 @@ cur AS (
   SELECT s.id, s.run_id, s.state, s.fence, s.attempt, s.max_attempts,
     (s.state = 'running' AND s.owner_id = $1 AND s.lease_until > clk.t) AS held,
     (clk.t >= s.claimed_at + s.max_duration_ms * interval '1 millisecond') AS over_duration,
-    greatest(req.retry_delay_ms, 0) AS retry_delay_ms,
-    CASE WHEN s.attempt >= s.max_attempts THEN 'attempts_exhausted' WHEN req.retry_delay_ms < 0 THEN 'max_elapsed' END AS no_retry
+    coalesce(req.retry_delay_ms, 0) AS retry_delay_ms,
+    CASE WHEN s.attempt >= s.max_attempts THEN 'attempts_exhausted' WHEN req.retry_delay_ms IS NULL THEN 'max_elapsed' END AS no_retry
   FROM ratchet.stages s JOIN req ON s.id = req.id AND s.fence = req.fence CROSS JOIN clk
   WHERE s.id = ANY($2::bigint[])
 ),

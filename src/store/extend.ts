@@ -28,8 +28,8 @@ export async function extend(q: Queryable, args: z.input<typeof extendArgs>, opt
   const { owner, leases } = parseInput(extendArgs, args, 'extend');
   if (leases.length === 0) return [];
   const sentAt = monotonicNow();
-  // Past maxDuration: -1 = no further attempt (the policy's answer), else the delay before the next (none given: 0).
-  const retryDelays = leases.map((l) => (l.retryDelayMs === null ? -1 : (l.retryDelayMs ?? 0)));
+  // Past maxDuration: the delay before the next attempt (none given: 0), or null for none (the policy's answer).
+  const retryDelays = leases.map((l) => (l.retryDelayMs === undefined ? 0 : l.retryDelayMs));
   const rows = await q.query(
     EXTEND_SQL,
     [owner, leases.map((l) => l.stageId), leases.map((l) => l.fence), retryDelays],

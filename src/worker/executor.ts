@@ -283,7 +283,7 @@ export async function executeStage(deps: ExecutorDeps, stage: ClaimedStage, slot
     if (deps.events.size > 0) await deps.events.settle();
     attempt.finishing = true;
     let failed = onFailure(storeReads(deps), policy, stage, err, finishData(deps.owner, started, answered));
-    if (failed.outcome === 'failed' && step.kind !== 'model') failed = applyGroupRule(workflow, stage, failed);
+    if (failed.outcome === 'failed' && groupOf) failed = applyGroupRule(groupOf, stage, failed);
     return await settle(deps, log, stage, withEffectKey(failed, attempt.effectKey), attempt.confirmedUntil, groupOf);
   } finally {
     const outcome = attempt.abortReason ?? 'finished';

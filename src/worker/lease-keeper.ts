@@ -232,7 +232,6 @@ export function retryAfterOverrun(a: Attempt, now = monotonicNow()): number | nu
   if (!a.retry) return undefined;
   const decision = decideRetry({
     policy: withRowBudget(a.retry, a.stage), // as the extend statement itself counts it
-
     attempt: a.stage.attempt,
     errorKind: 'timeout',
     elapsedMs: elapsedSinceFirstClaim(a.stage, now),
