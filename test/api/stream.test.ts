@@ -189,11 +189,18 @@ describe('client.watch', () => {
     const client = createClient({ baseUrl: api.server.url, token: TOKEN, fetch: dropping });
     const { id } = await client.submit('gate', { key: 'watch-drop' });
     const seen: EventJson[] = [];
+    let released = false;
     const it = client.watch(id, { reconnectMs: 10 });
     let r = await it.next();
     while (!r.done) {
       seen.push(r.value);
-      if (r.value.type === 'job_claimed' && callsOf('gate', 'watch-drop').length > 0) release('watch-drop');
+      // The claim's event can reach the client before the worker calls the tool: wait for the call,
+      // else the gate is never released and no further event comes.
+      if (r.value.type === 'job_claimed' && !released) {
+        await until('the gate called', async () => callsOf('gate', 'watch-drop').length > 0);
+        release('watch-drop');
+        released = true;
+      }
       r = await it.next();
     }
     expect(r.value).toMatchObject({ outcome: 'ended', terminal: 'run_succeeded', via: 'stream' });
