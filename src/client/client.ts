@@ -128,6 +128,23 @@ export interface RatchetClient {
 }
 
 const enc = encodeURIComponent;
+/**
+ * Path segments for what the server looks up by name. An empty one would make the path another
+ * route's (`/v1/runs/` is the list), so it is answered here as the server answers any name it
+ * does not hold: 404 with the lookup's own code.
+ */
+const runSeg = (id: string) => {
+  if (id === '') throw new ApiError(404, 'unknown_run', 'no run with id ""', { details: { runId: id } });
+  return enc(id);
+};
+const scheduleSeg = (name: string) => {
+  if (name === '') throw new ApiError(404, 'unknown_schedule', 'no schedule named ""', { path: 'name', details: { name } });
+  return enc(name);
+};
+const stageSeg = (stageId: string) => {
+  if (stageId === '') throw new ApiError(404, 'unknown_stage', 'no stage with id ""', { path: 'stageId', details: { stageId } });
+  return enc(stageId);
+};
 
 /**
  * The task API's client (`ratchet/client`). Every answer is parsed with the server's own zod
@@ -142,6 +159,7 @@ export function createClient(options: ClientOptions): RatchetClient {
 
   /** Without a stage id: the run's one stage awaiting approval (read first, as a person would); none or several is not_awaiting_approval. */
   const gatedStageId = async (id: string, stageId: string | undefined): Promise<string> => {
+    runSeg(id); // an empty id is unknown_run before any read (the approvals filter would ignore it)
     if (stageId !== undefined) return stageId;
     const ids = (await client.approvals({ runId: id })).approvals.map((a) => a.stageId);
     if (ids.length !== 1) {
@@ -179,7 +197,7 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (
         await request(http, {
           method: 'GET',
-          path: `/v1/runs/${enc(id)}`,
+          path: `/v1/runs/${runSeg(id)}`,
           schema: runViewSchema,
           timeoutMs: opts.timeoutMs ?? timeoutMs,
           signal: opts.signal,
@@ -207,19 +225,24 @@ export function createClient(options: ClientOptions): RatchetClient {
       if (args.limit !== undefined) q.set('limit', String(args.limit));
       const qs = q.toString();
       return (
-        await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/events${qs ? `?${qs}` : ''}`, schema: eventListSchema, timeoutMs })
+        await request(http, {
+          method: 'GET',
+          path: `/v1/runs/${runSeg(id)}/events${qs ? `?${qs}` : ''}`,
+          schema: eventListSchema,
+          timeoutMs,
+        })
       ).data;
     },
     async cancel(id) {
-      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/cancel`, schema: cancelResponseSchema, timeoutMs })).data;
+      return (await request(http, { method: 'POST', path: `/v1/runs/${runSeg(id)}/cancel`, schema: cancelResponseSchema, timeoutMs })).data;
     },
     async retry(id) {
       // Loose: the retry has happened by the time the answer is read, so a field a newer server adds, or one an older
       // server lacks, must not fail it.
-      return (await request(http, { method: 'POST', path: `/v1/runs/${enc(id)}/retry`, schema: retryClientSchema, timeoutMs })).data;
+      return (await request(http, { method: 'POST', path: `/v1/runs/${runSeg(id)}/retry`, schema: retryClientSchema, timeoutMs })).data;
     },
     async explain(id) {
-      return (await request(http, { method: 'GET', path: `/v1/runs/${enc(id)}/explain`, schema: explanationSchema, timeoutMs })).data;
+      return (await request(http, { method: 'GET', path: `/v1/runs/${runSeg(id)}/explain`, schema: explanationSchema, timeoutMs })).data;
     },
     async putSchedule(spec) {
       return (await request(http, { method: 'POST', path: '/v1/schedules', schema: schedulePutResponseSchema, timeoutMs, body: spec }))
@@ -229,18 +252,24 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (await request(http, { method: 'GET', path: '/v1/schedules', schema: scheduleListSchema, timeoutMs })).data.schedules;
     },
     async getSchedule(name) {
-      return (await request(http, { method: 'GET', path: `/v1/schedules/${enc(name)}`, schema: scheduleDetailSchema, timeoutMs })).data;
+      return (await request(http, { method: 'GET', path: `/v1/schedules/${scheduleSeg(name)}`, schema: scheduleDetailSchema, timeoutMs }))
+        .data;
     },
     async deleteSchedule(name) {
       return (
-        await request(http, { method: 'DELETE', path: `/v1/schedules/${enc(name)}`, schema: scheduleDeleteResponseSchema, timeoutMs })
+        await request(http, {
+          method: 'DELETE',
+          path: `/v1/schedules/${scheduleSeg(name)}`,
+          schema: scheduleDeleteResponseSchema,
+          timeoutMs,
+        })
       ).data;
     },
     async signal(id, name, payload, args = {}) {
       const signalId = parseInput(idempotencyKeySchema, args.signalId ?? randomUUID(), 'signal.signalId');
       const { status, data } = await request(http, {
         method: 'POST',
-        path: `/v1/runs/${enc(id)}/signals/${enc(name)}`,
+        path: `/v1/runs/${runSeg(id)}/signals/${enc(name)}`,
         schema: signalResponseSchema,
         timeoutMs,
         headers: { 'signal-id': signalId },
@@ -258,7 +287,7 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (
         await request(http, {
           method: 'POST',
-          path: `/v1/runs/${enc(id)}/stages/${enc(stageId)}/approve`,
+          path: `/v1/runs/${runSeg(id)}/stages/${stageSeg(stageId)}/approve`,
           schema: decisionResponseSchema,
           timeoutMs,
           body,
@@ -271,7 +300,7 @@ export function createClient(options: ClientOptions): RatchetClient {
       return (
         await request(http, {
           method: 'POST',
-          path: `/v1/runs/${enc(id)}/stages/${enc(stageId)}/reject`,
+          path: `/v1/runs/${runSeg(id)}/stages/${stageSeg(stageId)}/reject`,
           schema: decisionResponseSchema,
           timeoutMs,
           body,

@@ -15,7 +15,8 @@ const MAX_PAUSE_MS = 2_000;
  * dying before it is ready. Each step must be safe to repeat (the migrator's transaction rolls
  * back whole; the sync is an upsert). Any other error (a host name that does not resolve included),
  * or the wait running out, is thrown:
- * the last `unavailable` one as DatabaseUnavailableError (code `database_unavailable`).
+ * the last `unavailable` one as DatabaseUnavailableError (code `database_unavailable`). A database
+ * the URL names that does not exist (3D000) is DatabaseUnavailableError at once (exit 4, not 1).
  * `waitMs: 0` tries once.
  */
 export async function retryWhileUnavailable<T>(
@@ -30,6 +31,7 @@ export async function retryWhileUnavailable<T>(
     try {
       return await fn();
     } catch (err) {
+      if (names(err, '3D000')) throw new DatabaseUnavailableError(err); // the URL names no database: not waited for
       if ((classifyDbError(err) !== 'unavailable' && !hasUnavailableCause(err)) || isUnknownHost(err)) throw err;
       const left = giveUpAt - Date.now();
       if (left <= 0) throw err instanceof DatabaseUnavailableError ? err : new DatabaseUnavailableError(err);
@@ -46,6 +48,13 @@ export async function retryWhileUnavailable<T>(
 /** A host name that does not resolve is a mistake in the URL far more often than a fault that passes: not waited for. */
 function isUnknownHost(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === 'ENOTFOUND';
+}
+
+/** The error, or one along its `cause` (drizzle's migrator wraps the driver's), has this SQLSTATE. */
+function names(err: unknown, sqlState: string): boolean {
+  let e = err;
+  for (let i = 0; e && i < 6; i++, e = (e as { cause?: unknown }).cause) if ((e as { code?: unknown }).code === sqlState) return true;
+  return false;
 }
 
 /** drizzle's migrator wraps the driver's error: look along `cause`. */

@@ -118,8 +118,9 @@ describe('run commands against a server (--url)', () => {
     expect(explain.json).toMatchObject({ verdict: 'queued_no_worker', runId: ids.queued });
   }, 120_000);
 
-  it('an unknown run id is exit 3 and --json says unknown_run, for every command that takes an id', async () => {
-    const results = await Promise.all(['status', 'events', 'explain', 'cancel', 'retry'].map((cmd) => ratchet([...remote, cmd, UNKNOWN])));
+  it('an unknown run id is exit 3 and --json says unknown_run, for every command that takes an id (an empty one too)', async () => {
+    const commands = ['status', 'events', 'explain', 'cancel', 'retry'];
+    const results = await Promise.all([UNKNOWN, ''].flatMap((id) => commands.map((cmd) => ratchet([...remote, cmd, id]))));
     for (const r of results) {
       expect(r.code, r.stderr).toBe(3);
       expect(r.stdout).toBe('');
@@ -194,6 +195,17 @@ describe('run commands on the store directly (no --url)', () => {
     expect(unknown.error).toMatchObject({ code: 'unknown_run' });
     expect(list.code, list.stderr).toBe(0);
     expect(list.stdout).toContain(ids.ok);
+  }, 120_000);
+
+  it('a database the URL names that does not exist is exit 4, database_unavailable, for migrate and status alike', async () => {
+    const missing = new URL(db.url);
+    missing.pathname = '/ratchet_cli_no_such_database';
+    for (const cmd of [['migrate'], ['status', UNKNOWN]]) {
+      const r = await ratchet(['--database-url', missing.toString(), '--json', ...cmd]);
+      expect(r.code, r.stderr).toBe(4);
+      expect(r.error).toMatchObject({ code: 'database_unavailable' });
+      expect(r.error?.message).toContain('ratchet_cli_no_such_database');
+    }
   }, 120_000);
 });
 

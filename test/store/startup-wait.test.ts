@@ -112,6 +112,8 @@ it('a wait that runs out ends in database_unavailable; an error that is not abou
   const other = await openStore({ databaseUrl: missing.toString(), poolSize: 1, startupWaitMs: 20_000, logger: silentLogger() }).catch(
     (e: unknown) => e,
   );
-  expect((other as { code?: string }).code).toBe('3D000'); // database does not exist: thrown as is, at the first try
+  // database does not exist: database_unavailable (the CLI's exit 4) naming it, at the first try
+  expect(other).toMatchObject({ code: 'database_unavailable' });
+  expect((other as Error).message).toContain('ratchet_no_such_database_here');
   expect(proxy.stats().accepted - accepted).toBe(1);
 });
