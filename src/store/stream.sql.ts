@@ -10,7 +10,9 @@
  * event can ever appear before them in (tx, id) order, and everything after the cursor arrives
  * later in that same order. `final` marks those rows; rows not final yet are held back (the
  * reader comes again soon: the transaction in the way is running now, so it is short or stuck).
- * The cost: a transaction that stays open holds every stream of the database back until it ends.
+ * The cost: a transaction that has written and stays open holds every stream back until it ends,
+ * another database's on the same server included (transaction ids are the server's); a read-only
+ * one takes no id and holds nothing back.
  *
  * $1 run id, $2 cursor tx (xid8 as text), $3 cursor event id, $4 limit. Uses events_run_idx.
  */
