@@ -23,6 +23,8 @@ let model: ScriptedModel;
 let ratchet: Ratchet;
 let server: ApiServer;
 let browser: Browser;
+/** A latch, set before the submit: released before the model's request arrives, the answer does not wait. */
+let start: Promise<void> = Promise.resolve();
 let releaseStart: () => void = () => {};
 let releaseRest: () => void = () => {};
 let holding = false;
@@ -43,7 +45,7 @@ beforeAll(async () => {
   model = await startScriptedModel({
     script: () => ({ content: ANSWER, usage: { prompt_tokens: 1200, completion_tokens: 300 } }),
     beforeAnswer: async () => {
-      if (holding) await bounded(new Promise<void>((r) => (releaseStart = r)));
+      if (holding) await bounded(start);
     },
     afterChunk: async (_i, chunk) => {
       if (holding && chunk === 0) await bounded(new Promise<void>((r) => (releaseRest = r)));
@@ -95,6 +97,7 @@ describe('dashboard: streamed model tokens and the run cost', () => {
     await page.waitForSelector('table.runs');
 
     holding = true;
+    start = new Promise<void>((r) => (releaseStart = r));
     const { id } = await createClient({ baseUrl: server.url, token: TOKEN }).submit('dash_streamer', { ask: 'go' });
     await page.goto(`${server.url}/runs/${id}`);
     await expect.poll(() => page.textContent('#live')).toBe('live');

@@ -55,7 +55,7 @@ describe('crashes and partitions', () => {
   });
 
   it('partition by SIGSTOP past the lease: W2 takes over; W1 cannot extend nor finish, no second effect from W1', async () => {
-    const w1 = await workers.spawn('w1', { PAUSE_MS: '400' });
+    const w1 = await workers.spawn('w1', { PAUSE_MS: '2000' }); // time to stop it before its second effect
     const { id } = await r.submit('partition', {});
     const first = await witness.waitFor(
       () => witness.requests.find((q) => q.key === keyOf(id, 1, 'partition_effect')),

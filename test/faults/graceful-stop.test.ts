@@ -21,7 +21,7 @@ describe('graceful stop on SIGTERM', () => {
   });
 
   it('an in-flight stage that fits in the grace period finishes; nothing new is claimed', async () => {
-    const w1 = await workers.spawn('w1', { STAGE_MS: '800', GRACE_MS: '8000' });
+    const w1 = await workers.spawn('w1', { STAGE_MS: '3000', GRACE_MS: '8000' }); // long enough to be seen running
     const { id } = await r.submit('five', {});
     await waitRun(r, id, (run) => run.stages[0]!.state === 'running', 30_000, 'stage 1 running');
     w1.proc.kill('SIGTERM');

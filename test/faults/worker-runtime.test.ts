@@ -91,7 +91,7 @@ describe('ratchet worker process: metrics and escalation while its database is c
     const age = (text: string) => samples(text, 'ratchet_heartbeat_age_seconds').find((s) => s.labels.tool_class === 'hold')!;
     const left = (text: string) => samples(text, 'ratchet_lease_remaining_seconds').find((s) => s.labels.tool_class === 'hold')!;
     expect(age(healthy).labels).toMatchObject(labels);
-    expect(age(healthy).value).toBeLessThan(1.6); // heartbeat every 1 s
+    expect(age(healthy).value).toBeLessThan(2.5); // heartbeat every 1 s (± 200 ms jitter), the extend's round trip, a late timer
     expect(left(healthy).value).toBeGreaterThan(0.5);
     expect(samples(healthy, 'ratchet_worker_slots_in_use').find((s) => s.labels.tool_class === 'hold')?.value).toBe(1);
     expect(healthy).not.toContain(id); // labels are bounded: never run ids

@@ -66,7 +66,7 @@ describe('a group failure racing a map expansion (PostgreSQL)', () => {
       ]);
       expect(v!.accepted).toBe(true);
       failing = store.finish('B', [{ stageId: s!.id, fence: s!.fence, outcome: 'failed', error, run: { state: 'failed', error } }]);
-      for (let k = 0; k < 500 && !blocked; k++) {
+      for (const end = Date.now() + 20_000; Date.now() < end && !blocked; ) {
         const [w] = await store.db.query(
           `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
         );

@@ -148,7 +148,8 @@ export function leaseConformance(backend: string, open: () => Promise<{ store: S
         workflow: 'w',
         definitionHash: 'h',
         input: {},
-        stages: [spec({ toolClass: c, maxDurationMs: 5000, maxAttempts: 2 }), spec({ toolClass: c, name: 'next' })],
+        // A 60 s lease: only the advanced clock and maxDuration decide, never the real time between two extends.
+        stages: [spec({ toolClass: c, leaseMs: 60_000, maxDurationMs: 5000, maxAttempts: 2 }), spec({ toolClass: c, name: 'next' })],
       });
       const [a] = await store.claim({ owner: 'A', toolClass: c, limit: 1 });
       for (let i = 0; i < 3; i++) {

@@ -155,7 +155,11 @@ describe('the limited claim dates its leases from the claim, not from the start 
       await holder.query(`SELECT pg_advisory_xact_lock(hashtextextended('ratchet:class:' || $1, 0))`, [c]);
       const claiming = store.claim({ owner: 'A', toolClass: c, limit: 1, definitions: ['h'], limits: { classConcurrency: 5 } });
       for (;;) {
-        const [w] = await db.query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`);
+        // This database's waiters only (other test files take advisory locks too).
+        const [w] = await db.query(
+          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+        );
         if (w!.n > 0) break;
         await new Promise((r) => setTimeout(r, 20));
       }

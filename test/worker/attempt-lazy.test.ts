@@ -130,8 +130,9 @@ describe('one timer watches every confirmation deadline', () => {
       if (s.aborted) resolve(-1);
       else s.addEventListener('abort', () => resolve(monotonicNow()), { once: true });
     });
-  // Timer lateness allowed after the deadline (a loaded 2-core machine runs the tests).
-  const LATE_MS = 250;
+  // Timer lateness allowed after the deadline (a loaded 2-core machine runs the tests: a GC or a busy
+  // sibling fork can hold the event loop for hundreds of ms). "Not before" is the exact bound.
+  const LATE_MS = 2000;
 
   it('each attempt aborts ownership_unknown not before its deadline and soon after, whatever the order they came in', async () => {
     const before = watchedDeadlines();
@@ -158,7 +159,8 @@ describe('one timer watches every confirmation deadline', () => {
   it('an attempt that ends before its deadline is never aborted; a confirmation keeps it alive', async () => {
     const a = attempt('w6', 80);
     const b = attempt('w7', 80);
-    const keep = setInterval(() => b.confirm(monotonicNow() + 80, new Date(Date.now() + 1000)), 20);
+    // Confirmed every 20 ms, each for 500 ms: a stalled event loop does not let it lapse between two.
+    const keep = setInterval(() => b.confirm(monotonicNow() + 500, new Date(Date.now() + 1000)), 20);
     a.end();
     await new Promise((r) => setTimeout(r, 300));
     clearInterval(keep);

@@ -40,7 +40,9 @@ const overrun = defineTool({
       throw new TransientError('connection reset after the request was sent', { code: 'connection_reset' });
     }
     const reason = await new Promise<string>((resolve) =>
-      ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
+      ctx.signal.aborted
+        ? resolve((ctx.signal.reason as { code: string }).code)
+        : ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
     );
     note('overrun', reason);
     throw ctx.signal.reason;

@@ -56,7 +56,9 @@ const badChild = defineWorkflow({ name: 'child_bad', input: any, steps: [{ tool:
 const badParent = defineWorkflow({ name: 'parent_bad', input: any, steps: [{ name: 'sub', workflow: 'child_bad' }] });
 const hold = tool('hold', async (_i, signal) => {
   const reason = await new Promise<string>((resolve) =>
-    signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
+    signal.aborted
+      ? resolve((signal.reason as { code: string }).code)
+      : signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
   );
   (calls.hold_reason ??= []).push(reason);
   throw signal.reason;
@@ -67,13 +69,16 @@ const slowParent = defineWorkflow({ name: 'parent_slow', input: any, steps: [{ n
 const holdFor = (key: string) =>
   tool(`hold_${key}`, async (_i, signal) => {
     const reason = await new Promise<string>((resolve) =>
-      signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
+      signal.aborted
+        ? resolve((signal.reason as { code: string }).code)
+        : signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
     );
     (calls[`hold_reason_${key}`] ??= []).push(reason);
     throw signal.reason;
   });
 // A child with its own deadline under a parent without one; a child without one under a parent submitted with one.
-const expiringChild = defineWorkflow({ name: 'child_expiring', input: any, deadline: '1s', steps: [{ tool: holdFor('kid') }] });
+// Real-time deadlines: 3 s leaves room for the parent's claim, the child's insert and claim on a loaded machine.
+const expiringChild = defineWorkflow({ name: 'child_expiring', input: any, deadline: '3s', steps: [{ tool: holdFor('kid') }] });
 const patientParent = defineWorkflow({ name: 'parent_patient', input: any, steps: [{ name: 'sub', workflow: 'child_expiring' }] });
 const patientChild = defineWorkflow({ name: 'child_patient', input: any, steps: [{ tool: holdFor('patient') }] });
 const expiringParent = defineWorkflow({ name: 'parent_expiring', input: any, steps: [{ name: 'sub', workflow: 'child_patient' }] });
@@ -277,7 +282,7 @@ describe('child runs (PostgreSQL)', () => {
   });
 
   it("a parent run's expiry cancels its child run (recursively), whose running tool's signal aborts with cancelled", async () => {
-    const { id } = await r.submit('parent_expiring', {}, { deadline: '1s' });
+    const { id } = await r.submit('parent_expiring', {}, { deadline: '3s' });
     const run = await ended(id);
     expect(run.state).toBe('expired');
     // The sweeper cancels the children in the transaction that expires the parent (src/store/deadline.ts): no read

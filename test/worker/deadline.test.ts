@@ -50,7 +50,9 @@ const waitAbort = defineTool({
   output: empty,
   run: async (_i, ctx) => {
     const reason = await new Promise<string>((resolve) =>
-      ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
+      ctx.signal.aborted
+        ? resolve((ctx.signal.reason as { code: string }).code)
+        : ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
     );
     reasons.push(reason);
     throw ctx.signal.reason;

@@ -50,9 +50,13 @@ describe('metrics', () => {
     try {
       const { id } = await r.submit('two', {});
       for (let i = 0; i < 100 && (await r.getRun(id))!.stages[1]!.state !== 'queued'; i++) await new Promise((res) => setTimeout(res, 25));
-      await new Promise((res) => setTimeout(res, 300)); // a sweep or two
-      const unserved = await metrics.unservedClass.get();
+      // A sweep or two (every 100 ms) sets the gauge: waited for, not slept.
+      let unserved = await metrics.unservedClass.get();
       const value = (cls: string) => unserved.values.find((v) => v.labels.tool_class === cls)?.value;
+      for (let i = 0; i < 400 && value('orphan') !== 1; i++) {
+        await new Promise((res) => setTimeout(res, 25));
+        unserved = await metrics.unservedClass.get();
+      }
       expect(value('orphan')).toBe(1);
       expect(value('served')).toBe(0);
       const claimed = await metrics.stagesClaimed.get();

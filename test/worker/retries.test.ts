@@ -65,7 +65,9 @@ const waitForCancel = defineTool({
   output: z.object({}),
   run: async (_i, ctx) => {
     const reason = await new Promise<string>((resolve) =>
-      ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
+      ctx.signal.aborted
+        ? resolve((ctx.signal.reason as { code: string }).code)
+        : ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
     );
     note('wait_for_cancel', ctx.attempt, reason);
     throw ctx.signal.reason;
