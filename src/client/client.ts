@@ -133,18 +133,19 @@ const enc = encodeURIComponent;
  * route's (`/v1/runs/` is the list), so it is answered here as the server answers any name it
  * does not hold: 404 with the lookup's own code.
  */
-const runSeg = (id: string) => {
-  if (id === '') throw new ApiError(404, 'unknown_run', 'no run with id ""', { details: { runId: id } });
-  return enc(id);
-};
-const scheduleSeg = (name: string) => {
-  if (name === '') throw new ApiError(404, 'unknown_schedule', 'no schedule named ""', { path: 'name', details: { name } });
-  return enc(name);
-};
-const stageSeg = (stageId: string) => {
-  if (stageId === '') throw new ApiError(404, 'unknown_stage', 'no stage with id ""', { path: 'stageId', details: { stageId } });
-  return enc(stageId);
-};
+function segment(
+  value: string,
+  code: 'unknown_run' | 'unknown_schedule' | 'unknown_stage',
+  message: string,
+  field: string,
+  path: string | null,
+) {
+  if (value === '') throw new ApiError(404, code, message, { path, details: { [field]: value } });
+  return enc(value);
+}
+const runSeg = (id: string) => segment(id, 'unknown_run', 'no run with id ""', 'runId', null);
+const scheduleSeg = (name: string) => segment(name, 'unknown_schedule', 'no schedule named ""', 'name', 'name');
+const stageSeg = (stageId: string) => segment(stageId, 'unknown_stage', 'no stage with id ""', 'stageId', 'stageId');
 
 /**
  * The task API's client (`ratchet/client`). Every answer is parsed with the server's own zod

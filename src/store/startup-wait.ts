@@ -50,16 +50,21 @@ function isUnknownHost(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === 'ENOTFOUND';
 }
 
-/** The error, or one along its `cause` (drizzle's migrator wraps the driver's), has this SQLSTATE. */
+/** The error and those along its `cause` (drizzle's migrator wraps the driver's), at most five deep. */
+function causeChain(err: unknown): unknown[] {
+  const chain: unknown[] = [];
+  for (let e = err, i = 0; e && i < 6; i++, e = (e as { cause?: unknown }).cause) chain.push(e);
+  return chain;
+}
+
+/** The error, or one along its `cause`, has this SQLSTATE. */
 function names(err: unknown, sqlState: string): boolean {
-  let e = err;
-  for (let i = 0; e && i < 6; i++, e = (e as { cause?: unknown }).cause) if ((e as { code?: unknown }).code === sqlState) return true;
-  return false;
+  return causeChain(err).some((e) => (e as { code?: unknown }).code === sqlState);
 }
 
 /** drizzle's migrator wraps the driver's error: look along `cause`. */
 function hasUnavailableCause(err: unknown): boolean {
-  let e = (err as { cause?: unknown } | undefined)?.cause;
-  for (let i = 0; e && i < 5; i++, e = (e as { cause?: unknown }).cause) if (classifyDbError(e) === 'unavailable') return true;
-  return false;
+  return causeChain(err)
+    .slice(1)
+    .some((e) => classifyDbError(e) === 'unavailable');
 }

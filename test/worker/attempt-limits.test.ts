@@ -6,6 +6,7 @@ import { settledRun } from '../helpers/settled-run.js';
 import { TransientError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import { abortCode } from '../helpers/abort.js';
 
 /**
  * Retry arithmetic (issue 9, item 9) on real PostgreSQL: `timeout` limits each call (reconcile
@@ -39,11 +40,7 @@ const overrun = defineTool({
       ctx.beginEffect('create');
       throw new TransientError('connection reset after the request was sent', { code: 'connection_reset' });
     }
-    const reason = await new Promise<string>((resolve) =>
-      ctx.signal.aborted
-        ? resolve((ctx.signal.reason as { code: string }).code)
-        : ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
-    );
+    const reason = await abortCode(ctx.signal);
     note('overrun', reason);
     throw ctx.signal.reason;
   },

@@ -6,6 +6,7 @@ import { createRatchet, type Ratchet } from '../../src/engine.js';
 import { PermanentError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import { abortCode } from '../helpers/abort.js';
 
 /**
  * Child runs (issue 11) on PostgreSQL: a step `{ workflow: 'other' }` starts one child run keyed
@@ -55,11 +56,7 @@ const refuse = tool('refuse', () => {
 const badChild = defineWorkflow({ name: 'child_bad', input: any, steps: [{ tool: refuse }] });
 const badParent = defineWorkflow({ name: 'parent_bad', input: any, steps: [{ name: 'sub', workflow: 'child_bad' }] });
 const hold = tool('hold', async (_i, signal) => {
-  const reason = await new Promise<string>((resolve) =>
-    signal.aborted
-      ? resolve((signal.reason as { code: string }).code)
-      : signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
-  );
+  const reason = await abortCode(signal);
   (calls.hold_reason ??= []).push(reason);
   throw signal.reason;
 });
@@ -68,11 +65,7 @@ const slowParent = defineWorkflow({ name: 'parent_slow', input: any, steps: [{ n
 /** Waits for its abort and records the reason under `hold_reason_<key>`. */
 const holdFor = (key: string) =>
   tool(`hold_${key}`, async (_i, signal) => {
-    const reason = await new Promise<string>((resolve) =>
-      signal.aborted
-        ? resolve((signal.reason as { code: string }).code)
-        : signal.addEventListener('abort', () => resolve((signal.reason as { code: string }).code), { once: true }),
-    );
+    const reason = await abortCode(signal);
     (calls[`hold_reason_${key}`] ??= []).push(reason);
     throw signal.reason;
   });

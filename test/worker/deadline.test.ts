@@ -7,6 +7,7 @@ import { TransientError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
 import type { Worker } from '../../src/worker/worker.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/pg.js';
+import { abortCode } from '../helpers/abort.js';
 
 /**
  * Run deadlines (issue 9, item 7) on real PostgreSQL with the movable database clock: a
@@ -49,11 +50,7 @@ const waitAbort = defineTool({
   input: empty,
   output: empty,
   run: async (_i, ctx) => {
-    const reason = await new Promise<string>((resolve) =>
-      ctx.signal.aborted
-        ? resolve((ctx.signal.reason as { code: string }).code)
-        : ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
-    );
+    const reason = await abortCode(ctx.signal);
     reasons.push(reason);
     throw ctx.signal.reason;
   },

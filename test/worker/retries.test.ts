@@ -4,6 +4,7 @@ import { defineTool, defineToolClass, defineWorkflow, type ToolStepOptions } fro
 import { createRatchet, type Ratchet, type RunView } from '../../src/engine.js';
 import { InvalidInputError, PermanentError, TransientError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
+import { abortCode } from '../helpers/abort.js';
 
 /** Retry, timeout, permanent failure, exhaustion, cancel and graceful stop, in one process on PGlite. */
 const quick = defineToolClass({
@@ -64,11 +65,7 @@ const waitForCancel = defineTool({
   input: z.object({}).passthrough(),
   output: z.object({}),
   run: async (_i, ctx) => {
-    const reason = await new Promise<string>((resolve) =>
-      ctx.signal.aborted
-        ? resolve((ctx.signal.reason as { code: string }).code)
-        : ctx.signal.addEventListener('abort', () => resolve((ctx.signal.reason as { code: string }).code), { once: true }),
-    );
+    const reason = await abortCode(ctx.signal);
     note('wait_for_cancel', ctx.attempt, reason);
     throw ctx.signal.reason;
   },
